@@ -1,0 +1,75 @@
+"""refattn: the NumPy reference implementation of Transformer attention mechanisms.
+
+Every mechanism is a plain-NumPy function whose lines mirror its paper's equations, computed in
+float64 by default, with explicit conventions (mask polarity ``True`` = may attend, top-left or
+bottom-right causal alignment, an explicit fully-masked-row policy) and explicit randomness.
+"""
+from __future__ import annotations
+
+from . import registry
+from .core.encoder_decoder import (
+    DecoderCache,
+    DecoderLayerParams,
+    EncoderLayerParams,
+    decoder_layer,
+    decoder_layer_step,
+    encoder_layer,
+    init_decoder_layer,
+    init_encoder_layer,
+)
+from .core.layers import (
+    FeedForwardParams,
+    LayerNormParams,
+    feed_forward,
+    init_feed_forward,
+    init_layer_norm,
+    layer_norm,
+)
+from .core.masks import causal_mask, padding_mask
+from .core.multi_head import MultiHeadParams, init_multi_head, multi_head_attention
+from .core.positional import sinusoidal_positional_encoding, sinusoidal_rotation
+from .core.sdpa import scaled_dot_product_attention
+from .core.softmax import softmax
+from .core.transformer import (
+    TransformerParams,
+    decode,
+    encode,
+    greedy_decode,
+    init_transformer,
+    transformer,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DecoderCache",
+    "DecoderLayerParams",
+    "EncoderLayerParams",
+    "FeedForwardParams",
+    "LayerNormParams",
+    "MultiHeadParams",
+    "TransformerParams",
+    "causal_mask",
+    "decode",
+    "decoder_layer",
+    "decoder_layer_step",
+    "encode",
+    "encoder_layer",
+    "feed_forward",
+    "greedy_decode",
+    "init_decoder_layer",
+    "init_encoder_layer",
+    "init_feed_forward",
+    "init_layer_norm",
+    "init_multi_head",
+    "init_transformer",
+    "layer_norm",
+    "multi_head_attention",
+    "padding_mask",
+    "registry",
+    "scaled_dot_product_attention",
+    "sinusoidal_positional_encoding",
+    "sinusoidal_rotation",
+    "softmax",
+    "transformer",
+]

@@ -1,0 +1,311 @@
+r"""Encoder and decoder layers (Vaswani et al., 2017, §3.1), with a key/value cache for decoding.
+
+Post-LN, as in the paper ("the output of each sub-layer is LayerNorm(x + Sublayer(x))"):
+
+    encoder:  x ← LN(x + SelfAttn(x));  x ← LN(x + FFN(x))
+    decoder:  y ← LN(y + CausalSelfAttn(y));  y ← LN(y + CrossAttn(y, memory));  y ← LN(y + FFN(y))
+
+Pre-LN (``norm_first=True``, Xiong et al., 2020, arXiv:2002.04745) is x ← x + Sublayer(LN(x)).
+
+Decoding one token at a time, the decoder's self-attention keys and values of earlier positions do
+not change (they are causal), so they are kept in a cache and only the new position's are
+projected; the new queries are the *last* positions of the key sequence, which is exactly the
+bottom-right causal alignment.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .._random import as_rng
+from .._validate import as_float
+from .layers import FeedForwardParams, LayerNormParams, feed_forward, init_feed_forward, init_layer_norm, layer_norm
+from .multi_head import (
+    MultiHeadParams,
+    combine_heads,
+    head_shared,
+    init_multi_head,
+    multi_head_attention,
+    project_heads,
+)
+from .sdpa import scaled_dot_product_attention
+
+__all__ = [
+    "EncoderLayerParams",
+    "DecoderLayerParams",
+    "DecoderCache",
+    "init_encoder_layer",
+    "init_decoder_layer",
+    "encoder_layer",
+    "decoder_layer",
+    "decoder_layer_step",
+]
+
+
+@dataclass(frozen=True)
+class EncoderLayerParams:
+    """Self-attention, feed-forward and the two layer norms of one encoder layer."""
+
+    self_attn: MultiHeadParams
+    ffn: FeedForwardParams
+    norm_1: LayerNormParams
+    norm_2: LayerNormParams
+
+
+@dataclass(frozen=True)
+class DecoderLayerParams:
+    """Masked self-attention, cross-attention, feed-forward and three layer norms of a decoder layer."""
+
+    self_attn: MultiHeadParams
+    cross_attn: MultiHeadParams
+    ffn: FeedForwardParams
+    norm_1: LayerNormParams
+    norm_2: LayerNormParams
+    norm_3: LayerNormParams
+
+
+@dataclass(frozen=True)
+class DecoderCache:
+    """What one decoder layer keeps between decoding steps.
+
+    Attributes
+    ----------
+    k, v : (..., h, t, d_k), (..., h, t, d_v) ndarray
+        Self-attention keys and values of the *t* positions decoded so far.
+    memory_k, memory_v : (..., h, m, d_k), (..., h, m, d_v) ndarray
+        Cross-attention keys and values of the encoder output (projected once).
+    """
+
+    k: NDArray
+    v: NDArray
+    memory_k: NDArray
+    memory_v: NDArray
+
+
+def init_encoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> EncoderLayerParams:
+    """Draw an encoder layer (self-attention, then FFN; norms at γ = 1, β = 0).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator or int
+        Source of the draw.
+    d_model : int
+        Model width.
+    num_heads : int
+        Attention heads.
+    d_ff : int
+        FFN inner width.
+
+    Returns
+    -------
+    EncoderLayerParams
+    """
+    rng = as_rng(rng)
+    return EncoderLayerParams(
+        init_multi_head(rng, d_model, num_heads), init_feed_forward(rng, d_model, d_ff),
+        init_layer_norm(d_model), init_layer_norm(d_model),
+    )
+
+
+def init_decoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> DecoderLayerParams:
+    """Draw a decoder layer (self-attention, cross-attention, then FFN; norms at γ = 1, β = 0).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator or int
+        Source of the draw.
+    d_model : int
+        Model width.
+    num_heads : int
+        Attention heads.
+    d_ff : int
+        FFN inner width.
+
+    Returns
+    -------
+    DecoderLayerParams
+    """
+    rng = as_rng(rng)
+    return DecoderLayerParams(
+        init_multi_head(rng, d_model, num_heads), init_multi_head(rng, d_model, num_heads),
+        init_feed_forward(rng, d_model, d_ff),
+        init_layer_norm(d_model), init_layer_norm(d_model), init_layer_norm(d_model),
+    )
+
+
+def encoder_layer(
+    x: ArrayLike, params: EncoderLayerParams, *, num_heads: int,
+    mask: ArrayLike | None = None, norm_first: bool = False, eps: float = 1e-5,
+) -> NDArray:
+    r"""One encoder layer: self-attention and a feed-forward network, each with residual and norm.
+
+    .. math::
+
+        x' = \operatorname{LN}(x + \operatorname{MultiHead}(x, x, x)), \qquad
+        \operatorname{out} = \operatorname{LN}(x' + \operatorname{FFN}(x'))
+
+    Parameters
+    ----------
+    x : (..., n, d_model) array_like
+        Input sequence.
+    params : EncoderLayerParams
+        Layer parameters.
+    num_heads : int
+        Attention heads.
+    mask : (..., n, n) array_like of bool or float, optional
+        Self-attention mask (typically a key padding mask), ``True`` = may attend.
+    norm_first : bool, default False
+        Pre-LN, :math:`x + \operatorname{Sublayer}(\operatorname{LN}(x))`, instead of the paper's post-LN.
+    eps : float, default 1e-5
+        Layer-norm epsilon.
+
+    Returns
+    -------
+    out : (..., n, d_model) ndarray
+
+    References
+    ----------
+    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762v7, §3.1.
+    """
+    x = as_float("x", x, min_ndim=2)
+    p = params
+    x = residual(x, lambda s: multi_head_attention(s, s, p.self_attn, num_heads=num_heads, mask=mask),
+                 p.norm_1, norm_first, eps)
+    return residual(x, lambda s: feed_forward(s, p.ffn), p.norm_2, norm_first, eps)
+
+
+def decoder_layer(
+    y: ArrayLike, memory: ArrayLike, params: DecoderLayerParams, *, num_heads: int,
+    self_mask: ArrayLike | None = None, memory_mask: ArrayLike | None = None,
+    causal: bool | str = True, norm_first: bool = False, eps: float = 1e-5,
+) -> NDArray:
+    r"""One decoder layer: masked self-attention, cross-attention to ``memory``, feed-forward.
+
+    .. math::
+
+        y' = \operatorname{LN}(y + \operatorname{MultiHead}_\text{causal}(y, y, y)), \quad
+        y'' = \operatorname{LN}(y' + \operatorname{MultiHead}(y', M, M)), \quad
+        \operatorname{out} = \operatorname{LN}(y'' + \operatorname{FFN}(y''))
+
+    Parameters
+    ----------
+    y : (..., n, d_model) array_like
+        Decoder input (the target sequence shifted right, during training).
+    memory : (..., m, d_model) array_like
+        Encoder output :math:`M`.
+    params : DecoderLayerParams
+        Layer parameters.
+    num_heads : int
+        Attention heads.
+    self_mask : (..., n, n) array_like of bool or float, optional
+        Extra self-attention mask (e.g. target padding), combined with ``causal``.
+    memory_mask : (..., n, m) array_like of bool or float, optional
+        Cross-attention mask, typically the source padding mask ``(..., 1, m)``.
+    causal : {True, "top-left", "bottom-right", False}, default True
+        Self-attention causality ("prevent leftward information flow", §3.2.3).
+    norm_first : bool, default False
+        Pre-LN instead of the paper's post-LN.
+    eps : float, default 1e-5
+        Layer-norm epsilon.
+
+    Returns
+    -------
+    out : (..., n, d_model) ndarray
+
+    References
+    ----------
+    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762v7, §3.1, §3.2.3.
+    """
+    y = as_float("y", y, min_ndim=2)
+    memory = as_float("memory", memory, min_ndim=2)
+    p = params
+    y = residual(y, lambda s: multi_head_attention(s, s, p.self_attn, num_heads=num_heads,
+                                                   mask=self_mask, causal=causal),
+                 p.norm_1, norm_first, eps)
+    y = residual(y, lambda s: multi_head_attention(s, memory, p.cross_attn, num_heads=num_heads,
+                                                   mask=memory_mask),
+                 p.norm_2, norm_first, eps)
+    return residual(y, lambda s: feed_forward(s, p.ffn), p.norm_3, norm_first, eps)
+
+
+def decoder_layer_step(
+    y_new: ArrayLike, memory: ArrayLike, params: DecoderLayerParams,
+    cache: DecoderCache | None = None, *, num_heads: int,
+    memory_mask: ArrayLike | None = None, norm_first: bool = False, eps: float = 1e-5,
+) -> tuple[NDArray, DecoderCache]:
+    r"""Advance a causal decoder layer by the new positions ``y_new``, using and extending a cache.
+
+    The self-attention keys/values of earlier positions come from ``cache``; only the new
+    positions are projected, and the new queries attend with bottom-right causal alignment (the
+    last new query sees every cached and new key). Running the whole target through
+    :func:`decoder_layer` gives the same result at every position (the tests check it).
+
+    Parameters
+    ----------
+    y_new : (..., t, d_model) array_like
+        Inputs at the next *t* positions (usually t = 1).
+    memory : (..., m, d_model) array_like
+        Encoder output; projected once, on the first step (when ``cache`` is None).
+    params : DecoderLayerParams
+        Layer parameters.
+    cache : DecoderCache, optional
+        State after the previous positions; ``None`` before the first.
+    num_heads : int
+        Attention heads.
+    memory_mask : (..., t, m) array_like of bool or float, optional
+        Cross-attention mask (typically the source padding mask ``(..., 1, m)``).
+    norm_first : bool, default False
+        Pre-LN instead of the paper's post-LN.
+    eps : float, default 1e-5
+        Layer-norm epsilon.
+
+    Returns
+    -------
+    out : (..., t, d_model) ndarray
+    cache : DecoderCache
+        Extended by the *t* new positions.
+    """
+    y_new = as_float("y_new", y_new, min_ndim=2)
+    memory = as_float("memory", memory, min_ndim=2)
+    p, h = params, num_heads
+    if cache is None:
+        empty_k = project_heads(y_new[..., :0, :], p.self_attn.w_k, p.self_attn.b_k, h)
+        empty_v = project_heads(y_new[..., :0, :], p.self_attn.w_v, p.self_attn.b_v, h)
+        cache = DecoderCache(
+            empty_k, empty_v,
+            project_heads(memory, p.cross_attn.w_k, p.cross_attn.b_k, h),   # (..., h, m, d_k)
+            project_heads(memory, p.cross_attn.w_v, p.cross_attn.b_v, h),   # (..., h, m, d_v)
+        )
+    grown = {}
+
+    def cached_self_attention(s: NDArray) -> NDArray:
+        sa = p.self_attn
+        K = np.concatenate([cache.k, project_heads(s, sa.w_k, sa.b_k, h)], axis=-2)  # (..., h, t₀+t, d_k)
+        V = np.concatenate([cache.v, project_heads(s, sa.w_v, sa.b_v, h)], axis=-2)  # (..., h, t₀+t, d_v)
+        grown.update(k=K, v=V)
+        Q = project_heads(s, sa.w_q, sa.b_q, h)                                        # (..., h, t, d_k)
+        return combine_heads(scaled_dot_product_attention(Q, K, V, causal="bottom-right"), sa.w_o, sa.b_o)
+
+    def cached_cross_attention(s: NDArray) -> NDArray:
+        ca = p.cross_attn
+        Q = project_heads(s, ca.w_q, ca.b_q, h)                                        # (..., h, t, d_k)
+        heads = scaled_dot_product_attention(Q, cache.memory_k, cache.memory_v, mask=head_shared(memory_mask))
+        return combine_heads(heads, ca.w_o, ca.b_o)
+
+    y = residual(y_new, cached_self_attention, p.norm_1, norm_first, eps)
+    y = residual(y, cached_cross_attention, p.norm_2, norm_first, eps)
+    y = residual(y, lambda s: feed_forward(s, p.ffn), p.norm_3, norm_first, eps)
+    return y, DecoderCache(grown["k"], grown["v"], cache.memory_k, cache.memory_v)
+
+
+def residual(
+    x: NDArray, sublayer: Callable[[NDArray], NDArray], norm: LayerNormParams,
+    norm_first: bool, eps: float,
+) -> NDArray:
+    """Post-LN ``LN(x + sublayer(x))`` (the paper) or pre-LN ``x + sublayer(LN(x))``."""
+    if norm_first:
+        return x + sublayer(layer_norm(x, norm.gamma, norm.beta, eps))
+    return layer_norm(x + sublayer(x), norm.gamma, norm.beta, eps)

@@ -1,0 +1,288 @@
+r"""The encoder–decoder Transformer (Vaswani et al., 2017, §3): forward pass and greedy decoding.
+
+    encode:  x = E_src[src]·√d_model + PE;  x ← EncoderLayer_l(x), l = 1 … N
+    decode:  y = E_tgt[tgt]·√d_model + PE;  y ← DecoderLayer_l(y, memory);  logits = y W_out + b_out
+
+Greedy decoding feeds the arg-max token back one step at a time, keeping each decoder layer's
+self-attention keys/values in a cache (:class:`~refattn.core.encoder_decoder.DecoderCache`), so
+step *t* costs O(t) attention instead of O(t²). Teacher-forcing the decoded sequence through
+:func:`decode` gives the same logits at every step (the tests check it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .._random import as_rng, glorot
+from .._validate import check_positive_int
+from .encoder_decoder import (
+    DecoderLayerParams,
+    EncoderLayerParams,
+    decoder_layer,
+    decoder_layer_step,
+    encoder_layer,
+    init_decoder_layer,
+    init_encoder_layer,
+)
+from .layers import LayerNormParams, init_layer_norm, layer_norm
+from .masks import padding_mask
+from .positional import sinusoidal_positional_encoding
+
+__all__ = ["TransformerParams", "init_transformer", "encode", "decode", "transformer", "greedy_decode"]
+
+
+@dataclass(frozen=True)
+class TransformerParams:
+    """Parameters of an encoder–decoder Transformer.
+
+    Attributes
+    ----------
+    src_embedding : (src_vocab, d_model) ndarray
+    tgt_embedding : (tgt_vocab, d_model) ndarray
+    encoder : tuple of EncoderLayerParams
+    decoder : tuple of DecoderLayerParams
+    w_out : (d_model, tgt_vocab) ndarray
+    b_out : (tgt_vocab,) ndarray
+    encoder_norm, decoder_norm : LayerNormParams or None
+        Final norms of a pre-LN stack (``norm_first=True``); ``None`` for the paper's post-LN.
+    """
+
+    src_embedding: NDArray
+    tgt_embedding: NDArray
+    encoder: tuple[EncoderLayerParams, ...]
+    decoder: tuple[DecoderLayerParams, ...]
+    w_out: NDArray
+    b_out: NDArray
+    encoder_norm: LayerNormParams | None = None
+    decoder_norm: LayerNormParams | None = None
+
+    @property
+    def norm_first(self) -> bool:
+        """Pre-LN stack (it has final norms) or the paper's post-LN."""
+        return self.encoder_norm is not None
+
+    @property
+    def d_model(self) -> int:
+        """Model width."""
+        return self.src_embedding.shape[1]
+
+
+def init_transformer(
+    rng, src_vocab: int, tgt_vocab: int, *, d_model: int = 512, num_heads: int = 8,
+    d_ff: int = 2048, num_layers: int = 6, norm_first: bool = False,
+) -> TransformerParams:
+    """Draw a Transformer (defaults: the paper's base model, §3 and Table 3).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator or int
+        Source of the draw (embeddings N(0, 1/d_model), then encoder layers, decoder layers,
+        output projection).
+    src_vocab, tgt_vocab : int
+        Vocabulary sizes.
+    d_model : int, default 512
+        Model width.
+    num_heads : int, default 8
+        Attention heads.
+    d_ff : int, default 2048
+        FFN inner width.
+    num_layers : int, default 6
+        *N*, layers in each of the encoder and decoder stacks.
+    norm_first : bool, default False
+        Pre-LN stack with final layer norms (Xiong et al., 2020) instead of the paper's post-LN.
+
+    Returns
+    -------
+    TransformerParams
+
+    Notes
+    -----
+    The paper ties the two embeddings and the output projection (§3.4); they are separate here
+    so that source and target vocabularies may differ.
+    """
+    rng = as_rng(rng)
+    for name, value in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("num_layers", num_layers)):
+        check_positive_int(name, value)
+    src_embedding = rng.normal(0.0, d_model ** -0.5, size=(src_vocab, d_model))
+    tgt_embedding = rng.normal(0.0, d_model ** -0.5, size=(tgt_vocab, d_model))
+    encoder = tuple(init_encoder_layer(rng, d_model, num_heads, d_ff) for _ in range(num_layers))
+    decoder = tuple(init_decoder_layer(rng, d_model, num_heads, d_ff) for _ in range(num_layers))
+    final = (init_layer_norm(d_model), init_layer_norm(d_model)) if norm_first else (None, None)
+    return TransformerParams(src_embedding, tgt_embedding, encoder, decoder,
+                             glorot(rng, d_model, tgt_vocab), np.zeros(tgt_vocab), *final)
+
+
+def encode(
+    src: ArrayLike, params: TransformerParams, *, num_heads: int, src_lengths: ArrayLike | None = None,
+) -> NDArray:
+    r"""Run the encoder stack on source token ids.
+
+    Parameters
+    ----------
+    src : (..., n_src) array_like of int
+        Source token ids.
+    params : TransformerParams
+        Model parameters.
+    num_heads : int
+        Attention heads.
+    src_lengths : (...) array_like of int, optional
+        Real lengths of padded source sequences; padding keys are masked out.
+
+    Returns
+    -------
+    memory : (..., n_src, d_model) ndarray
+    """
+    x = embed(src, params.src_embedding, "src")                    # (..., n_src, d_model)
+    mask = _source_mask(src_lengths, x.shape[-2])
+    for layer in params.encoder:
+        x = encoder_layer(x, layer, num_heads=num_heads, mask=mask, norm_first=params.norm_first)
+    return x if params.encoder_norm is None else layer_norm(x, params.encoder_norm.gamma, params.encoder_norm.beta)
+
+
+def decode(
+    tgt: ArrayLike, memory: ArrayLike, params: TransformerParams, *, num_heads: int,
+    src_lengths: ArrayLike | None = None,
+) -> NDArray:
+    r"""Run the decoder stack on target token ids with teacher forcing; return next-token logits.
+
+    Parameters
+    ----------
+    tgt : (..., n_tgt) array_like of int
+        Decoder input ids (the target shifted right, starting with BOS).
+    memory : (..., n_src, d_model) array_like
+        Encoder output.
+    params : TransformerParams
+        Model parameters.
+    num_heads : int
+        Attention heads.
+    src_lengths : (...) array_like of int, optional
+        Real source lengths (masks padding in cross-attention).
+
+    Returns
+    -------
+    logits : (..., n_tgt, tgt_vocab) ndarray
+        ``logits[..., t, :]`` scores the token following ``tgt[..., t]``.
+    """
+    y = embed(tgt, params.tgt_embedding, "tgt")                    # (..., n_tgt, d_model)
+    memory_mask = _source_mask(src_lengths, np.shape(memory)[-2])
+    for layer in params.decoder:
+        y = decoder_layer(y, memory, layer, num_heads=num_heads, memory_mask=memory_mask,
+                          norm_first=params.norm_first)
+    return _logits(y, params)
+
+
+def transformer(
+    src: ArrayLike, tgt: ArrayLike, params: TransformerParams, *, num_heads: int,
+    src_lengths: ArrayLike | None = None,
+) -> NDArray:
+    r"""Teacher-forced forward pass: ``decode(tgt, encode(src))``.
+
+    Parameters
+    ----------
+    src : (..., n_src) array_like of int
+        Source token ids.
+    tgt : (..., n_tgt) array_like of int
+        Decoder input ids.
+    params : TransformerParams
+        Model parameters.
+    num_heads : int
+        Attention heads.
+    src_lengths : (...) array_like of int, optional
+        Real source lengths.
+
+    Returns
+    -------
+    logits : (..., n_tgt, tgt_vocab) ndarray
+
+    Examples
+    --------
+    >>> params = init_transformer(0, 11, 13, d_model=8, num_heads=2, d_ff=16, num_layers=2)
+    >>> transformer([[1, 2, 3]], [[0, 5]], params, num_heads=2).shape
+    (1, 2, 13)
+    """
+    memory = encode(src, params, num_heads=num_heads, src_lengths=src_lengths)
+    return decode(tgt, memory, params, num_heads=num_heads, src_lengths=src_lengths)
+
+
+def greedy_decode(
+    src: ArrayLike, params: TransformerParams, *, num_heads: int, bos: int, max_len: int,
+    eos: int | None = None, src_lengths: ArrayLike | None = None,
+) -> tuple[NDArray, NDArray]:
+    r"""Greedy decoding, one token per step, with a key/value cache per decoder layer.
+
+    Parameters
+    ----------
+    src : (..., n_src) array_like of int
+        Source token ids.
+    params : TransformerParams
+        Model parameters.
+    num_heads : int
+        Attention heads.
+    bos : int
+        Start token fed at step 0.
+    max_len : int
+        Number of tokens to generate.
+    eos : int, optional
+        End token. Once a sequence has produced it, its later tokens are ``eos`` too, and decoding
+        stops early when every sequence has ended.
+    src_lengths : (...) array_like of int, optional
+        Real source lengths.
+
+    Returns
+    -------
+    tokens : (..., 1 + T) ndarray of int
+        ``bos`` followed by the *T* <= ``max_len`` generated tokens.
+    logits : (..., T, tgt_vocab) ndarray
+        The logits each step chose from; equal to
+        ``decode(tokens[..., :-1], encode(src))`` (teacher forcing on the result).
+    """
+    check_positive_int("max_len", max_len)
+    vocab = params.tgt_embedding.shape[0]
+    for name, token in (("bos", bos), ("eos", eos)):
+        if token is not None and not (isinstance(token, (int, np.integer)) and 0 <= token < vocab):
+            raise ValueError(f"{name} must be a token id in [0, {vocab}), got {token!r}")
+    memory = encode(src, params, num_heads=num_heads, src_lengths=src_lengths)
+    memory_mask = _source_mask(src_lengths, memory.shape[-2])
+    tokens = np.full((*memory.shape[:-2], 1), bos, dtype=np.int64)
+    pe = sinusoidal_positional_encoding(max_len, params.d_model)
+    caches = [None] * len(params.decoder)
+    step_logits = []
+    for t in range(max_len):
+        y = embed(tokens[..., -1:], params.tgt_embedding, "tokens", pe[t:t + 1])  # (..., 1, d_model)
+        for i, layer in enumerate(params.decoder):
+            y, caches[i] = decoder_layer_step(y, memory, layer, caches[i], num_heads=num_heads,
+                                              memory_mask=memory_mask, norm_first=params.norm_first)
+        logits = _logits(y, params)[..., 0, :]                     # (..., tgt_vocab)
+        step_logits.append(logits)
+        nxt = np.argmax(logits, axis=-1)
+        if eos is not None:
+            nxt = np.where(np.any(tokens[..., 1:] == eos, axis=-1), eos, nxt)   # ended: pad with eos
+        tokens = np.concatenate([tokens, nxt[..., None]], axis=-1)
+        if eos is not None and np.any(tokens[..., 1:] == eos, axis=-1).all():
+            break
+    return tokens, np.stack(step_logits, axis=-2)
+
+
+def embed(tokens: ArrayLike, table: NDArray, name: str, pe: NDArray | None = None) -> NDArray:
+    r"""Token embedding scaled by √d_model plus sinusoidal positions (§3.4, §3.5)."""
+    tokens = np.asarray(tokens)
+    if tokens.dtype.kind not in "iu" or tokens.ndim < 1:
+        raise TypeError(f"{name} must be an integer array of token ids, got dtype {tokens.dtype} with shape {tokens.shape}")
+    vocab, d_model = table.shape
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
+        raise ValueError(f"{name} holds ids in [{tokens.min()}, {tokens.max()}] but the vocabulary has {vocab}")
+    if pe is None:
+        pe = sinusoidal_positional_encoding(tokens.shape[-1], d_model)
+    return table[tokens] * np.sqrt(d_model) + pe                   # (..., n, d_model)
+
+
+def _logits(y: NDArray, params: TransformerParams) -> NDArray:
+    if params.decoder_norm is not None:
+        y = layer_norm(y, params.decoder_norm.gamma, params.decoder_norm.beta)
+    return y @ params.w_out + params.b_out                          # (..., n, tgt_vocab)
+
+
+def _source_mask(src_lengths: ArrayLike | None, n_src: int) -> NDArray | None:
+    return None if src_lengths is None else padding_mask(src_lengths, n_src)
