@@ -53,13 +53,12 @@ def _list(args) -> int:
 
 
 def _figures(args) -> int:
-    from .figures import FIGURES, write_figures      # matplotlib only when drawing
+    from .figures import FIGURES, write_figures  # matplotlib only when drawing
 
     names = args.only or list(FIGURES)
     unknown = [n for n in names if n not in FIGURES]
     if unknown:
         print(f"unknown figure(s): {', '.join(unknown)}; known: {', '.join(FIGURES)}", file=sys.stderr)
         return 2
-    for path in write_figures(args.out, names, progress=True):
-        pass
+    write_figures(args.out, names, progress=True)
     return 0

@@ -75,6 +75,9 @@ class Mechanism:
         The uniform door, ``apply(q, k, v, *, causal=False, rng=None, **options)``.
     exact_limit : str
         Where the mechanism equals exact attention, or "exact" when it is exact attention.
+    position_dependent : bool
+        ``apply``'s output depends on token positions (a fixed mask or pattern), so permuting the
+        queries does not simply permute the outputs.
     """
 
     id: str
@@ -90,6 +93,7 @@ class Mechanism:
     function: Callable = field(repr=False)
     apply: Callable | None = field(default=None, repr=False)
     exact_limit: str = "exact"
+    position_dependent: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -100,7 +104,7 @@ class Mechanism:
     def as_dict(self) -> dict:
         """The JSON-serialisable fields (everything but the callables)."""
         fields = ("id", "title", "family", "section", "paper", "equation", "time", "memory",
-                  "causal", "kind", "exact_limit")
+                  "causal", "kind", "exact_limit", "position_dependent")
         return {name: getattr(self, name) for name in fields} | {
             "function": f"{self.function.__module__}.{self.function.__qualname__}"
         }
@@ -167,7 +171,7 @@ _MECHANISMS = (
         "causal_mask", "Decoder (look-ahead) mask, top-left and bottom-right", "vanilla",
         "2 (Vaswani §3.2.3)", VASWANI,
         r"M_{ij} = [\,j \le i + \delta\,],\ \delta \in \{0,\ m - n\}",
-        "O(n·m·d)", "O(n·m)", True, "mask", causal_mask, _apply_causal_mask,
+        "O(n·m·d)", "O(n·m)", True, "mask", causal_mask, _apply_causal_mask, position_dependent=True,
     ),
     Mechanism(
         "padding_mask", "Key padding mask", "vanilla", "2 (Vaswani §3.2.3)", VASWANI,

@@ -45,4 +45,4 @@ def naive_sdpa(q, k, v, allowed=None, bias=None, scale=None):
 def naive_causal_allowed(n, m, alignment="top-left"):
     """Python loop version of the causal mask: j <= i (+ m − n for bottom-right)."""
     delta = 0 if alignment == "top-left" else m - n
-    return np.array([[j <= i + delta for j in range(m)] for i in range(n)], dtype=bool)
+    return np.array([[j <= i + delta for j in range(m)] for i in range(n)], dtype=bool).reshape(n, m)

@@ -32,7 +32,17 @@ class LayerNormParams:
 
 
 def init_layer_norm(d_model: int) -> LayerNormParams:
-    """The usual initialisation: :math:`\\gamma = 1`, :math:`\\beta = 0`."""
+    """The usual initialisation: :math:`\\gamma = 1`, :math:`\\beta = 0`.
+
+    Parameters
+    ----------
+    d_model : int
+        Width of the normalised rows.
+
+    Returns
+    -------
+    LayerNormParams
+    """
     check_positive_int("d_model", d_model)
     return LayerNormParams(np.ones(d_model), np.zeros(d_model))
 
@@ -91,7 +101,10 @@ def layer_norm(
 
 @dataclass(frozen=True)
 class FeedForwardParams:
-    """Parameters of the position-wise FFN: ``w_1`` (d_model, d_ff), ``b_1`` (d_ff,), ``w_2`` (d_ff, d_model), ``b_2`` (d_model,)."""
+    """Parameters of the position-wise FFN.
+
+    ``w_1`` (d_model, d_ff), ``b_1`` (d_ff,), ``w_2`` (d_ff, d_model), ``b_2`` (d_model,).
+    """
 
     w_1: NDArray
     b_1: NDArray

@@ -96,7 +96,8 @@ def scaled_dot_product_attention(
     scale = default_scale(d_k) if scale is None else check_scale(scale)
     allowed, bias = attention_mask(mask, causal, n, m, dtype)
 
-    S = (q @ np.swapaxes(k, -1, -2)) * scale                       # (..., n, m)  S = QKᵀ/√d_k
+    with np.errstate(invalid="ignore"):                            # masked-out garbage may be inf − inf
+        S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ/√d_k
     if bias is not None:
         S = S + bias                                               # (..., n, m)  S + B
     A, empty = masked_softmax(S, allowed, fully_masked)            # (..., n, m)  softmax(S)
@@ -138,5 +139,6 @@ def weighted_values(
     bad = np.flatnonzero(~finite.reshape(-1, m, v.shape[-1]).all(axis=(0, 2)))  # key indices
     v_bad = v[..., bad, :]                                         # (..., b, d_v)
     use = used[..., bad][..., None] & ~np.isfinite(v_bad)[..., None, :, :]  # (..., n, b, d_v)
-    terms = A[..., bad][..., None] * v_bad[..., None, :, :]        # (..., n, b, d_v)  α_ij v_j
+    with np.errstate(invalid="ignore"):                            # 0·inf where masked: dropped below
+        terms = A[..., bad][..., None] * v_bad[..., None, :, :]    # (..., n, b, d_v)  α_ij v_j
     return out + np.sum(np.where(use, terms, 0), axis=-2)

@@ -269,7 +269,9 @@ def embed(tokens: ArrayLike, table: NDArray, name: str, pe: NDArray | None = Non
     r"""Token embedding scaled by √d_model plus sinusoidal positions (§3.4, §3.5)."""
     tokens = np.asarray(tokens)
     if tokens.dtype.kind not in "iu" or tokens.ndim < 1:
-        raise TypeError(f"{name} must be an integer array of token ids, got dtype {tokens.dtype} with shape {tokens.shape}")
+        raise TypeError(
+            f"{name} must be an integer array of token ids, got dtype {tokens.dtype} with shape {tokens.shape}"
+        )
     vocab, d_model = table.shape
     if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
         raise ValueError(f"{name} holds ids in [{tokens.min()}, {tokens.max()}] but the vocabulary has {vocab}")

@@ -1,0 +1,61 @@
+"""Documentation stays true: README catalogue, docstring parameters, no work on the import path."""
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import refattn
+from refattn import registry
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+
+def test_readme_catalogue_is_current():
+    text = README.read_text(encoding="utf-8")
+    start, end = "<!-- catalogue:start -->\n", "<!-- catalogue:end -->"
+    assert start in text and end in text, "README lacks the catalogue markers"
+    table = text.split(start)[1].split(end)[0]
+    assert table == registry.catalogue_markdown(), (
+        "README catalogue is stale: regenerate it with `python -m refattn list --markdown`"
+    )
+
+
+def test_readme_embeds_figures_that_exist():
+    images = re.findall(r"\]\((figures/[^)]+\.png)\)", README.read_text(encoding="utf-8"))
+    assert images, "README embeds no figure"
+    for image in images:
+        assert (ROOT / image).is_file(), image
+
+
+def _documented_parameters(doc: str) -> list[str]:
+    section = doc.split("Parameters\n")[1].split("\n\n    Returns")[0] if "Parameters\n" in doc else ""
+    names = []
+    for line in section.splitlines():
+        match = re.match(r"^    (\w+(?:, \w+)*) :", line)
+        if match:
+            names += match.group(1).split(", ")
+    return names
+
+
+PUBLIC_FUNCTIONS = [getattr(refattn, n) for n in refattn.__all__
+                    if inspect.isfunction(getattr(refattn, n))]
+
+
+@pytest.mark.parametrize("fn", PUBLIC_FUNCTIONS, ids=lambda f: f.__name__)
+def test_docstring_parameters_match_the_signature(fn):
+    signature = [p for p in inspect.signature(fn).parameters]
+    assert _documented_parameters(inspect.getdoc(fn) and fn.__doc__) == signature
+
+
+def test_import_compiles_nothing_and_loads_no_plotting():
+    code = ("import sys, refattn; "
+            "bad = [m for m in ('matplotlib', 'numba', 'IPython') if m in sys.modules]; "
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "", f"importing refattn loaded {out.strip()}"
