@@ -286,3 +286,17 @@ def _bad(q=(3, 4), k=(5, 4), v=(5, 2), **kwargs):
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@given(shapes, st.integers(0, 2**32 - 1), st.floats(-1e3, 1e3))
+def test_per_query_shift_invariance(shape, seed, c):
+    # softmax(S + c_i) = softmax(S): a bias constant along each row changes nothing. In floats
+    # S + c rounds each score by eps·|S + c|, which exp turns into that relative error in α.
+    n, m, d, d_v = shape
+    rng = np.random.default_rng(seed)
+    q, k, v = qkv(rng, n, m, d, d_v)
+    shift = c * rng.random((n, 1))
+    out = scaled_dot_product_attention(q, k, v)
+    shifted = scaled_dot_product_attention(q, k, v, np.broadcast_to(shift, (n, m)))
+    bound = 4 * EPS * (abs(c) + np.abs(q).sum() * np.abs(k).max() + 1) * np.abs(v).max() * m
+    np.testing.assert_allclose(shifted, out, rtol=0, atol=bound)

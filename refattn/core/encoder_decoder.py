@@ -271,6 +271,15 @@ def decoder_layer_step(
     y_new = as_float("y_new", y_new, min_ndim=2)
     memory = as_float("memory", memory, min_ndim=2)
     p, h = params, num_heads
+    d_model = p.self_attn.d_model
+    for name, x in (("y_new", y_new), ("memory", memory)):
+        if x.shape[-1] != d_model:
+            raise ValueError(f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but params have d_model={d_model}")
+    if cache is not None and cache.k.shape[:-3] != y_new.shape[:-2]:
+        raise ValueError(
+            f"cache holds batch shape {cache.k.shape[:-3]} (cache.k shape {cache.k.shape}) but y_new has "
+            f"batch shape {y_new.shape[:-2]} (shape {y_new.shape})"
+        )
     if cache is None:
         empty_k = project_heads(y_new[..., :0, :], p.self_attn.w_k, p.self_attn.b_k, h)
         empty_v = project_heads(y_new[..., :0, :], p.self_attn.w_v, p.self_attn.b_v, h)

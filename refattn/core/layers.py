@@ -84,7 +84,7 @@ def layer_norm(
     """
     x = as_float("x", x, min_ndim=1)
     d = x.shape[-1]
-    if not (isinstance(eps, (int, float, np.floating)) and eps >= 0):
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not eps >= 0:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
     mu = x.mean(axis=-1, keepdims=True)                            # (..., 1)  μ
     var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)             # (..., 1)  σ² (biased)
@@ -112,6 +112,8 @@ class FeedForwardParams:
     b_2: NDArray
 
     def __post_init__(self) -> None:
+        if np.ndim(self.w_1) != 2:
+            raise ValueError(f"w_1 must be a (d_model, d_ff) matrix, got shape {np.shape(self.w_1)}")
         d_model, d_ff = np.shape(self.w_1)
         expected = {"b_1": (d_ff,), "w_2": (d_ff, d_model), "b_2": (d_model,)}
         for name, shape in expected.items():

@@ -128,12 +128,7 @@ def attention_mask(mask, causal, n: int, m: int, dtype) -> tuple[NDArray | None,
     """
     allowed = bias = None
     if mask is not None:
-        mask = np.asarray(mask)
-        if mask.ndim < 1 or not _broadcasts_to_scores(mask.shape, n, m):
-            raise ValueError(
-                f"mask has shape {mask.shape}, which does not broadcast to the scores' shape "
-                f"(..., n={n}, m={m})"
-            )
+        mask = check_mask_shape(mask, n, m)
         if mask.dtype == np.bool_:
             allowed = mask
         elif mask.dtype.kind == "f":
@@ -151,6 +146,12 @@ def attention_mask(mask, causal, n: int, m: int, dtype) -> tuple[NDArray | None,
     return allowed, bias
 
 
-def _broadcasts_to_scores(shape: tuple[int, ...], n: int, m: int) -> bool:
-    tail = (1,) * max(0, 2 - len(shape)) + tuple(shape[-2:])
-    return tail[0] in (1, n) and tail[1] in (1, m)
+def check_mask_shape(mask: ArrayLike, n: int, m: int) -> NDArray:
+    """Return ``mask`` as an array, or raise ``ValueError`` unless it broadcasts to (..., n, m)."""
+    mask = np.asarray(mask)
+    tail = (1,) * max(0, 2 - mask.ndim) + tuple(mask.shape[-2:])
+    if mask.ndim < 1 or tail[0] not in (1, n) or tail[1] not in (1, m):
+        raise ValueError(
+            f"mask has shape {mask.shape}, which does not broadcast to the scores' shape (..., n={n}, m={m})"
+        )
+    return mask

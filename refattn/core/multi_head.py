@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._random import as_rng, glorot
 from .._validate import as_float, broadcast_batch, check_positive_int
+from .masks import check_mask_shape
 from .sdpa import scaled_dot_product_attention
 
 __all__ = ["MultiHeadParams", "init_multi_head", "multi_head_attention"]
@@ -204,6 +205,8 @@ def multi_head_attention(
         raise ValueError(f"x_v has m={x_v.shape[-2]} but x_kv has m={x_kv.shape[-2]}")
     broadcast_batch({"x_q": x_q.shape[:-2], "x_kv": x_kv.shape[:-2], "x_v": x_v.shape[:-2]})
 
+    if mask is not None:
+        mask = check_mask_shape(mask, x_q.shape[-2], x_kv.shape[-2])   # as given, before the head axis
     Q = project_heads(x_q, params.w_q, params.b_q, num_heads)      # (..., h, n, d_k)  Q W_iᵠ
     K = project_heads(x_kv, params.w_k, params.b_k, num_heads)     # (..., h, m, d_k)  K W_iᴷ
     V = project_heads(x_v, params.w_v, params.b_v, num_heads)      # (..., h, m, d_v)  V W_iⱽ

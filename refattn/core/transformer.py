@@ -103,7 +103,8 @@ def init_transformer(
     so that source and target vocabularies may differ.
     """
     rng = as_rng(rng)
-    for name, value in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("num_layers", num_layers)):
+    for name, value in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("num_layers", num_layers),
+                        ("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff)):
         check_positive_int(name, value)
     src_embedding = rng.normal(0.0, d_model ** -0.5, size=(src_vocab, d_model))
     tgt_embedding = rng.normal(0.0, d_model ** -0.5, size=(tgt_vocab, d_model))
@@ -241,7 +242,8 @@ def greedy_decode(
     check_positive_int("max_len", max_len)
     vocab = params.tgt_embedding.shape[0]
     for name, token in (("bos", bos), ("eos", eos)):
-        if token is not None and not (isinstance(token, (int, np.integer)) and 0 <= token < vocab):
+        if token is not None and (isinstance(token, bool) or not isinstance(token, (int, np.integer))
+                                  or not 0 <= token < vocab):
             raise ValueError(f"{name} must be a token id in [0, {vocab}), got {token!r}")
     memory = encode(src, params, num_heads=num_heads, src_lengths=src_lengths)
     memory_mask = _source_mask(src_lengths, memory.shape[-2])
