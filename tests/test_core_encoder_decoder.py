@@ -13,6 +13,7 @@ from refattn import (
     encoder_layer,
     init_decoder_layer,
     init_encoder_layer,
+    layer_norm,
     multi_head_attention,
 )
 
@@ -299,3 +300,33 @@ def test_step_bad_shapes_are_named(rng, dec_params):
     _, cache = decoder_layer_step(rng.standard_normal((2, 1, D_MODEL)), memory, dec_params, num_heads=H)
     with pytest.raises(ValueError, match=r"cache"):
         decoder_layer_step(rng.standard_normal((3, 1, D_MODEL)), memory, dec_params, cache, num_heads=H)
+
+
+def test_layers_return_the_weights_of_their_attentions(rng):
+    # The returned weights are those of multi_head_attention applied to the layer's own inputs.
+    enc = init_encoder_layer(rng, 16, 4, 32)
+    x = rng.standard_normal((2, 5, 16))
+    out, A = encoder_layer(x, enc, num_heads=4, return_weights=True)
+    np.testing.assert_array_equal(out, encoder_layer(x, enc, num_heads=4))
+    np.testing.assert_array_equal(A, multi_head_attention(x, x, enc.self_attn, num_heads=4, return_weights=True)[1])
+
+    dec = init_decoder_layer(rng, 16, 4, 32)
+    y, memory = rng.standard_normal((2, 6, 16)), rng.standard_normal((2, 9, 16))
+    out, (A_self, A_cross) = decoder_layer(y, memory, dec, num_heads=4, return_weights=True)
+    np.testing.assert_array_equal(out, decoder_layer(y, memory, dec, num_heads=4))
+    np.testing.assert_array_equal(A_self, multi_head_attention(y, y, dec.self_attn, num_heads=4, causal=True,
+                                                               return_weights=True)[1])
+    y1 = layer_norm(y + multi_head_attention(y, y, dec.self_attn, num_heads=4, causal=True),
+                    dec.norm_1.gamma, dec.norm_1.beta)
+    np.testing.assert_array_equal(A_cross, multi_head_attention(y1, memory, dec.cross_attn, num_heads=4,
+                                                                return_weights=True)[1])
+    assert A_self.shape == (2, 4, 6, 6) and A_cross.shape == (2, 4, 6, 9)
+
+    # One cached step at a time returns the rows of the full layer's weights.
+    cache = None
+    for t in range(6):
+        _, cache, (s_t, c_t) = decoder_layer_step(y[:, t:t + 1], memory, dec, cache, num_heads=4,
+                                                  return_weights=True)
+        assert s_t.shape == (2, 4, 1, t + 1)
+        np.testing.assert_allclose(s_t[..., 0, :], A_self[..., t, : t + 1], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(c_t[..., 0, :], A_cross[..., t, :], rtol=1e-12, atol=1e-12)

@@ -10,13 +10,16 @@ import pytest
 
 from refattn import (
     decode,
+    decoder_layer,
     encode,
     encoder_layer,
     greedy_decode,
     init_transformer,
     layer_norm,
+    padding_mask,
     transformer,
 )
+from refattn.core.transformer import embed
 
 TOL = dict(rtol=1e-12, atol=1e-12)
 SRC_VOCAB, TGT_VOCAB, D_MODEL, H, D_FF, N_LAYERS = 11, 13, 8, 2, 16, 2
@@ -289,3 +292,22 @@ def test_init_transformer_determinism_and_pre_ln():
         init_transformer(0, 5, 6, num_layers=0)
     with pytest.raises(ValueError, match=r"src_vocab must be a positive int"):
         init_transformer(0, 0, 6)
+
+
+def test_greedy_decode_cross_weights_equal_teacher_forced_decoder_weights():
+    params = init_transformer(3, 10, 11, d_model=16, num_heads=2, d_ff=32, num_layers=2)
+    src = np.array([[1, 4, 2, 8, 5], [3, 3, 9, 0, 0]])
+    lengths = np.array([5, 3])
+    tokens, logits, cross = greedy_decode(src, params, num_heads=2, bos=0, max_len=4, src_lengths=lengths,
+                                          return_weights=True)
+    np.testing.assert_array_equal(logits, greedy_decode(src, params, num_heads=2, bos=0, max_len=4,
+                                                        src_lengths=lengths)[1])
+    assert cross.shape == (2, 2, 2, 4, 5)                       # (layers, batch, h, T, m)
+    np.testing.assert_array_equal(cross[:, 1, ..., 3:], 0.0)     # padded source keys
+    # Teacher forcing the decoded tokens layer by layer gives the same cross-attention rows.
+    memory = encode(src, params, num_heads=2, src_lengths=lengths)
+    y = embed(tokens[:, :-1], params.tgt_embedding, "tgt")
+    mask = padding_mask(lengths, 5)
+    for layer, expected in zip(params.decoder, cross, strict=True):
+        y, (_, A_cross) = decoder_layer(y, memory, layer, num_heads=2, memory_mask=mask, return_weights=True)
+        np.testing.assert_allclose(A_cross, expected, rtol=1e-12, atol=1e-12)

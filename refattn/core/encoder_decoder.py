@@ -139,7 +139,8 @@ def init_decoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> DecoderL
 def encoder_layer(
     x: ArrayLike, params: EncoderLayerParams, *, num_heads: int,
     mask: ArrayLike | None = None, norm_first: bool = False, eps: float = 1e-5,
-) -> NDArray:
+    return_weights: bool = False,
+) -> NDArray | tuple[NDArray, NDArray]:
     r"""One encoder layer: self-attention and a feed-forward network, each with residual and norm.
 
     .. math::
@@ -161,27 +162,38 @@ def encoder_layer(
         Pre-LN, :math:`x + \operatorname{Sublayer}(\operatorname{LN}(x))`, instead of the paper's post-LN.
     eps : float, default 1e-5
         Layer-norm epsilon.
+    return_weights : bool, default False
+        Also return the self-attention weights of every head.
 
     Returns
     -------
     out : (..., n, d_model) ndarray
+    weights : (..., h, n, n) ndarray
+        Only if ``return_weights``.
 
     References
     ----------
     .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762v7, §3.1.
     """
     x = as_float("x", x, min_ndim=2)
-    p = params
-    x = residual(x, lambda s: multi_head_attention(s, s, p.self_attn, num_heads=num_heads, mask=mask),
-                 p.norm_1, norm_first, eps)
-    return residual(x, lambda s: feed_forward(s, p.ffn), p.norm_2, norm_first, eps)
+    p, seen = params, {}
+
+    def self_attention(s: NDArray) -> NDArray:
+        out, seen["self"] = multi_head_attention(s, s, p.self_attn, num_heads=num_heads, mask=mask,
+                                                 return_weights=True)
+        return out
+
+    x = residual(x, self_attention, p.norm_1, norm_first, eps)
+    out = residual(x, lambda s: feed_forward(s, p.ffn), p.norm_2, norm_first, eps)
+    return (out, seen["self"]) if return_weights else out
 
 
 def decoder_layer(
     y: ArrayLike, memory: ArrayLike, params: DecoderLayerParams, *, num_heads: int,
     self_mask: ArrayLike | None = None, memory_mask: ArrayLike | None = None,
     causal: bool | str = True, norm_first: bool = False, eps: float = 1e-5,
-) -> NDArray:
+    return_weights: bool = False,
+) -> NDArray | tuple[NDArray, tuple[NDArray, NDArray]]:
     r"""One decoder layer: masked self-attention, cross-attention to ``memory``, feed-forward.
 
     .. math::
@@ -210,10 +222,15 @@ def decoder_layer(
         Pre-LN instead of the paper's post-LN.
     eps : float, default 1e-5
         Layer-norm epsilon.
+    return_weights : bool, default False
+        Also return the self- and cross-attention weights of every head.
 
     Returns
     -------
     out : (..., n, d_model) ndarray
+    weights : tuple of ndarray
+        Only if ``return_weights``: self-attention ``(..., h, n, n)`` and cross-attention
+        ``(..., h, n, m)`` weights.
 
     References
     ----------
@@ -221,21 +238,30 @@ def decoder_layer(
     """
     y = as_float("y", y, min_ndim=2)
     memory = as_float("memory", memory, min_ndim=2)
-    p = params
-    y = residual(y, lambda s: multi_head_attention(s, s, p.self_attn, num_heads=num_heads,
-                                                   mask=self_mask, causal=causal),
-                 p.norm_1, norm_first, eps)
-    y = residual(y, lambda s: multi_head_attention(s, memory, p.cross_attn, num_heads=num_heads,
-                                                   mask=memory_mask),
-                 p.norm_2, norm_first, eps)
-    return residual(y, lambda s: feed_forward(s, p.ffn), p.norm_3, norm_first, eps)
+    p, seen = params, {}
+
+    def self_attention(s: NDArray) -> NDArray:
+        out, seen["self"] = multi_head_attention(s, s, p.self_attn, num_heads=num_heads, mask=self_mask,
+                                                 causal=causal, return_weights=True)
+        return out
+
+    def cross_attention(s: NDArray) -> NDArray:
+        out, seen["cross"] = multi_head_attention(s, memory, p.cross_attn, num_heads=num_heads,
+                                                  mask=memory_mask, return_weights=True)
+        return out
+
+    y = residual(y, self_attention, p.norm_1, norm_first, eps)
+    y = residual(y, cross_attention, p.norm_2, norm_first, eps)
+    out = residual(y, lambda s: feed_forward(s, p.ffn), p.norm_3, norm_first, eps)
+    return (out, (seen["self"], seen["cross"])) if return_weights else out
 
 
 def decoder_layer_step(
     y_new: ArrayLike, memory: ArrayLike, params: DecoderLayerParams,
     cache: DecoderCache | None = None, *, num_heads: int,
     memory_mask: ArrayLike | None = None, norm_first: bool = False, eps: float = 1e-5,
-) -> tuple[NDArray, DecoderCache]:
+    return_weights: bool = False,
+) -> tuple[NDArray, DecoderCache] | tuple[NDArray, DecoderCache, tuple[NDArray, NDArray]]:
     r"""Advance a causal decoder layer by the new positions ``y_new``, using and extending a cache.
 
     The self-attention keys/values of earlier positions come from ``cache``; only the new
@@ -261,12 +287,17 @@ def decoder_layer_step(
         Pre-LN instead of the paper's post-LN.
     eps : float, default 1e-5
         Layer-norm epsilon.
+    return_weights : bool, default False
+        Also return the new positions' self- and cross-attention weights.
 
     Returns
     -------
     out : (..., t, d_model) ndarray
     cache : DecoderCache
         Extended by the *t* new positions.
+    weights : tuple of ndarray
+        Only if ``return_weights``: self-attention ``(..., h, t, t₀ + t)`` over every position so
+        far and cross-attention ``(..., h, t, m)`` weights.
     """
     y_new = as_float("y_new", y_new, min_ndim=2)
     memory = as_float("memory", memory, min_ndim=2)
@@ -296,18 +327,21 @@ def decoder_layer_step(
         V = np.concatenate([cache.v, project_heads(s, sa.w_v, sa.b_v, h)], axis=-2)  # (..., h, t₀+t, d_v)
         grown.update(k=K, v=V)
         Q = project_heads(s, sa.w_q, sa.b_q, h)                                        # (..., h, t, d_k)
-        return combine_heads(scaled_dot_product_attention(Q, K, V, causal="bottom-right"), sa.w_o, sa.b_o)
+        heads, grown["self"] = scaled_dot_product_attention(Q, K, V, causal="bottom-right", return_weights=True)
+        return combine_heads(heads, sa.w_o, sa.b_o)
 
     def cached_cross_attention(s: NDArray) -> NDArray:
         ca = p.cross_attn
         Q = project_heads(s, ca.w_q, ca.b_q, h)                                        # (..., h, t, d_k)
-        heads = scaled_dot_product_attention(Q, cache.memory_k, cache.memory_v, mask=head_shared(memory_mask))
+        heads, grown["cross"] = scaled_dot_product_attention(Q, cache.memory_k, cache.memory_v,
+                                                             mask=head_shared(memory_mask), return_weights=True)
         return combine_heads(heads, ca.w_o, ca.b_o)
 
     y = residual(y_new, cached_self_attention, p.norm_1, norm_first, eps)
     y = residual(y, cached_cross_attention, p.norm_2, norm_first, eps)
     y = residual(y, lambda s: feed_forward(s, p.ffn), p.norm_3, norm_first, eps)
-    return y, DecoderCache(grown["k"], grown["v"], cache.memory_k, cache.memory_v)
+    new_cache = DecoderCache(grown["k"], grown["v"], cache.memory_k, cache.memory_v)
+    return (y, new_cache, (grown["self"], grown["cross"])) if return_weights else (y, new_cache)
 
 
 def residual(

@@ -209,8 +209,8 @@ def transformer(
 
 def greedy_decode(
     src: ArrayLike, params: TransformerParams, *, num_heads: int, bos: int, max_len: int,
-    eos: int | None = None, src_lengths: ArrayLike | None = None,
-) -> tuple[NDArray, NDArray]:
+    eos: int | None = None, src_lengths: ArrayLike | None = None, return_weights: bool = False,
+) -> tuple[NDArray, NDArray] | tuple[NDArray, NDArray, NDArray]:
     r"""Greedy decoding, one token per step, with a key/value cache per decoder layer.
 
     Parameters
@@ -230,6 +230,8 @@ def greedy_decode(
         stops early when every sequence has ended.
     src_lengths : (...) array_like of int, optional
         Real source lengths.
+    return_weights : bool, default False
+        Also return every decoder layer's cross-attention weights at every step.
 
     Returns
     -------
@@ -238,6 +240,8 @@ def greedy_decode(
     logits : (..., T, tgt_vocab) ndarray
         The logits each step chose from; equal to
         ``decode(tokens[..., :-1], encode(src))`` (teacher forcing on the result).
+    cross_weights : (num_layers, ..., h, T, m) ndarray
+        Only if ``return_weights``: row *t* is what step *t* attended to in the source.
     """
     check_positive_int("max_len", max_len)
     vocab = params.tgt_embedding.shape[0]
@@ -250,12 +254,16 @@ def greedy_decode(
     tokens = np.full((*memory.shape[:-2], 1), bos, dtype=np.int64)
     pe = sinusoidal_positional_encoding(max_len, params.d_model)
     caches = [None] * len(params.decoder)
-    step_logits = []
+    step_logits, step_cross = [], []
     for t in range(max_len):
         y = embed(tokens[..., -1:], params.tgt_embedding, "tokens", pe[t:t + 1])  # (..., 1, d_model)
+        cross = []
         for i, layer in enumerate(params.decoder):
-            y, caches[i] = decoder_layer_step(y, memory, layer, caches[i], num_heads=num_heads,
-                                              memory_mask=memory_mask, norm_first=params.norm_first)
+            y, caches[i], (_, A_cross) = decoder_layer_step(
+                y, memory, layer, caches[i], num_heads=num_heads, memory_mask=memory_mask,
+                norm_first=params.norm_first, return_weights=True)
+            cross.append(A_cross)                                  # (..., h, 1, m)
+        step_cross.append(np.stack(cross))                         # (layers, ..., h, 1, m)
         logits = _logits(y, params)[..., 0, :]                     # (..., tgt_vocab)
         step_logits.append(logits)
         nxt = np.argmax(logits, axis=-1)
@@ -264,7 +272,10 @@ def greedy_decode(
         tokens = np.concatenate([tokens, nxt[..., None]], axis=-1)
         if eos is not None and np.any(tokens[..., 1:] == eos, axis=-1).all():
             break
-    return tokens, np.stack(step_logits, axis=-2)
+    logits = np.stack(step_logits, axis=-2)                       # (..., T, tgt_vocab)
+    if return_weights:
+        return tokens, logits, np.concatenate(step_cross, axis=-2)  # (layers, ..., h, T, m)
+    return tokens, logits
 
 
 def embed(tokens: ArrayLike, table: NDArray, name: str, pe: NDArray | None = None) -> NDArray:

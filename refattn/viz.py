@@ -1,0 +1,543 @@
+r"""Matplotlib helpers: attention matrices, sparsity patterns, head grids, stepping through frames.
+
+Grid convention (as d2l's ``show_heatmaps``): the last two axes of the array are one panel, rows =
+queries *i* (top to bottom), columns = keys *j* (left to right), exactly the ``(..., n, m)`` layout
+of every weights array in refattn. The leading axes lay the panels out::
+
+    (n, m)          one panel
+    (c, n, m)       one row of c panels           e.g. the h heads of one layer
+    (r, c, n, m)    r rows of c panels            e.g. layers × heads, or steps × heads
+
+All the panels of a figure share one colour scale (and one colour bar), so panels compare
+directly. NaN and ±inf entries are drawn grey, apart from every colour of the scale.
+
+Figures are plain :class:`matplotlib.figure.Figure` objects, made without ``pyplot``: no global
+figure list, nothing to close, nothing shown twice in Jupyter (a figure displays as one PNG, with or
+without ``%matplotlib inline``). The style ``refattn.mplstyle`` (next to this file) is applied with
+``matplotlib.style.context`` while drawing, never globally. :func:`save_figure` writes byte-stable
+files (no software version or date in the metadata).
+
+To compose a sheet (a matrix beside a line plot), make a :func:`figure`, split it with
+``fig.subfigures`` and draw into the parts with :func:`draw_attention` / :func:`draw_pattern`.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib as mpl
+import matplotlib.style
+import numpy as np
+from matplotlib.colors import Colormap, ListedColormap
+from matplotlib.figure import Figure, SubFigure
+from matplotlib.ticker import MaxNLocator
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "STYLE_PATH",
+    "draw_attention",
+    "draw_pattern",
+    "figure",
+    "plot_attention",
+    "plot_pattern",
+    "save_figure",
+    "step_through",
+]
+
+STYLE_PATH = Path(__file__).parent / "refattn.mplstyle"
+BAD_COLOR = "0.72"                     # NaN / ±inf: a grey outside viridis and outside white/navy
+PATTERN_CMAP = ListedColormap(["white", "#1b2a49"], name="refattn_pattern")   # False, True
+STEP_MODES = ("html", "widget")
+STEP_KINDS = ("attention", "pattern")
+_STABLE_METADATA = {
+    "png": {"Software": None},
+    "pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+    "svg": {"Creator": None, "Date": None},
+}
+
+
+class _Figure(Figure):
+    """A Figure that shows itself in Jupyter as one PNG, whether or not pyplot is loaded."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        _savefig(self, buffer, "png")
+        return buffer.getvalue()
+
+
+def figure(figsize: tuple[float, float]) -> Figure:
+    r"""A blank figure (constrained layout) in refattn's style, made without ``pyplot``.
+
+    Parameters
+    ----------
+    figsize : (float, float)
+        Width and height in inches (100 px per inch).
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+        Displays as a PNG in Jupyter; split it with ``fig.subfigures`` to compose a sheet.
+
+    Examples
+    --------
+    >>> fig = figure((6, 3))
+    >>> left, right = fig.subfigures(1, 2)
+    >>> axes = draw_attention(left, np.eye(3))
+    >>> len(fig.axes)                         # the panel and its colour bar
+    2
+    """
+    return _new_figure(figsize, "constrained")
+
+
+def plot_attention(
+    A: ArrayLike, *, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
+    titles: Sequence[str] | str | None = None, xlabel: str = "key j", ylabel: str = "query i",
+    cmap: str | Colormap = "viridis", vmin: float | None = 0.0, vmax: float | None = None,
+    colorbar: bool = True, size: float = 2.4, suptitle: str | None = None,
+) -> Figure:
+    r"""Heat maps of attention matrices, one panel per matrix, on one shared colour scale.
+
+    Parameters
+    ----------
+    A : (n, m), (c, n, m) or (r, c, n, m) array_like of float or bool
+        One matrix, a row of *c* matrices, or an *r* × *c* grid (see the module docstring).
+        NaN and ±inf entries are drawn grey.
+    row_labels : sequence of str, optional
+        *n* query labels (tokens); default sparse integer ticks.
+    col_labels : sequence of str, optional
+        *m* key labels (tokens); default sparse integer ticks.
+    titles : str or sequence of str, optional
+        One title per panel, flat (*r·c*) or nested (*r* lists of *c*), in row-major order.
+    xlabel, ylabel : str
+        Axis labels, written on the bottom row and the left column.
+    cmap : str or Colormap, default "viridis"
+        Colour map.
+    vmin : float or None, default 0.0
+        Bottom of the colour scale; ``None``: the smallest finite entry.
+    vmax : float, optional
+        Top of the colour scale; default the largest finite entry over all panels.
+    colorbar : bool, default True
+        Draw one colour bar for the whole grid.
+    size : float, default 2.4
+        Inches of the longer side of each panel.
+    suptitle : str, optional
+        Title of the whole figure.
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> A = np.full((2, 4, 5, 7), 1 / 7)              # 2 layers × 4 heads, n = 5, m = 7
+    >>> len(plot_attention(A).axes)                    # 8 panels and one colour bar
+    9
+    >>> len(plot_attention(A[0, 0], colorbar=False).axes)
+    1
+    """
+    grid = _as_grid("A", A, "fb").astype(np.float64)
+    fig = _new_figure(_grid_figsize(grid.shape, size, colorbar=colorbar, suptitle=suptitle, title_lines=1))
+    draw_attention(fig, grid, row_labels=row_labels, col_labels=col_labels, titles=titles, xlabel=xlabel,
+                   ylabel=ylabel, cmap=cmap, vmin=vmin, vmax=vmax, colorbar=colorbar, suptitle=suptitle)
+    return fig
+
+
+def draw_attention(
+    container: Figure | SubFigure, A: ArrayLike, *, row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None, titles: Sequence[str] | str | None = None,
+    xlabel: str = "key j", ylabel: str = "query i", cmap: str | Colormap = "viridis",
+    vmin: float | None = 0.0, vmax: float | None = None, colorbar: bool = True, suptitle: str | None = None,
+) -> NDArray:
+    r"""Draw :func:`plot_attention`'s panels into an existing figure or subfigure.
+
+    Parameters
+    ----------
+    container : matplotlib.figure.Figure or matplotlib.figure.SubFigure
+        Where to draw (it should have no axes yet).
+    A : (n, m), (c, n, m) or (r, c, n, m) array_like of float or bool
+        As in :func:`plot_attention`.
+    row_labels, col_labels, titles, xlabel, ylabel, cmap, vmin, vmax, colorbar, suptitle
+        As in :func:`plot_attention`.
+
+    Returns
+    -------
+    axes : (r, c) ndarray of matplotlib.axes.Axes
+    """
+    grid = _as_grid("A", A, "fb").astype(np.float64)
+    lo, hi = _color_range(grid, vmin, vmax)
+    if isinstance(cmap, str):
+        if cmap not in mpl.colormaps:
+            raise ValueError(f"cmap {cmap!r} is not a matplotlib colormap name")
+        cmap = mpl.colormaps[cmap]
+    with mpl.style.context(STYLE_PATH):
+        axes = _panels(container, grid, cmap.with_extremes(bad=BAD_COLOR), lo, hi, _titles(titles, grid.shape),
+                       row_labels, col_labels, xlabel, ylabel, cell_lines=False)
+        if colorbar:
+            container.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.9, aspect=25, pad=0.02)
+        if suptitle:
+            container.suptitle(suptitle)
+    return axes
+
+
+def plot_pattern(
+    mask: ArrayLike, *, titles: Sequence[str] | str | None = None, row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None, xlabel: str = "key j", ylabel: str = "query i",
+    size: float = 2.4, suptitle: str | None = None, annotate_density: bool = True,
+) -> Figure:
+    r"""Boolean attention patterns: ``True`` (may attend) dark, ``False`` white.
+
+    Parameters
+    ----------
+    mask : (n, m), (c, n, m) or (r, c, n, m) array_like of bool
+        Masks in refattn's polarity, ``True`` = query *i* may attend to key *j*; same grid rules
+        as :func:`plot_attention`.
+    titles : str or sequence of str, optional
+        One title per panel (flat or nested, row-major).
+    row_labels, col_labels : sequence of str, optional
+        *n* query and *m* key labels; default sparse integer ticks.
+    xlabel, ylabel : str
+        Axis labels, written on the bottom row and the left column.
+    size : float, default 2.4
+        Inches of the longer side of each panel.
+    suptitle : str, optional
+        Title of the whole figure.
+    annotate_density : bool, default True
+        Add "nnz=…, density=…" (kept entries, and their fraction of *n·m*) to each panel's title.
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> masks = np.tril(np.ones((5, 8), dtype=bool))[None].repeat(3, axis=0)
+    >>> fig = plot_pattern(masks, titles=["a", "b", "c"])
+    >>> len(fig.axes), fig.axes[0].get_title()
+    (3, 'a\nnnz=15, density=0.38')
+    """
+    grid = _as_grid("mask", mask, "b")
+    figsize = _grid_figsize(grid.shape, size, colorbar=False, suptitle=suptitle,
+                            title_lines=1 + (annotate_density and titles is not None))
+    fig = _new_figure(figsize)
+    draw_pattern(fig, grid, titles=titles, row_labels=row_labels, col_labels=col_labels, xlabel=xlabel,
+                 ylabel=ylabel, suptitle=suptitle, annotate_density=annotate_density)
+    return fig
+
+
+def draw_pattern(
+    container: Figure | SubFigure, mask: ArrayLike, *, titles: Sequence[str] | str | None = None,
+    row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
+    xlabel: str = "key j", ylabel: str = "query i", suptitle: str | None = None,
+    annotate_density: bool = True,
+) -> NDArray:
+    r"""Draw :func:`plot_pattern`'s panels into an existing figure or subfigure.
+
+    Parameters
+    ----------
+    container : matplotlib.figure.Figure or matplotlib.figure.SubFigure
+        Where to draw (it should have no axes yet).
+    mask : (n, m), (c, n, m) or (r, c, n, m) array_like of bool
+        As in :func:`plot_pattern`.
+    titles, row_labels, col_labels, xlabel, ylabel, suptitle, annotate_density
+        As in :func:`plot_pattern`.
+
+    Returns
+    -------
+    axes : (r, c) ndarray of matplotlib.axes.Axes
+    """
+    grid = _as_grid("mask", mask, "b")
+    r, c = grid.shape[:2]
+    titles = _titles(titles, grid.shape)
+    if annotate_density:
+        panels = grid.reshape(r * c, *grid.shape[2:])
+        titles = [_density_title(t, panel) for t, panel in zip(titles, panels, strict=True)]
+    with mpl.style.context(STYLE_PATH):
+        axes = _panels(container, grid.astype(np.float64), PATTERN_CMAP, 0.0, 1.0, titles,
+                       row_labels, col_labels, xlabel, ylabel, cell_lines=max(grid.shape[2:]) <= 40)
+        if suptitle:
+            container.suptitle(suptitle)
+    return axes
+
+
+def step_through(
+    frames: ArrayLike, *, titles: Sequence[str] | None = None, mode: str = "html",
+    kind: str = "attention", interval: int = 800, **plot_kwargs,
+):
+    r"""Step through a sequence of matrices: rows revealed one by one, heads, decoding steps.
+
+    Parameters
+    ----------
+    frames : (T, n, m) array_like
+        The *T* matrices, float (``kind="attention"``) or bool (``kind="pattern"``). NaN entries
+        (e.g. rows not revealed yet) are drawn grey.
+    titles : sequence of str, optional
+        One title per frame; default "1 / T", "2 / T", ...
+    mode : {"html", "widget"}, default "html"
+        "html": a self-contained JavaScript player (works in live Jupyter and in rendered
+        notebooks that run JavaScript; byte-identical on re-execution). "widget": an ipywidgets
+        slider (and play button) that redraws the frame; needs a live kernel.
+    kind : {"attention", "pattern"}, default "attention"
+        Draw with :func:`plot_attention`'s look (one colour scale over all frames) or
+        :func:`plot_pattern`'s.
+    interval : int, default 800
+        Milliseconds per frame when playing.
+    **plot_kwargs
+        Passed to :func:`plot_attention` or :func:`plot_pattern` (``cmap``, ``vmax``,
+        ``row_labels``, ``size``, ...).
+
+    Returns
+    -------
+    IPython.display.HTML or ipywidgets.VBox
+
+    Notes
+    -----
+    The element ids of the HTML player are a hash of its content (matplotlib draws a random
+    uuid), so re-executing a notebook gives the same bytes; two identical players shown in one
+    notebook therefore share ids, and the second one's buttons would drive the first. The
+    font-awesome stylesheet that matplotlib links from a CDN is dropped and the buttons get
+    Unicode symbols, so the player needs no network.
+
+    Examples
+    --------
+    >>> A = np.full((4, 6), 1 / 6)
+    >>> frames = np.where(np.tril(np.ones((4, 4), bool))[:, :, None], A, np.nan)  # frame t: rows <= t
+    >>> html = step_through(frames)
+    >>> html.data.count("data:image/png;base64"), html.data == step_through(frames).data
+    (4, True)
+    """
+    _check_option("mode", mode, STEP_MODES)
+    _check_option("kind", kind, STEP_KINDS)
+    if isinstance(interval, bool) or not isinstance(interval, (int, np.integer)) or interval < 1:
+        raise ValueError(f"interval must be a positive int (milliseconds), got {interval!r}")
+    frames = np.asarray(frames)
+    if frames.ndim != 3 or 0 in frames.shape:
+        raise ValueError(f"frames must have shape (T, n, m) with T, n, m >= 1, got shape {frames.shape}")
+    if mode == "html":
+        display = _require("IPython.display", "step_through(mode='html')", "ipykernel")
+        with mpl.style.context(STYLE_PATH):
+            fig, show = _frame_player(frames, titles, kind, plot_kwargs)
+            return display.HTML(_html_player(fig, show, len(frames), interval))
+    widgets = _require("ipywidgets", "step_through(mode='widget')", "ipywidgets")
+    fig, show = _frame_player(frames, titles, kind, plot_kwargs)
+    return _widget_player(widgets, fig, show, len(frames), interval)
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    r"""Write ``fig`` to ``path`` at 100 dpi with no software/date metadata, so re-runs change no bytes.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure.
+    path : str or pathlib.Path
+        Output file; its suffix picks the format (PNG when there is none). Missing parent folders
+        are created.
+
+    Returns
+    -------
+    path : pathlib.Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     out = save_figure(plot_attention(np.eye(3)), Path(tmp) / "sub" / "eye.png")
+    ...     out.read_bytes()[:4]
+    b'\x89PNG'
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _savefig(fig, path, path.suffix[1:].lower() or "png")
+    return path
+
+
+# --- drawing ---------------------------------------------------------------------------------------
+
+def _panels(container, grid, cmap, vmin, vmax, titles, row_labels, col_labels, xlabel, ylabel, *, cell_lines):
+    """imshow each (n, m) panel of the (r, c, n, m) grid on shared axes; return the (r, c) axes."""
+    r, c, n, m = grid.shape
+    row_labels = _labels("row_labels", row_labels, n, "n", grid.shape)
+    col_labels = _labels("col_labels", col_labels, m, "m", grid.shape)
+    axes = container.subplots(r, c, squeeze=False, sharex=True, sharey=True)
+    for (i, j), ax in np.ndenumerate(axes):
+        ax.imshow(grid[i, j], cmap=cmap, vmin=vmin, vmax=vmax, aspect="equal")
+        ax.spines[:].set_visible(True)
+        ax.set_title(titles[i * c + j] or "")
+        if i == r - 1:
+            ax.set_xlabel(xlabel)
+        if j == 0:
+            ax.set_ylabel(ylabel)
+    _ticks(axes[0, 0].xaxis, col_labels, m, rotate=True)
+    _ticks(axes[0, 0].yaxis, row_labels, n, rotate=False)
+    if cell_lines:
+        ax = axes[0, 0]
+        ax.set_xticks(np.arange(m + 1) - 0.5, minor=True)
+        ax.set_yticks(np.arange(n + 1) - 0.5, minor=True)
+        for ax in axes.flat:
+            ax.grid(which="minor", color="0.82", linewidth=0.5)
+            ax.tick_params(which="minor", length=0)
+    return axes
+
+
+def _ticks(axis, labels, size, *, rotate):
+    if labels is None:
+        axis.set_major_locator(MaxNLocator(nbins=6, integer=True, steps=[1, 2, 5, 10]))
+        return
+    long = rotate and max(len(s) for s in labels) > 2
+    axis.set_ticks(np.arange(size), labels=labels, rotation=90 if long else 0)
+
+
+def _frame_player(frames, titles, kind, plot_kwargs) -> tuple[Figure, Callable[[int], None]]:
+    """A one-panel figure of frame 0 and ``show(t)``, which puts frame *t* (data and title) in it."""
+    T = len(frames)
+    titles = [f"{t + 1} / {T}" for t in range(T)] if titles is None else [str(t) for t in titles]
+    if len(titles) != T:
+        raise ValueError(f"titles has {len(titles)} entries but frames has T={T} (shape {frames.shape})")
+    if kind == "pattern":
+        frames = _as_grid("frames", frames, "b")[0]
+        annotate = plot_kwargs.get("annotate_density", True)
+        fig = plot_pattern(frames[0], titles=titles[0], **plot_kwargs)
+        title = [_density_title(titles[t], frames[t]) if annotate else titles[t] for t in range(T)]
+    else:
+        frames = _as_grid("frames", frames, "fb")[0].astype(np.float64)
+        lo, hi = _color_range(frames, plot_kwargs.pop("vmin", 0.0), plot_kwargs.pop("vmax", None))
+        fig = plot_attention(frames[0], titles=titles[0], vmin=lo, vmax=hi, **plot_kwargs)
+        title = titles
+    ax = fig.axes[0]
+
+    def show(t: int) -> None:
+        ax.images[0].set_data(frames[t])
+        ax.set_title(title[t])
+
+    return fig, show
+
+
+def _html_player(fig: Figure, show: Callable[[int], None], T: int, interval: int) -> str:
+    from matplotlib.animation import FuncAnimation
+
+    anim = FuncAnimation(fig, show, frames=T, interval=interval, repeat=True, cache_frame_data=False)
+    html = anim.to_jshtml(default_mode="loop")
+    html = re.sub(r'<link rel="stylesheet"\s+href="[^"]*font-awesome[^"]*">', "", html)
+    html = re.sub(r'<i class="fa ([^"]+)"></i>', lambda mo: _BUTTONS.get(mo.group(1), mo.group(0)), html)
+    uid = re.search(r'id="_anim_img([0-9a-f]+)"', html).group(1)       # uuid4().hex
+    stable = hashlib.sha256(html.replace(uid, "").encode()).hexdigest()[:len(uid)]
+    return html.replace(uid, stable)
+
+
+_BUTTONS = {
+    "fa-minus": "&minus;", "fa-plus": "+", "fa-pause": "&#10074;&#10074;", "fa-play": "&#9654;",
+    "fa-play fa-flip-horizontal": "&#9664;", "fa-fast-backward": "|&#9664;&#9664;",
+    "fa-step-backward": "|&#9664;", "fa-step-forward": "&#9654;|", "fa-fast-forward": "&#9654;&#9654;|",
+}
+
+
+def _widget_player(widgets, fig: Figure, show: Callable[[int], None], T: int, interval: int):
+    def png(t: int) -> bytes:
+        show(t)
+        buffer = io.BytesIO()
+        _savefig(fig, buffer, "png")
+        return buffer.getvalue()
+
+    image = widgets.Image(value=png(0), format="png")
+    slider = widgets.IntSlider(value=0, min=0, max=T - 1, description="frame")
+    play = widgets.Play(value=0, min=0, max=T - 1, interval=interval)
+    widgets.jslink((play, "value"), (slider, "value"))
+    slider.observe(lambda change: setattr(image, "value", png(change["new"])), names="value")
+    return widgets.VBox([widgets.HBox([play, slider]), image])
+
+
+def _new_figure(figsize, layout: str = "constrained") -> Figure:
+    """A styled figure made without pyplot."""
+    with mpl.style.context(STYLE_PATH):
+        return _Figure(figsize=figsize, layout=layout)
+
+
+def _savefig(fig: Figure, target, fmt: str) -> None:
+    with mpl.style.context(STYLE_PATH):
+        fig.savefig(target, format=fmt, dpi=100, metadata=_STABLE_METADATA.get(fmt))
+
+
+# --- validation and layout -------------------------------------------------------------------------
+
+def _as_grid(name: str, A: ArrayLike, kinds: str) -> NDArray:
+    """``A`` as an (r, c, n, m) array; ``kinds`` are the allowed dtype kinds ("f" float, "b" bool)."""
+    arr = np.asarray(A)
+    if arr.dtype.kind not in kinds:
+        wanted = {"fb": "a real floating-point or bool", "b": "a boolean (True = may attend)"}[kinds]
+        raise TypeError(f"{name} must be {wanted} array, got dtype {arr.dtype} with shape {arr.shape}")
+    if not 2 <= arr.ndim <= 4 or 0 in arr.shape:
+        raise ValueError(
+            f"{name} must have shape (n, m), (c, n, m) or (r, c, n, m) with no empty axis, "
+            f"got shape {arr.shape}"
+        )
+    return arr.reshape((1,) * (4 - arr.ndim) + arr.shape)
+
+
+def _labels(name: str, labels, size: int, symbol: str, shape) -> list[str] | None:
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        raise TypeError(f"{name} must be a sequence of labels, not a string ({labels!r})")
+    labels = [str(label) for label in labels]
+    if len(labels) != size:
+        raise ValueError(f"{name} has {len(labels)} entries but the panels have {symbol}={size} (shape {shape})")
+    return labels
+
+
+def _titles(titles, shape) -> list[str | None]:
+    r, c = shape[:2]
+    if titles is None:
+        return [None] * (r * c)
+    if isinstance(titles, str):
+        titles = [titles]
+    flat = [t for row in titles for t in (row if isinstance(row, (list, tuple)) else [row])]
+    if len(flat) != r * c:
+        raise ValueError(f"titles has {len(flat)} entries but the grid has {r}×{c} = {r * c} panels (shape {shape})")
+    return [None if t is None else str(t) for t in flat]
+
+
+def _density_title(title: str | None, panel: NDArray) -> str:
+    nnz = int(np.count_nonzero(panel))
+    stats = f"nnz={nnz}, density={nnz / panel.size:.2f}"
+    return f"{title}\n{stats}" if title else stats
+
+
+def _color_range(values: NDArray, vmin: float | None, vmax: float | None) -> tuple[float, float]:
+    finite = values[np.isfinite(values)]
+    lo = (float(finite.min()) if finite.size else 0.0) if vmin is None else float(vmin)
+    if vmax is not None:
+        if not float(vmax) > lo:
+            raise ValueError(f"vmax={vmax!r} must be greater than vmin={lo!r}")
+        return lo, float(vmax)
+    hi = float(finite.max()) if finite.size else lo + 1.0
+    return lo, hi if hi > lo else lo + 1.0
+
+
+def _grid_figsize(shape, size: float, *, colorbar: bool, suptitle, title_lines: int) -> tuple[float, float]:
+    """Inches for an (r, c, n, m) grid whose panels have ``size`` inches on their longer side."""
+    if not (isinstance(size, (int, float, np.integer, np.floating)) and size > 0):
+        raise ValueError(f"size must be a positive number of inches, got {size!r}")
+    r, c, n, m = shape
+    panel_width, panel_height = size * max(min(1.0, m / n), 0.3), size * max(min(1.0, n / m), 0.3)
+    width = c * (panel_width + 0.1) + 0.6 + (0.7 if colorbar else 0.0)
+    height = r * (panel_height + 0.2 * title_lines + 0.1) + 0.55 + (0.3 if suptitle else 0.0)
+    return width, height
+
+
+def _check_option(name: str, value, choices: tuple[str, ...]) -> None:
+    if not (isinstance(value, str) and value in choices):
+        raise ValueError(f"{name} must be one of {choices!r}, got {value!r}")
+
+
+def _require(module: str, who: str, package: str):
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(
+            f"{who} needs the {module.split('.')[0]} package; install it with `pip install {package}` "
+            "(or `pip install refattn[notebooks]`)"
+        ) from err

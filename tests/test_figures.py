@@ -1,0 +1,61 @@
+"""refattn.figures: coverage of the registry, byte-stable files, the CLI, and the layer recomputations."""
+from __future__ import annotations
+
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from refattn import cli, registry
+from refattn.figures import FIGURES, write_figures
+from refattn.viz import save_figure
+
+CHEAP = ["sdpa", "causal_mask"]
+
+
+def test_every_registry_id_has_a_figure():
+    assert set(registry.ids()) <= set(FIGURES)
+
+
+def test_figure_names_are_ids_or_overview_sheets():
+    extra = set(FIGURES) - set(registry.ids())
+    assert all(name.endswith("_overview") for name in extra), extra
+
+
+def test_write_figures_is_byte_stable(tmp_path):
+    first = write_figures(tmp_path / "a", CHEAP)
+    second = write_figures(tmp_path / "b", CHEAP)
+    assert [p.name for p in first] == ["sdpa.png", "causal_mask.png"]
+    for a, b in zip(first, second, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def test_write_figures_progress_and_unknown_name(tmp_path, capsys):
+    write_figures(tmp_path, ["multi_head"], progress=True)
+    assert capsys.readouterr().err.strip() == f"wrote {tmp_path / 'multi_head.png'}"
+    with pytest.raises(KeyError, match="unknown figure"):
+        write_figures(tmp_path, ["nope"])
+
+
+def test_cli_writes_one_figure(tmp_path):
+    assert cli.main(["figures", "--out", str(tmp_path), "--only", "sdpa"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["sdpa.png"]
+
+
+def test_cli_unknown_figure(tmp_path, capsys):
+    assert cli.main(["figures", "--out", str(tmp_path), "--only", "no_such_mechanism"]) == 2
+    assert "unknown figure(s): no_such_mechanism" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_figure_text_stays_on_the_canvas(name, tmp_path):
+    """Every figure draws, and no panel, label, colour bar or title is cut by the canvas edge."""
+    fig = FIGURES[name]()
+    FigureCanvasAgg(fig)
+    save_figure(fig, tmp_path / f"{name}.png")                  # runs the layout
+    renderer = fig.canvas.get_renderer()
+    width, height = fig.bbox.width, fig.bbox.height
+    titles = [t for t in [fig._suptitle, *(sub._suptitle for sub in fig.subfigs)] if t is not None]
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes] + [t.get_window_extent(renderer) for t in titles]
+    for box in boxes:                                            # 1 px slack for anti-aliasing
+        assert box.x0 >= -1 and box.y0 >= -1 and box.x1 <= width + 1 and box.y1 <= height + 1, (name, box)
+    assert width <= 1400

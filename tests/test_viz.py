@@ -1,0 +1,200 @@
+"""refattn.viz: grid layout, shared colour scale, NaN handling, validation, stepping, stable files."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import matplotlib.colors
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from refattn import viz
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def weights(rng) -> np.ndarray:
+    """A (2, 3, 5, 7) grid of row-stochastic matrices (n != m)."""
+    x = rng.random((2, 3, 5, 7))
+    return x / x.sum(axis=-1, keepdims=True)
+
+
+# --- plot_attention -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("index", "panels"), [((0, 0), 1), ((0,), 3), ((), 6)])
+@pytest.mark.parametrize("colorbar", [True, False])
+def test_grid_shape_gives_one_axes_per_panel(weights, index, panels, colorbar):
+    fig = viz.plot_attention(weights[index], colorbar=colorbar)
+    assert isinstance(fig, Figure)
+    assert len(fig.axes) == panels + colorbar
+    assert all(len(ax.images) == 1 for ax in fig.axes[:panels])
+
+
+def test_panels_share_one_colour_scale(weights):
+    fig = viz.plot_attention(weights)
+    clims = {ax.images[0].get_clim() for ax in fig.axes[:6]}
+    assert clims == {(0.0, weights.max())}
+    assert viz.plot_attention(weights, vmin=None, vmax=0.5).axes[0].images[0].get_clim() == (weights.min(), 0.5)
+
+
+def test_nan_entries_are_masked_and_drawn_grey(weights):
+    A = weights[0, 0].copy()
+    A[2, 3] = np.nan
+    image = viz.plot_attention(A).axes[0].images[0]
+    assert image.get_clim() == (0.0, np.nanmax(A))           # NaN ignored by the default vmax
+    assert np.ma.getmaskarray(image.get_array())[2, 3]
+    assert np.ma.getmaskarray(image.get_array()).sum() == 1
+    np.testing.assert_array_equal(image.get_cmap().get_bad(), matplotlib.colors.to_rgba(viz.BAD_COLOR))
+
+
+def test_all_nan_and_constant_inputs_still_draw():
+    assert viz.plot_attention(np.full((3, 4), np.nan)).axes[0].images[0].get_clim() == (0.0, 1.0)
+    assert viz.plot_attention(np.zeros((3, 4))).axes[0].images[0].get_clim() == (0.0, 1.0)
+
+
+def test_token_labels_and_titles(weights):
+    rows, cols = list("abcde"), [f"tok{j}" for j in range(7)]
+    fig = viz.plot_attention(weights[0], row_labels=rows, col_labels=cols, titles=["h1", "h2", "h3"],
+                             suptitle="sheet")
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == cols
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == rows
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["h1", "h2", "h3"]
+    assert fig.get_suptitle() == "sheet"
+    nested = viz.plot_attention(weights, titles=[["a", "b", "c"], ["d", "e", "f"]])
+    assert [ax.get_title() for ax in nested.axes[:6]] == list("abcdef")
+
+
+def test_bool_input_is_drawn_as_zero_one():
+    image = viz.plot_attention(np.eye(3, dtype=bool)).axes[0].images[0]
+    np.testing.assert_array_equal(image.get_array(), np.eye(3))
+
+
+@pytest.mark.parametrize(("A", "kwargs", "error", "match"), [
+    (np.ones(4), {}, ValueError, r"A must have shape \(n, m\).*got shape \(4,\)"),
+    (np.ones((1, 1, 1, 2, 2)), {}, ValueError, r"got shape \(1, 1, 1, 2, 2\)"),
+    (np.ones((0, 3)), {}, ValueError, r"no empty axis, got shape \(0, 3\)"),
+    (np.ones((2, 3), dtype=int), {}, TypeError, r"A must be a real floating-point or bool array, got dtype int"),
+    (np.ones((2, 3), dtype=complex), {}, TypeError, "got dtype complex128 with shape"),
+    (np.ones((5, 7)), {"row_labels": list("abcd")}, ValueError, r"row_labels has 4 entries but the panels have n=5"),
+    (np.ones((5, 7)), {"col_labels": "abcdefg"}, TypeError, "col_labels must be a sequence of labels"),
+    (np.ones((3, 5, 7)), {"titles": ["a", "b"]}, ValueError, r"titles has 2 entries but the grid has 1×3 = 3"),
+    (np.ones((5, 7)), {"vmin": 0.5, "vmax": 0.5}, ValueError, r"vmax=0.5 must be greater than vmin=0.5"),
+    (np.ones((5, 7)), {"cmap": "no-such-map"}, ValueError, "cmap 'no-such-map' is not a matplotlib colormap"),
+    (np.ones((5, 7)), {"size": 0}, ValueError, "size must be a positive number of inches"),
+])
+def test_plot_attention_rejects_bad_input(A, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        viz.plot_attention(A, **kwargs)
+
+
+# --- plot_pattern ---------------------------------------------------------------------------------
+
+def test_pattern_grid_titles_carry_density():
+    masks = np.tril(np.ones((5, 8), dtype=bool))[None, None].repeat(2, axis=0).repeat(3, axis=1)  # (2, 3, 5, 8)
+    fig = viz.plot_pattern(masks, titles=[f"p{i}" for i in range(6)])
+    assert len(fig.axes) == 6                                   # no colour bar for patterns
+    assert fig.axes[4].get_title() == "p4\nnnz=15, density=0.38"
+    assert fig.axes[0].images[0].get_clim() == (0.0, 1.0)
+    plain = viz.plot_pattern(masks[0, 0], annotate_density=False)
+    assert plain.axes[0].get_title() == ""
+
+
+@pytest.mark.parametrize("mask", [np.ones((3, 4)), np.ones((3, 4), dtype=np.int8)])
+def test_pattern_needs_bool(mask):
+    with pytest.raises(TypeError, match=r"mask must be a boolean \(True = may attend\) array, got dtype"):
+        viz.plot_pattern(mask)
+
+
+def test_draw_into_subfigures():
+    fig = viz.figure((8.0, 3.0))
+    left, right = fig.subfigures(1, 2)
+    assert viz.draw_attention(left, np.full((2, 4, 6), 0.25)).shape == (1, 2)
+    assert viz.draw_pattern(right, np.eye(4, dtype=bool)).shape == (1, 1)
+    assert len(fig.axes) == 4                                    # 2 panels + colour bar + 1 pattern
+
+
+# --- step_through ---------------------------------------------------------------------------------
+
+def _reveal_rows(A: np.ndarray) -> np.ndarray:
+    """Frame t shows rows <= t of A, the rest NaN: (n, n, m)."""
+    n = len(A)
+    return np.where(np.tril(np.ones((n, n), dtype=bool))[:, :, None], A, np.nan)
+
+
+def test_step_through_html_is_deterministic_and_offline(weights):
+    pytest.importorskip("IPython")
+    frames = _reveal_rows(weights[0, 0])                          # T = 5
+    first, second = viz.step_through(frames), viz.step_through(frames)
+    assert first.data == second.data
+    assert first.data.count("data:image/png;base64,") == 5
+    assert "new Array(5)" in first.data
+    assert "font-awesome" not in first.data and 'class="fa ' not in first.data
+    other = viz.step_through(frames[:4])
+    assert other.data.count("data:image/png;base64,") == 4
+    ids = {html.data.split('id="_anim_img', 1)[1][:32] for html in (first, other)}
+    assert len(ids) == 2                                          # the id follows the content
+
+
+def test_step_through_pattern_frames():
+    pytest.importorskip("IPython")
+    frames = np.stack([np.tril(np.ones((4, 6), dtype=bool), k) for k in range(3)])
+    html = viz.step_through(frames, kind="pattern", titles=["k=0", "k=1", "k=2"], interval=200)
+    assert html.data.count("data:image/png;base64,") == 3
+
+
+def test_step_through_widget_redraws_on_slider(weights):
+    widgets = pytest.importorskip("ipywidgets")
+    box = viz.step_through(_reveal_rows(weights[0, 0]), mode="widget")
+    assert isinstance(box, widgets.VBox)
+    controls, image = box.children
+    slider = next(w for w in controls.children if isinstance(w, widgets.IntSlider))
+    assert (slider.min, slider.max) == (0, 4)
+    frame_0 = bytes(image.value)
+    assert frame_0.startswith(PNG_SIGNATURE)
+    slider.value = 4
+    assert bytes(image.value) != frame_0
+
+
+def test_step_through_widget_without_ipywidgets(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)         # import fails as if not installed
+    with pytest.raises(ImportError, match=r"mode='widget'\) needs the ipywidgets package"):
+        viz.step_through(np.zeros((2, 3, 3)), mode="widget")
+
+
+@pytest.mark.parametrize(("frames", "kwargs", "error", "match"), [
+    (np.zeros((2, 3, 3)), {"mode": "video"}, ValueError, r"mode must be one of \('html', 'widget'\), got 'video'"),
+    (np.zeros((2, 3, 3)), {"kind": "lines"}, ValueError, "kind must be one of"),
+    (np.zeros((3, 3)), {}, ValueError, r"frames must have shape \(T, n, m\).*got shape \(3, 3\)"),
+    (np.zeros((2, 3, 3)), {"titles": ["only one"]}, ValueError, "titles has 1 entries but frames has T=2"),
+    (np.zeros((2, 3, 3)), {"interval": 0}, ValueError, "interval must be a positive int"),
+    (np.zeros((2, 3, 3)), {"kind": "pattern"}, TypeError, "frames must be a boolean"),
+])
+def test_step_through_rejects_bad_input(frames, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        viz.step_through(frames, **kwargs)
+
+
+# --- files and display ----------------------------------------------------------------------------
+
+def test_save_figure_is_byte_stable(tmp_path, weights):
+    first = viz.save_figure(viz.plot_attention(weights), tmp_path / "new" / "dir" / "a.png")
+    second = viz.save_figure(viz.plot_attention(weights), tmp_path / "b.png")
+    assert first == tmp_path / "new" / "dir" / "a.png"
+    data = first.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    assert data == second.read_bytes()
+    assert b"Matplotlib" not in data                             # no Software text chunk
+
+
+def test_figure_displays_as_one_png_without_pyplot(weights):
+    formatters = pytest.importorskip("IPython.core.formatters")
+    png = formatters.PNGFormatter()(viz.plot_attention(weights))
+    assert png.startswith(PNG_SIGNATURE)
+
+
+def test_viz_never_imports_pyplot():
+    code = ("import sys, numpy as np, refattn.viz as viz; viz.plot_attention(np.eye(3)); "
+            "viz.plot_pattern(np.eye(3, dtype=bool)); assert 'matplotlib.pyplot' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
