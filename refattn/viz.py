@@ -37,6 +37,8 @@ from matplotlib.figure import Figure, SubFigure
 from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike, NDArray
 
+from ._validate import check_choice
+
 __all__ = [
     "STYLE_PATH",
     "draw_attention",
@@ -309,8 +311,8 @@ def step_through(
     >>> html.data.count("data:image/png;base64"), html.data == step_through(frames).data
     (4, True)
     """
-    _check_option("mode", mode, STEP_MODES)
-    _check_option("kind", kind, STEP_KINDS)
+    check_choice("mode", mode, STEP_MODES)
+    check_choice("kind", kind, STEP_KINDS)
     if isinstance(interval, bool) or not isinstance(interval, (int, np.integer)) or interval < 1:
         raise ValueError(f"interval must be a positive int (milliseconds), got {interval!r}")
     frames = np.asarray(frames)
@@ -526,11 +528,6 @@ def _grid_figsize(shape, size: float, *, colorbar: bool, suptitle, title_lines: 
     width = c * (panel_width + 0.1) + 0.6 + (0.7 if colorbar else 0.0)
     height = r * (panel_height + 0.2 * title_lines + 0.1) + 0.55 + (0.3 if suptitle else 0.0)
     return width, height
-
-
-def _check_option(name: str, value, choices: tuple[str, ...]) -> None:
-    if not (isinstance(value, str) and value in choices):
-        raise ValueError(f"{name} must be one of {choices!r}, got {value!r}")
 
 
 def _require(module: str, who: str, package: str):
