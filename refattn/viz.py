@@ -142,7 +142,8 @@ def plot_attention(
     1
     """
     grid = _as_grid("A", A, "fb").astype(np.float64)
-    fig = _new_figure(_grid_figsize(grid.shape, size, colorbar=colorbar, suptitle=suptitle, title_lines=1))
+    fig = _new_figure(_grid_figsize(grid.shape, size, colorbar=colorbar, suptitle=suptitle, title_lines=1,
+                                    col_labels=col_labels))
     draw_attention(fig, grid, row_labels=row_labels, col_labels=col_labels, titles=titles, xlabel=xlabel,
                    ylabel=ylabel, cmap=cmap, vmin=vmin, vmax=vmax, colorbar=colorbar, suptitle=suptitle)
     return fig
@@ -223,7 +224,7 @@ def plot_pattern(
     """
     grid = _as_grid("mask", mask, "b")
     figsize = _grid_figsize(grid.shape, size, colorbar=False, suptitle=suptitle,
-                            title_lines=1 + (annotate_density and titles is not None))
+                            title_lines=1 + (annotate_density and titles is not None), col_labels=col_labels)
     fig = _new_figure(figsize)
     draw_pattern(fig, grid, titles=titles, row_labels=row_labels, col_labels=col_labels, xlabel=xlabel,
                  ylabel=ylabel, suptitle=suptitle, annotate_density=annotate_density)
@@ -373,8 +374,11 @@ def _panels(container, grid, cmap, vmin, vmax, titles, row_labels, col_labels, x
             ax.set_xlabel(xlabel)
         if j == 0:
             ax.set_ylabel(ylabel)
-    _ticks(axes[0, 0].xaxis, col_labels, m, rotate=True)
-    _ticks(axes[0, 0].yaxis, row_labels, n, rotate=False)
+    _ticks(axes[0, 0].xaxis, col_labels, m)                        # shared: sets every panel's ticks
+    _ticks(axes[0, 0].yaxis, row_labels, n)
+    if _rotated(col_labels):
+        for ax in axes[-1]:                                        # the labels each panel shows
+            ax.tick_params(axis="x", labelrotation=90)
     if cell_lines:
         ax = axes[0, 0]
         ax.set_xticks(np.arange(m + 1) - 0.5, minor=True)
@@ -385,12 +389,16 @@ def _panels(container, grid, cmap, vmin, vmax, titles, row_labels, col_labels, x
     return axes
 
 
-def _ticks(axis, labels, size, *, rotate):
+def _ticks(axis, labels, size):
     if labels is None:
         axis.set_major_locator(MaxNLocator(nbins=6, integer=True, steps=[1, 2, 5, 10]))
         return
-    long = rotate and max(len(s) for s in labels) > 2
-    axis.set_ticks(np.arange(size), labels=labels, rotation=90 if long else 0)
+    axis.set_ticks(np.arange(size), labels=labels)
+
+
+def _rotated(col_labels) -> bool:
+    """Key labels longer than two characters are written vertically."""
+    return col_labels is not None and max(len(str(s)) for s in col_labels) > 2
 
 
 def _frame_player(frames, titles, kind, plot_kwargs) -> tuple[Figure, Callable[[int], None]]:
@@ -519,7 +527,8 @@ def _color_range(values: NDArray, vmin: float | None, vmax: float | None) -> tup
     return lo, hi if hi > lo else lo + 1.0
 
 
-def _grid_figsize(shape, size: float, *, colorbar: bool, suptitle, title_lines: int) -> tuple[float, float]:
+def _grid_figsize(shape, size: float, *, colorbar: bool, suptitle, title_lines: int,
+                  col_labels=None) -> tuple[float, float]:
     """Inches for an (r, c, n, m) grid whose panels have ``size`` inches on their longer side."""
     if not (isinstance(size, (int, float, np.integer, np.floating)) and size > 0):
         raise ValueError(f"size must be a positive number of inches, got {size!r}")
@@ -527,6 +536,8 @@ def _grid_figsize(shape, size: float, *, colorbar: bool, suptitle, title_lines: 
     panel_width, panel_height = size * max(min(1.0, m / n), 0.3), size * max(min(1.0, n / m), 0.3)
     width = c * (panel_width + 0.1) + 0.6 + (0.7 if colorbar else 0.0)
     height = r * (panel_height + 0.2 * title_lines + 0.1) + 0.55 + (0.3 if suptitle else 0.0)
+    if _rotated(col_labels):                                       # vertical key labels below the grid
+        height += 0.075 * max(len(str(s)) for s in col_labels)
     return width, height
 
 
