@@ -6,7 +6,7 @@ bottom-right causal alignment, an explicit fully-masked-row policy) and explicit
 """
 from __future__ import annotations
 
-from . import registry
+from . import registry, sparse
 from .core.encoder_decoder import (
     DecoderCache,
     DecoderLayerParams,
@@ -67,6 +67,7 @@ __all__ = [
     "multi_head_attention",
     "padding_mask",
     "registry",
+    "sparse",
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",
     "sinusoidal_rotation",

@@ -1,8 +1,9 @@
-"""Command line: ``python -m refattn {list, figures}``.
+"""Command line: ``python -m refattn {list, figures, bench}``.
 
 - ``list [--json | --markdown]``: the catalogue (one line per mechanism, a JSON list of records, or
   the README's Markdown table).
 - ``figures [--out DIR] [--only ID ...]``: regenerate the PNGs of ``figures/`` (seeded, byte-stable).
+- ``bench FAMILY [...]``: speed and memory benchmarks, e.g. ``bench sparse``.
 """
 from __future__ import annotations
 
@@ -32,10 +33,23 @@ def main(argv: list[str] | None = None) -> int:
     p_fig.add_argument("--out", type=Path, default=FIGURES_DIR, help=f"output folder (default {FIGURES_DIR})")
     p_fig.add_argument("--only", nargs="+", metavar="ID", help="only these mechanism ids or sheet names")
 
+    p_bench = sub.add_parser("bench", help="speed and memory benchmarks (ratios measured in one process)")
+    families = p_bench.add_subparsers(dest="family", required=True)
+    for name, module in _bench_families().items():
+        module.add_arguments(families.add_parser(name, help=module.__doc__.splitlines()[0]))
+
     args = parser.parse_args(argv)
     if args.command == "list":
         return _list(args)
+    if args.command == "bench":
+        return _bench_families()[args.family].run(args)
     return _figures(args)
+
+
+def _bench_families() -> dict:
+    from .bench import FAMILIES
+
+    return FAMILIES
 
 
 def _list(args) -> int:

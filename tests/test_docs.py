@@ -43,8 +43,8 @@ def _documented_parameters(doc: str) -> list[str]:
     return names
 
 
-PUBLIC_FUNCTIONS = [getattr(refattn, n) for n in refattn.__all__
-                    if inspect.isfunction(getattr(refattn, n))]
+PUBLIC_FUNCTIONS = [getattr(module, n) for module in (refattn, refattn.sparse) for n in module.__all__
+                    if inspect.isfunction(getattr(module, n))]
 
 
 @pytest.mark.parametrize("fn", PUBLIC_FUNCTIONS, ids=lambda f: f.__name__)

@@ -1,0 +1,16 @@
+"""The one place Numba's flags are set (imported only by refattn.kernels, never on ``import refattn``).
+
+``cache=True`` writes compiled machine code to Numba's cache (``NUMBA_CACHE_DIR`` if set), so a
+kernel compiles once per machine, not once per process. ``fastmath`` stays off: reassociating
+sums changes results, and refattn is an oracle. ``parallel`` kernels split only independent rows
+(``prange``), so their results do not depend on the number of threads.
+"""
+from __future__ import annotations
+
+import numba
+
+__all__ = ["jit", "jit_parallel", "prange"]
+
+jit = numba.njit(cache=True)
+jit_parallel = numba.njit(cache=True, parallel=True)
+prange = numba.prange

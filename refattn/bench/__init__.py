@@ -1,0 +1,13 @@
+"""``python -m refattn bench FAMILY``: speed and memory figures, measured in one process.
+
+Targets live here, never in timed unit tests: shared machines are noisy, so each benchmark prints
+ratios against a baseline measured in the same run (t(n)/t(n/2), CSR vs dense) next to the raw
+times, and states each target with its measured value.
+"""
+from __future__ import annotations
+
+from . import sparse
+
+FAMILIES = {"sparse": sparse}
+
+__all__ = ["FAMILIES"]

@@ -1,0 +1,38 @@
+"""Timing and peak-memory helpers for the benchmarks."""
+from __future__ import annotations
+
+import time
+import tracemalloc
+from collections.abc import Callable
+
+
+def best_time(fn: Callable[[], object], repeat: int) -> float:
+    """Best wall time of ``repeat`` calls, in seconds (the least disturbed by other load)."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def peak_memory(fn: Callable[[], object]) -> tuple[object, int]:
+    """Run ``fn`` once; return its result and the peak of memory allocated meanwhile, in bytes.
+
+    Counts NumPy's allocations (traced by ``tracemalloc``); the kernels allocate their outputs
+    through NumPy before the call and only O(row) scratch inside.
+    """
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    try:
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
+def mib(nbytes: float) -> str:
+    """Bytes as MiB, for tables."""
+    return f"{nbytes / 2**20:.1f}"

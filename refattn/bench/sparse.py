@@ -1,0 +1,92 @@
+"""``python -m refattn bench sparse``: the CSR kernel's time and memory follow the kept pairs.
+
+For band (w = 128), BigBird and Longformer patterns at n = 4096 … 65536 (one head, d = 64), it
+prints the pattern's nnz, the time to build it, the CSR kernel's time and GFLOP/s (4·nnz·d flops:
+a dot product and a weighted sum per kept pair), the peak memory of pattern + kernel, dense masked
+attention's time where n × n fits (n <= --dense-max), and t(n)/t(n/2). Targets (issue 3):
+t(65536)/t(8192) <= 10 for the band, and peak memory at n = 65536 under 1 GiB.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from ..sparse import SparsePattern, band_pattern, sparse_attention
+from ._measure import best_time, mib, peak_memory
+
+__all__ = ["add_arguments", "run"]
+
+
+def _builders() -> dict:
+    from ..sparse.bigbird import bigbird_pattern
+    from ..sparse.longformer import longformer_pattern
+
+    return {
+        "band w=128": lambda n: band_pattern(n, 128),
+        "bigbird b=64": lambda n: bigbird_pattern(n, rng=0),
+        "longformer w=256 g=2": lambda n: longformer_pattern(n, 256, global_indices=(0, n - 1)),
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``bench sparse``."""
+    parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192, 16384, 32768, 65536])
+    parser.add_argument("--d", type=int, default=64, help="head width d = d_v")
+    parser.add_argument("--repeat", type=int, default=3, help="timed calls per point (best is kept)")
+    parser.add_argument("--dense-max", type=int, default=8192, help="largest n for dense masked attention")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark, print the table and the targets; return 0, or 1 if a target is missed."""
+    rng = np.random.default_rng(0)
+    d = args.d
+    t0 = time.perf_counter()
+    tiny = band_pattern(8, 1)
+    sparse_attention(*rng.standard_normal((3, 8, d)), tiny, method="csr")   # compile (or load the cache)
+    print(f"CSR kernel ready in {time.perf_counter() - t0:.2f} s (first call: compile or load from cache)")
+    print(f"{'pattern':<22}{'n':>7}{'nnz':>12}{'build s':>9}{'csr s':>9}{'GFLOP/s':>9}"
+          f"{'peak MiB':>10}{'dense s':>9}{'dense/csr':>10}{'t(n)/t(n/2)':>12}")
+    times: dict[tuple[str, int], float] = {}
+    peaks: dict[tuple[str, int], int] = {}
+    for name, build in _builders().items():
+        previous = None
+        for n in args.sizes:
+            q, k, v = (rng.standard_normal((n, d)) for _ in range(3))
+            t_build = best_time(lambda build=build, n=n: build(n), 1)
+            pattern, peak = peak_memory(lambda build=build, n=n, q=q, k=k, v=v:
+                                        _build_and_attend(build, n, q, k, v))
+            t_csr = best_time(lambda q=q, k=k, v=v, p=pattern: sparse_attention(q, k, v, p, method="csr"), args.repeat)
+            t_dense = (best_time(lambda q=q, k=k, v=v, p=pattern: sparse_attention(q, k, v, p), 1)
+                       if n <= args.dense_max else None)
+            times[name, n], peaks[name, n] = t_csr, peak
+            gflops = 4 * pattern.nnz * d / t_csr / 1e9
+            ratio = f"{t_csr / times[name, previous]:.2f}" if previous else "—"
+            dense = f"{t_dense:9.3f}{t_dense / t_csr:10.1f}" if t_dense else f"{'—':>9}{'—':>10}"
+            print(f"{name:<22}{n:>7}{pattern.nnz:>12}{t_build:>9.2f}{t_csr:>9.3f}{gflops:>9.2f}"
+                  f"{mib(peak):>10}{dense}{ratio:>12}")
+            previous = n
+    return _targets(times, peaks, args.sizes)
+
+
+def _build_and_attend(build, n, q, k, v) -> SparsePattern:
+    pattern = build(n)
+    sparse_attention(q, k, v, pattern, method="csr")
+    return pattern
+
+
+def _targets(times, peaks, sizes) -> int:
+    ok = True
+    band = "band w=128"
+    if 8192 in sizes and 65536 in sizes:
+        ratio = times[band, 65536] / times[band, 8192]
+        ok &= ratio <= 10
+        print(f"target: band t(65536)/t(8192) = {ratio:.2f} (<= 10 for linear scaling, 8 exactly): "
+              f"{'met' if ratio <= 10 else 'MISSED'}")
+    if 65536 in sizes:
+        worst = max(peaks[name, 65536] for name, n in peaks if n == 65536)
+        ok &= worst < 2**30
+        print(f"target: peak memory at n = 65536 (pattern + kernel, all patterns) = {mib(worst)} MiB "
+              f"(< 1024): {'met' if worst < 2**30 else 'MISSED'}")
+    return 0 if ok else 1

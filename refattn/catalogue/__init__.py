@@ -1,0 +1,1 @@
+"""Catalogue records, one module per family; ``refattn.registry`` lists them in order."""

@@ -1,0 +1,71 @@
+r"""CSR sparse attention kernel: time and memory proportional to the kept pairs.
+
+For every query *i* (rows in parallel), over its kept keys j ∈ J_i only::
+
+    s_j = scale · q_i · k_j            one dot product per kept pair
+    α_j = exp(s_j − max s) / Σ exp(s − max s)
+    out_i = Σ_j α_j v_j
+
+Nothing of size n × m exists: the scratch is one row's scores. Keys outside J_i are never read, so
+NaN or Inf stored there cannot reach the output.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import jit_parallel, prange
+
+__all__ = ["sparse_attention_csr"]
+
+POLICY_CODES = {"zero": 0, "nan": 1, "uniform": 2}
+
+
+@jit_parallel
+def sparse_attention_csr(q, k, v, indptr, indices, scale, policy, out, weights):  # pragma: no cover - jitted
+    """q (B, n, d), k (B, m, d), v (B, m, d_v), CSR (indptr, indices) → out (B, n, d_v), weights (B, nnz or 0)."""
+    B, n, d = q.shape
+    m, d_v = v.shape[1], v.shape[2]
+    keep_weights = weights.shape[1] > 0
+    for t in prange(B * n):
+        b, i = t // n, t % n
+        lo, hi = indptr[i], indptr[i + 1]
+        s = np.empty(hi - lo)
+        s_max = -np.inf
+        for p in range(lo, hi):                                    # s_j = scale · q_i·k_j
+            j = indices[p]
+            acc = 0.0
+            for c in range(d):
+                acc += q[b, i, c] * k[b, j, c]
+            s[p - lo] = acc * scale
+            if s[p - lo] > s_max:
+                s_max = s[p - lo]
+        has_nan = False
+        for p in range(hi - lo):
+            if np.isnan(s[p]):
+                has_nan = True
+        for c in range(d_v):
+            out[b, i, c] = 0.0
+        if s_max == -np.inf and not has_nan:                       # no key left: the policy decides
+            for c in range(d_v):
+                if policy == 1:
+                    out[b, i, c] = np.nan
+                elif policy == 2:                                  # uniform over all m keys
+                    acc = 0.0
+                    for j in range(m):
+                        acc += (1.0 / m) * v[b, j, c]
+                    out[b, i, c] = acc
+            if keep_weights and policy == 1:
+                for p in range(lo, hi):
+                    weights[b, p] = np.nan
+            continue
+        total = 0.0
+        for p in range(hi - lo):                                   # e_j = exp(s_j − max s)
+            s[p] = np.exp(s[p] - s_max)
+            total += s[p]
+        for p in range(lo, hi):                                    # out_i = Σ_j α_j v_j
+            alpha = s[p - lo] / total
+            if keep_weights:
+                weights[b, p] = alpha
+            j = indices[p]
+            for c in range(d_v):
+                out[b, i, c] += alpha * v[b, j, c]

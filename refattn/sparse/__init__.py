@@ -1,0 +1,55 @@
+"""Sparse attention (survey §3.1): patterns in CSR form, their builders, and attention over them.
+
+- Atomic patterns (Fig. 4): :func:`global_pattern`, :func:`band_pattern`, :func:`dilated_pattern`,
+  :func:`strided_pattern`, :func:`random_pattern`, :func:`block_local_pattern`.
+- Compound (Fig. 5): :func:`star_transformer_pattern`, :func:`longformer_pattern` (and
+  :func:`longformer_patterns`, one per head), :func:`etc_pattern`, :func:`bigbird_pattern`,
+  :func:`sparse_transformer_pattern`.
+- Extended (Fig. 6): :func:`bp_transformer_pattern`, :func:`image_transformer_pattern`,
+  :func:`axial_pattern` / :func:`axial_patterns`.
+
+:func:`sparse_attention` attends over any of them, by the dense equation path or the Numba CSR
+kernel (``method="csr"``) whose cost follows the kept pairs.
+"""
+from .attention import sparse_attention
+from .axial import axial_pattern, axial_patterns
+from .band import band_pattern
+from .bigbird import bigbird_block_layout, bigbird_pattern, draw_bigbird_random_blocks
+from .block_local import block_local_pattern
+from .bp_transformer import bp_transformer_pattern, bp_tree_spans
+from .dilated import dilated_pattern
+from .etc import etc_pattern
+from .global_tokens import global_pattern
+from .image_transformer import image_transformer_1d_pattern, image_transformer_pattern
+from .longformer import longformer_pattern, longformer_patterns
+from .pattern import SparsePattern
+from .random_edges import draw_random_keys, random_pattern
+from .sparse_transformer import sparse_transformer_pattern
+from .star_transformer import star_transformer_pattern
+from .strided import strided_pattern
+
+__all__ = [
+    "SparsePattern",
+    "axial_pattern",
+    "axial_patterns",
+    "band_pattern",
+    "bigbird_block_layout",
+    "bigbird_pattern",
+    "block_local_pattern",
+    "bp_transformer_pattern",
+    "bp_tree_spans",
+    "dilated_pattern",
+    "draw_bigbird_random_blocks",
+    "draw_random_keys",
+    "etc_pattern",
+    "global_pattern",
+    "image_transformer_1d_pattern",
+    "image_transformer_pattern",
+    "longformer_pattern",
+    "longformer_patterns",
+    "random_pattern",
+    "sparse_attention",
+    "sparse_transformer_pattern",
+    "star_transformer_pattern",
+    "strided_pattern",
+]

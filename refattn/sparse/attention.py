@@ -1,0 +1,149 @@
+r"""Attention restricted to a sparsity pattern (survey §3.1, Eq. 9).
+
+    Â_ij = q_i k_jᵀ / √d   if (i, j) is kept,   −∞ otherwise
+    out_i = Σ_{j kept} softmax(Â_i)_j v_j
+
+Two paths that the tests hold equal: ``method="equation"`` is exactly
+:func:`~refattn.scaled_dot_product_attention` under the pattern's dense mask (the definition,
+for small n), and ``method="csr"`` is a Numba kernel that visits only the kept pairs, so its time
+is O(nnz·d) and its memory O(nnz) for the pattern plus O(n·d) for the inputs.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .._validate import as_float, check_choice, check_qkv
+from ..core.sdpa import check_scale, default_scale, scaled_dot_product_attention
+from ..core.softmax import FULLY_MASKED_POLICIES
+from .pattern import SparsePattern
+
+__all__ = ["sparse_attention"]
+
+METHODS = ("equation", "csr")
+
+
+def sparse_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    pattern: SparsePattern | Sequence[SparsePattern],
+    *,
+    scale: float | None = None,
+    fully_masked: str = "zero",
+    return_weights: bool = False,
+    method: str = "equation",
+) -> NDArray | tuple[NDArray, NDArray]:
+    r"""Scaled dot-product attention over the (query, key) pairs that ``pattern`` keeps.
+
+    .. math::
+
+        \operatorname{out}_i = \sum_{j \in J_i}
+        \frac{\exp(q_i k_j^\top / \sqrt{d})}{\sum_{l \in J_i} \exp(q_i k_l^\top / \sqrt{d})}\, v_j
+
+    Parameters
+    ----------
+    q : (..., n, d) array_like
+        Queries.
+    k : (..., m, d) array_like
+        Keys.
+    v : (..., m, d_v) array_like
+        Values.
+    pattern : SparsePattern or sequence of SparsePattern
+        The kept pairs :math:`J_i` of an n × m attention, shared by all leading dims; or one
+        pattern per head, ``len(pattern) == q.shape[-3]`` (e.g. Longformer's per-head dilation).
+    scale : float, optional
+        Default :math:`1/\sqrt{d}`.
+    fully_masked : {"zero", "nan", "uniform"}, default "zero"
+        Output of a query whose row keeps no key, as in
+        :func:`~refattn.scaled_dot_product_attention`.
+    return_weights : bool, default False
+        Also return the weights: dense ``(..., n, m)`` for ``method="equation"``; for
+        ``method="csr"`` one value per kept pair, ``(..., nnz)`` in CSR order (densify small ones
+        with ``pattern.to_dense(w)``; a "uniform" empty row has no stored pair to show), and with
+        one pattern per head a list of the heads' arrays.
+    method : {"equation", "csr"}, default "equation"
+        "equation": dense masked softmax (materialises n × m; the definition). "csr": the Numba
+        kernel, O(nnz·d) time and O(nnz) memory.
+
+    Returns
+    -------
+    out : (..., n, d_v) ndarray
+    weights : ndarray
+        Only if ``return_weights``.
+
+    References
+    ----------
+    .. [1] T. Lin et al., "A Survey of Transformers", arXiv:2106.04554v2, §4.1, Eq. (9).
+
+    Examples
+    --------
+    >>> from refattn.sparse import band_pattern
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 6, 4))
+    >>> out = sparse_attention(q, k, v, band_pattern(6, 1))
+    >>> bool(np.allclose(out, sparse_attention(q, k, v, band_pattern(6, 1), method="csr")))
+    True
+    """
+    check_choice("method", method, METHODS)
+    check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    batch = check_qkv(q, k, v)
+    n, m = q.shape[-2], k.shape[-2]
+    scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
+    options = {"scale": scale, "fully_masked": fully_masked, "return_weights": return_weights}
+
+    if not isinstance(pattern, SparsePattern):
+        return _per_head(q, k, v, _check_patterns(pattern, n, m, batch), batch, method, options)
+    _check_pattern(pattern, n, m, "pattern")
+    if method == "equation":
+        return scaled_dot_product_attention(q, k, v, pattern.to_mask(), **options)
+    return _csr(q, k, v, pattern, batch, **options)
+
+
+def _csr(q, k, v, pattern, batch, *, scale, fully_masked, return_weights):
+    from ..kernels.csr import POLICY_CODES, sparse_attention_csr  # Numba loads on first use only
+
+    n, d_v = q.shape[-2], v.shape[-1]
+    flat = [np.ascontiguousarray(np.broadcast_to(x, (*batch, *x.shape[-2:])).reshape(-1, *x.shape[-2:]))
+            for x in (q, k, v)]                                    # (B, ·, ·)
+    B = flat[0].shape[0]
+    out = np.empty((B, n, d_v))
+    weights = np.empty((B, pattern.nnz if return_weights else 0))
+    sparse_attention_csr(*flat, pattern.indptr, pattern.indices, scale, POLICY_CODES[fully_masked], out, weights)
+    out = out.reshape(*batch, n, d_v)
+    return (out, weights.reshape(*batch, pattern.nnz)) if return_weights else out
+
+
+def _per_head(q, k, v, patterns, batch, method, options):
+    """One pattern per head (axis −3): attend head by head and stack the heads back."""
+    q, k, v = (np.broadcast_to(x, (*batch, *x.shape[-2:])) for x in (q, k, v))
+    results = [sparse_attention(q[..., h, :, :], k[..., h, :, :], v[..., h, :, :], p, method=method, **options)
+               for h, p in enumerate(patterns)]
+    if not options["return_weights"]:
+        return np.stack(results, axis=-3)                          # (..., H, n, d_v)
+    out = np.stack([r[0] for r in results], axis=-3)
+    weights = [r[1] for r in results]                              # csr: (..., nnz_h), nnz differs by head
+    return out, (np.stack(weights, axis=-3) if method == "equation" else weights)
+
+
+def _check_patterns(patterns, n: int, m: int, batch: tuple[int, ...]) -> list[SparsePattern]:
+    patterns = list(patterns)
+    if not patterns or not all(isinstance(p, SparsePattern) for p in patterns):
+        raise TypeError("pattern must be a SparsePattern or a non-empty sequence of them (one per head)")
+    heads = batch[-1] if batch else None
+    if heads != len(patterns):
+        raise ValueError(
+            f"{len(patterns)} patterns given, one per head, but the head axis (−3) of q, k, v has size "
+            f"{heads} (batch shape {batch})"
+        )
+    for h, p in enumerate(patterns):
+        _check_pattern(p, n, m, f"pattern[{h}]")
+    return patterns
+
+
+def _check_pattern(pattern: SparsePattern, n: int, m: int, name: str) -> None:
+    if pattern.shape != (n, m):
+        raise ValueError(f"{name} has shape {pattern.shape} but q has n={n} queries and k has m={m} keys")

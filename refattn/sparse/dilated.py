@@ -1,0 +1,58 @@
+r"""Dilated (sliding-window with gaps) attention (survey §3.1.1, Fig. 4c).
+
+    J_i = { j : |i − j| ≤ w·w_d  and  (i − j) mod w_d = 0 }     w keys each side, every w_d-th position
+
+Like a dilated convolution it widens the receptive field to 2·w·w_d + 1 at the cost of 2w + 1
+keys. ``dilation=1`` is the band; a large dilation is the strided pattern restricted to a window.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._args import causal_flag, non_negative, sizes
+from .pattern import SparsePattern
+
+__all__ = ["dilated_pattern"]
+
+
+def dilated_pattern(n: int, w: int, dilation: int, *, m: int | None = None, causal: bool = False) -> SparsePattern:
+    r"""``w`` keys on each side of the query, ``dilation`` positions apart.
+
+    .. math::
+
+        J_i = \{\, j : |i - j| \le w\, w_d,\ (i - j) \bmod w_d = 0 \,\}
+
+    Parameters
+    ----------
+    n : int
+        Number of queries.
+    w : int
+        Keys on each side (the query's own position is always kept).
+    dilation : int
+        Gap :math:`w_d \ge 1` between kept keys; 1 gives :func:`band_pattern`.
+    m : int, optional
+        Number of keys; default ``n``.
+    causal : bool, default False
+        Keep only ``j <= i``.
+
+    Returns
+    -------
+    SparsePattern
+
+    References
+    ----------
+    .. [1] I. Beltagy et al., "Longformer", arXiv:2004.05150v2, §3.1 ("dilated sliding window").
+
+    Examples
+    --------
+    >>> dilated_pattern(7, 1, 2).row(3)
+    array([1, 3, 5])
+    """
+    n, m = sizes(n, m)
+    causal = causal_flag(causal)
+    w = non_negative("w", w)
+    if not isinstance(dilation, (int, np.integer)) or isinstance(dilation, bool) or dilation < 1:
+        raise ValueError(f"dilation must be an int >= 1, got {dilation!r}")
+    i = np.arange(n)
+    reach = w * dilation
+    return SparsePattern.from_row_ranges(i - reach, (i + 1) if causal else (i + reach + 1), m, step=dilation)

@@ -1,0 +1,70 @@
+r"""Global attention (survey §3.1.1, Fig. 4a).
+
+    J_i = all keys           if i ∈ G         (a global query attends to everything)
+    J_i ⊇ G                  for every i      (every query attends to the global keys)
+
+A few positions G act as hubs: any two tokens are at most two hops apart through them. G indexes
+positions shared by queries and keys (self-attention), top-left aligned when n != m.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ._args import causal_flag, sizes
+from .pattern import SparsePattern
+
+__all__ = ["global_pattern"]
+
+
+def global_pattern(
+    n: int, global_indices: ArrayLike = (0,), *, m: int | None = None, causal: bool = False
+) -> SparsePattern:
+    r"""Global positions attend to all keys and are attended by all queries.
+
+    .. math::
+
+        J_i = \{0, \dots, m-1\} \text{ if } i \in G, \qquad J_i = G \text{ otherwise}
+
+    Parameters
+    ----------
+    n : int
+        Number of queries.
+    global_indices : array_like of int, default (0,)
+        The global positions *G* (e.g. ``[CLS]`` at 0); each must lie in ``[0, max(n, m))``.
+    m : int, optional
+        Number of keys; default ``n``.
+    causal : bool, default False
+        Keep only ``j <= i`` (a global token then sees its past, and is seen by its future).
+
+    Returns
+    -------
+    SparsePattern
+        nnz ≈ g·(n + m), built without an n × m array.
+
+    References
+    ----------
+    .. [1] I. Beltagy et al., "Longformer", arXiv:2004.05150v2, §3.1 ("global attention");
+       M. Zaheer et al., "Big Bird", arXiv:2007.14062v2, §2.
+
+    Examples
+    --------
+    >>> global_pattern(4, [1]).to_mask().astype(int)
+    array([[0, 1, 0, 0],
+           [1, 1, 1, 1],
+           [0, 1, 0, 0],
+           [0, 1, 0, 0]])
+    """
+    n, m = sizes(n, m)
+    causal = causal_flag(causal)
+    G = np.asarray(global_indices)
+    G = np.unique(G.astype(np.int64) if G.size == 0 else G)        # () is "no global token"
+    if G.dtype.kind not in "iu" or G.ndim != 1:
+        raise TypeError(f"global_indices must be a 1-D array of ints, got dtype {G.dtype} with shape {G.shape}")
+    if G.size and (G.min() < 0 or G.max() >= max(n, m)):
+        raise ValueError(f"global_indices must lie in [0, max(n, m)={max(n, m)}), got values in [{G.min()}, {G.max()}]")
+    g_rows, g_cols = G[G < n], G[G < m]
+    rows = np.concatenate([np.repeat(g_rows, m), np.repeat(np.arange(n), len(g_cols))])
+    cols = np.concatenate([np.tile(np.arange(m), len(g_rows)), np.tile(g_cols, n)])
+    pattern = SparsePattern.from_pairs(rows, cols, n, m)
+    return pattern.causal() if causal else pattern

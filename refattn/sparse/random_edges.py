@@ -1,0 +1,131 @@
+r"""Random attention (survey §3.1.1, Fig. 4d): ``r`` keys drawn at random for each query.
+
+    J_i = r keys drawn uniformly without replacement   (causal: from j ≤ i, min(r, i + 1) of them)
+
+Random edges make the attention graph an expander, so information crosses the sequence in few
+layers (BigBird, §2). The draw is explicit: :func:`draw_random_keys` returns it as an array that
+another implementation can be fed, and :func:`random_pattern` accepts such an array back.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .._random import as_rng
+from ._args import causal_flag, non_negative, sizes
+from .pattern import SparsePattern
+
+__all__ = ["draw_random_keys", "random_pattern"]
+
+
+def draw_random_keys(rng, n: int, r: int, *, m: int | None = None, causal: bool = False) -> NDArray:
+    r"""Draw ``r`` distinct keys per query, uniformly (every r-subset equally likely).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator or int
+        Source of the draw.
+    n : int
+        Number of queries.
+    r : int
+        Keys per query; at most ``m`` (non-causal).
+    m : int, optional
+        Number of keys; default ``n``.
+    causal : bool, default False
+        Draw query *i*'s keys from ``j <= i`` only; rows with ``i + 1 <= r`` take all of them.
+
+    Returns
+    -------
+    keys : (n, r) ndarray of int64
+        Sorted within each row; ``-1`` pads causal rows that have fewer than ``r`` candidates.
+
+    Notes
+    -----
+    Rows are drawn with replacement and redrawn while they hold a repeat (rejection sampling,
+    which is exactly uniform over r-subsets and vectorised; a row is accepted with probability
+    ≥ 1/e for r ≤ √m, and a per-row ``Generator.choice`` takes over when r > m/2).
+    """
+    rng = as_rng(rng)
+    n, m = sizes(n, m)
+    r = non_negative("r", r)
+    if not causal and r > m:
+        raise ValueError(f"cannot draw r={r} distinct keys from m={m}")
+    limit = np.minimum(np.arange(n) + 1, m) if causal else np.full(n, m)    # candidates 0 … limit − 1
+    keys = np.full((n, r), -1, dtype=np.int64)
+    take_all = limit <= r
+    keys[take_all] = np.where(np.arange(r) < limit[take_all, None], np.arange(r), -1)
+    rows = np.flatnonzero(~take_all)
+    dense = rows[r > limit[rows] // 2]
+    for i in dense:                                                # r close to the pool size
+        keys[i] = np.sort(rng.choice(limit[i], size=r, replace=False))
+    pending = rows[r <= limit[rows] // 2]
+    while pending.size:
+        draw = np.sort(rng.integers(0, limit[pending, None], size=(pending.size, r)), axis=1)
+        ok = np.all(np.diff(draw, axis=1) > 0, axis=1)
+        keys[pending[ok]] = draw[ok]
+        pending = pending[~ok]
+    return keys
+
+
+def random_pattern(
+    n: int, r: int | None = None, *, m: int | None = None, causal: bool = False,
+    rng=None, keys: ArrayLike | None = None,
+) -> SparsePattern:
+    r"""Each query attends to ``r`` random keys, drawn from ``rng`` or given as ``keys``.
+
+    .. math::
+
+        J_i = \{\, j_{i,1}, \dots, j_{i,r} \,\}, \quad j_{i,t} \sim \text{uniform, distinct}
+
+    Parameters
+    ----------
+    n : int
+        Number of queries.
+    r : int, optional
+        Keys per query (required with ``rng``).
+    m : int, optional
+        Number of keys; default ``n``.
+    causal : bool, default False
+        Draw from ``j <= i`` only (with ``keys``: drop the keys after *i*).
+    rng : numpy.random.Generator or int, optional
+        Source of the draw (see :func:`draw_random_keys`).
+    keys : (n, r) array_like of int, optional
+        An explicit draw instead of ``rng``; ``-1`` entries are ignored.
+
+    Returns
+    -------
+    SparsePattern
+        Exactly ``r`` keys per row (``min(r, i + 1)`` if causal) when drawn from ``rng``.
+
+    References
+    ----------
+    .. [1] M. Zaheer et al., "Big Bird: Transformers for Longer Sequences", arXiv:2007.14062v2, §2.
+
+    Examples
+    --------
+    >>> random_pattern(6, 2, rng=0).row_counts()
+    array([2, 2, 2, 2, 2, 2])
+    """
+    n, m = sizes(n, m)
+    causal = causal_flag(causal)
+    if (rng is None) == (keys is None):
+        raise ValueError("random_pattern needs exactly one of rng= (to draw) and keys= (an explicit draw)")
+    if keys is None:
+        if r is None:
+            raise ValueError("random_pattern needs r (keys per query) to draw from rng")
+        keys = draw_random_keys(rng, n, r, m=m, causal=causal)
+    keys = np.asarray(keys)
+    if keys.dtype.kind not in "iu" or keys.ndim != 2 or keys.shape[0] != n:
+        raise ValueError(
+            f"keys must be an integer array of shape (n={n}, r), got dtype {keys.dtype}, shape {keys.shape}"
+        )
+    if r is not None and keys.shape[1] != r:
+        raise ValueError(f"keys has {keys.shape[1]} columns but r={r}")
+    kept = keys >= 0
+    if np.any(keys[kept] >= m):
+        raise ValueError(f"keys must lie in [0, m={m}) (or be -1 for none), got maximum {keys.max()}")
+    rows = np.repeat(np.arange(n), keys.shape[1]).reshape(keys.shape)
+    pattern = SparsePattern.from_pairs(rows[kept], keys[kept], n, m)
+    if np.any(pattern.row_counts() != kept.sum(axis=1)):
+        raise ValueError("keys repeats a key within a row")
+    return pattern.causal() if causal else pattern

@@ -1,0 +1,94 @@
+r"""Star-Transformer: a ring of satellite tokens around one relay node (survey §3.1.1, Fig. 5a).
+
+n satellites (positions 0 … n − 1, one per token) and one relay (position n), an (n + 1) × (n + 1)
+pattern:
+
+    J_i = { i − 1, i, i + 1 (mod n), n }      satellite i: its ring neighbours, itself, the relay
+    J_n = { 0, 1, …, n }                      the relay: every satellite and itself
+
+Every two non-adjacent satellites are two hops apart through the relay, at O(n) edges. As a union
+of atomic patterns (the ring's wrap-around pair added explicitly):
+
+    star = band(1) | global({n}) | {(0, n − 1), (n − 1, 0)}
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._args import sizes
+from .band import band_pattern
+from .global_tokens import global_pattern
+from .pattern import SparsePattern
+
+__all__ = ["star_transformer_pattern"]
+
+
+def star_transformer_pattern(n: int, *, ring: bool = True) -> SparsePattern:
+    r"""The Star-Transformer's ring and radial connections, relay node last.
+
+    .. math::
+
+        J_i = \{\, (i-1) \bmod n,\ i,\ (i+1) \bmod n,\ n \,\} \ (i < n), \qquad
+        J_n = \{\, 0, \dots, n \,\}
+
+    Parameters
+    ----------
+    n : int
+        Number of satellite nodes (tokens). The pattern has n + 1 rows and columns; the relay
+        node *s* is position ``n``.
+    ring : bool, default True
+        ``True``: the paper's ring, satellites 0 and n − 1 are neighbours. ``False``: a path,
+        the first and last satellites have one neighbour each (the neighbourhood that fastNLP's
+        zero-padded ``unfold`` computes; see Notes).
+
+    Returns
+    -------
+    SparsePattern
+        (n + 1, n + 1), nnz = 5n + 1 (ring, n >= 3): 4 keys per satellite, n + 1 for the relay.
+
+    Notes
+    -----
+    Choices, from the paper's §3.1–3.2 (Alg. 1) and the authors' fastNLP implementation
+    (``fastNLP/modules/encoder/star_transformer.py``):
+
+    - *Layout.* The relay is appended as the last position, so a (n + 1)-row input
+      ``x = [h_1; …; h_n; s]`` attends with this pattern; satellite indices are token indices.
+    - *Ring.* The paper joins adjacent satellites into a ring-shaped structure (Fig. 1), so
+      ``ring=True`` wraps around. fastNLP gathers the neighbours with ``F.unfold`` and zero
+      padding, so its first and last satellites have no wrap-around neighbour; the padded slot
+      then enters the softmax as a zero key (score 0, value 0), which no pattern can express.
+      ``ring=False`` is the closest pattern.
+    - *Satellite context.* Alg. 1 updates
+      :math:`h_i^t = \mathrm{MultiAtt}(h_i^{t-1}, [h_{i-1}^{t-1}; h_i^{t-1}; h_{i+1}^{t-1}; e_i; s^{t-1}])`.
+      The token embedding :math:`e_i` is an extra key outside the n + 1 states, not part of this
+      pattern; append it as a separate key if you need it.
+    - *Relay.* :math:`s^t = \mathrm{MultiAtt}(s^{t-1}, [s^{t-1}; H^t])`: all satellites and
+      itself. The paper updates the satellites first and the relay from the *new* satellite
+      states; one ``sparse_attention`` call with this pattern is the single-step (survey Fig. 5a)
+      view, which the two-phase update applies in two half-steps.
+    - For n ≤ 2 the ring neighbours coincide and are kept once.
+
+    References
+    ----------
+    .. [1] Q. Guo, X. Qiu, P. Liu, Y. Shao, X. Xue, Z. Zhang, "Star-Transformer", NAACL 2019,
+       arXiv:1902.09113v3, §3.1 (ring and radial connections, Fig. 1), §3.2 (Alg. 1).
+
+    Examples
+    --------
+    >>> star_transformer_pattern(4).to_mask().astype(int)
+    array([[1, 1, 0, 1, 1],
+           [1, 1, 1, 0, 1],
+           [0, 1, 1, 1, 1],
+           [1, 0, 1, 1, 1],
+           [1, 1, 1, 1, 1]])
+    >>> star_transformer_pattern(4, ring=False).row(0)
+    array([0, 1, 4])
+    """
+    n, _ = sizes(n, None)
+    if not isinstance(ring, (bool, np.bool_)):
+        raise TypeError(f"ring must be a bool, got {ring!r}")
+    relay = n
+    pattern = band_pattern(n + 1, 1) | global_pattern(n + 1, [relay])   # path + radial edges
+    if ring and n > 2:
+        pattern = pattern | SparsePattern.from_pairs([0, n - 1], [n - 1, 0], n + 1, n + 1)
+    return pattern

@@ -1,0 +1,55 @@
+r"""Strided attention: every ``stride``-th position, at any distance (survey §3.1.1, dilation w_d ≫ 1).
+
+    J_i = { j : (i − j) mod s = 0 }      (causal: and j ≤ i)
+
+Used as one of the two factorised heads of the Sparse Transformer (Child et al., 2019).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._args import causal_flag, sizes
+from .pattern import SparsePattern
+
+__all__ = ["strided_pattern"]
+
+
+def strided_pattern(n: int, stride: int, *, m: int | None = None, causal: bool = False) -> SparsePattern:
+    r"""Keys whose distance to the query is a multiple of ``stride``.
+
+    .. math::
+
+        J_i = \{\, j : (i - j) \bmod s = 0 \,\}
+
+    Parameters
+    ----------
+    n : int
+        Number of queries.
+    stride : int
+        :math:`s \ge 1`; 1 keeps everything.
+    m : int, optional
+        Number of keys; default ``n``.
+    causal : bool, default False
+        Keep only ``j <= i``.
+
+    Returns
+    -------
+    SparsePattern
+        nnz ≈ n·m / s.
+
+    References
+    ----------
+    .. [1] R. Child, S. Gray, A. Radford, I. Sutskever, "Generating Long Sequences with Sparse
+       Transformers", arXiv:1904.10509v1, §4.2, Eq. (strided, A⁽²⁾).
+
+    Examples
+    --------
+    >>> strided_pattern(8, 3).row(4)
+    array([1, 4, 7])
+    """
+    n, m = sizes(n, m)
+    causal = causal_flag(causal)
+    if not isinstance(stride, (int, np.integer)) or isinstance(stride, bool) or stride < 1:
+        raise ValueError(f"stride must be an int >= 1, got {stride!r}")
+    i = np.arange(n)
+    return SparsePattern.from_row_ranges(i % stride, (i + 1) if causal else np.full(n, m), m, step=stride)

@@ -1,0 +1,117 @@
+"""The five atomic patterns of the survey (§3.1.1, Fig. 4) against double loops over their set definitions."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from refattn.sparse.band import band_pattern
+from refattn.sparse.block_local import block_local_pattern
+from refattn.sparse.dilated import dilated_pattern
+from refattn.sparse.global_tokens import global_pattern
+from refattn.sparse.random_edges import draw_random_keys, random_pattern
+from refattn.sparse.strided import strided_pattern
+
+SIZES = [(1, 1), (7, 7), (6, 10), (10, 6), (13, 13)]
+
+
+def loop_mask(n, m, keep):
+    """The mask {(i, j) : keep(i, j)} by a double Python loop."""
+    return np.array([[bool(keep(i, j)) for j in range(m)] for i in range(n)]).reshape(n, m)
+
+
+@pytest.mark.parametrize(("n", "m"), SIZES)
+@pytest.mark.parametrize("w", [0, 1, 3, 20])
+@pytest.mark.parametrize("causal", [False, True])
+def test_band(n, m, w, causal):
+    keep = (lambda i, j: 0 <= i - j <= w) if causal else (lambda i, j: abs(i - j) <= w)
+    np.testing.assert_array_equal(band_pattern(n, w, m=m, causal=causal).to_mask(), loop_mask(n, m, keep))
+
+
+@pytest.mark.parametrize(("n", "m"), SIZES)
+def test_band_wider_than_the_sequence_is_full_attention(n, m):
+    np.testing.assert_array_equal(band_pattern(n, max(n, m), m=m).to_mask(), np.ones((n, m), bool))
+
+
+@pytest.mark.parametrize(("n", "m"), SIZES)
+@pytest.mark.parametrize(("w", "d"), [(1, 2), (2, 3), (3, 1), (0, 4)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_dilated(n, m, w, d, causal):
+    def keep(i, j):
+        return abs(i - j) <= w * d and (i - j) % d == 0 and (j <= i or not causal)
+    np.testing.assert_array_equal(dilated_pattern(n, w, d, m=m, causal=causal).to_mask(), loop_mask(n, m, keep))
+
+
+@pytest.mark.parametrize(("n", "m"), SIZES)
+@pytest.mark.parametrize("w", [0, 2, 5])
+def test_dilation_one_is_the_band(n, m, w):
+    assert dilated_pattern(n, w, 1, m=m) == band_pattern(n, w, m=m)
+    assert dilated_pattern(n, w, 1, m=m, causal=True) == band_pattern(n, w, m=m, causal=True)
+
+
+@pytest.mark.parametrize(("n", "m"), SIZES)
+@pytest.mark.parametrize("s", [1, 2, 3, 5])
+@pytest.mark.parametrize("causal", [False, True])
+def test_strided(n, m, s, causal):
+    def keep(i, j):
+        return (i - j) % s == 0 and (j <= i or not causal)
+    np.testing.assert_array_equal(strided_pattern(n, s, m=m, causal=causal).to_mask(), loop_mask(n, m, keep))
+
+
+@pytest.mark.parametrize(("n", "m"), SIZES)
+@pytest.mark.parametrize("b", [1, 2, 4, 7])
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_local(n, m, b, causal):
+    def keep(i, j):
+        return i // b == j // b and (j <= i or not causal)
+    np.testing.assert_array_equal(block_local_pattern(n, b, m=m, causal=causal).to_mask(), loop_mask(n, m, keep))
+
+
+@pytest.mark.parametrize(("n", "m"), SIZES)
+@pytest.mark.parametrize("G", [[0], [0, 3], [2, 5, 6]])
+@pytest.mark.parametrize("causal", [False, True])
+def test_global(n, m, G, causal):
+    G = [g for g in G if g < max(n, m)]
+    def keep(i, j):
+        return (i in G or j in G) and (j <= i or not causal)
+    np.testing.assert_array_equal(global_pattern(n, G, m=m, causal=causal).to_mask(), loop_mask(n, m, keep))
+
+
+@pytest.mark.parametrize(("n", "m", "r"), [(8, 8, 3), (5, 12, 4), (12, 5, 5), (6, 6, 6)])
+def test_random_exact_count_and_determinism(n, m, r):
+    p = random_pattern(n, r, m=m, rng=42)
+    np.testing.assert_array_equal(p.row_counts(), np.full(n, r))
+    assert random_pattern(n, r, m=m, rng=42) == p
+    assert random_pattern(n, r, m=m, keys=draw_random_keys(42, n, r, m=m)) == p
+
+
+def test_random_causal_counts():
+    p = random_pattern(9, 3, rng=np.random.default_rng(1), causal=True)
+    np.testing.assert_array_equal(p.row_counts(), [1, 2, 3, 3, 3, 3, 3, 3, 3])
+    assert np.all(p.indices <= p.row_ids())
+
+
+def test_random_draw_is_uniform_over_keys():
+    # Each of m = 10 keys is in a row's r = 3 with probability 3/10. Over 20000 rows a key's count
+    # is Binomial(20000, 0.3): sd ≈ 64.8, and |count − 6000| ≤ 5 sd fails for any key with
+    # probability < 10 · 5.7e-7 (two-sided normal tail), the false-alarm rate of this test.
+    keys = draw_random_keys(7, 20000, 3, m=10)
+    counts = np.bincount(keys.ravel(), minlength=10)
+    assert np.all(np.abs(counts - 6000) <= 5 * np.sqrt(20000 * 0.3 * 0.7))
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda: band_pattern(4, -1), ValueError, "w must be a non-negative int"),
+    (lambda: band_pattern(0, 1), ValueError, "n must be a positive int"),
+    (lambda: dilated_pattern(4, 1, 0), ValueError, "dilation must be an int >= 1"),
+    (lambda: strided_pattern(4, 0), ValueError, "stride must be an int >= 1"),
+    (lambda: block_local_pattern(4, 0), ValueError, "block must be a positive int"),
+    (lambda: global_pattern(4, [4]), ValueError, r"global_indices must lie in \[0, max\(n, m\)=4\)"),
+    (lambda: global_pattern(4, [0.5]), TypeError, "global_indices must be a 1-D array of ints"),
+    (lambda: random_pattern(4, 2), ValueError, "exactly one of rng= .* and keys="),
+    (lambda: random_pattern(4, 5, rng=0), ValueError, "cannot draw r=5 distinct keys from m=4"),
+    (lambda: random_pattern(2, keys=[[0, 0], [1, -1]]), ValueError, "repeats a key within a row"),
+    (lambda: random_pattern(2, keys=[[0, 2], [1, -1]]), ValueError, r"keys must lie in \[0, m=2\)"),
+])
+def test_bad_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
