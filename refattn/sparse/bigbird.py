@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike, NDArray
 from .._random import as_rng
 from .._validate import check_choice, check_positive_int
 from ._args import non_negative, sizes
-from .pattern import SparsePattern
+from .pattern import SparsePattern, index_dtype
 
 __all__ = ["bigbird_block_layout", "bigbird_pattern", "draw_bigbird_random_blocks"]
 
@@ -307,8 +307,10 @@ def _expand_blocks(blocks: SparsePattern, b: int) -> SparsePattern:
     token_block = np.arange(n) // b
     counts = length[token_block]                                              # token row i keeps row ⌊i/b⌋'s keys
     indptr = np.concatenate([[0], np.cumsum(counts)])
-    offset = np.repeat(start[token_block] - indptr[:-1], counts)
-    return SparsePattern(indptr, template[offset + np.arange(indptr[-1])], n, n)
+    dtype = index_dtype(max(n, indptr[-1]))                                    # in place, narrow: ~12 B/pair
+    position = np.arange(indptr[-1], dtype=dtype)
+    position += np.repeat((start[token_block] - indptr[:-1]).astype(dtype), counts)   # into the template
+    return SparsePattern(indptr, template.astype(dtype)[position], n, n)
 
 
 def _half_window(num_window_blocks) -> int:

@@ -45,8 +45,8 @@ def dilated_pattern(n: int, w: int, dilation: int, *, m: int | None = None, caus
 
     Examples
     --------
-    >>> dilated_pattern(7, 1, 2).row(3)
-    array([1, 3, 5])
+    >>> dilated_pattern(7, 1, 2).row(3).tolist()
+    [1, 3, 5]
     """
     n, m = sizes(n, m)
     causal = causal_flag(causal)

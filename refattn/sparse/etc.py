@@ -102,8 +102,8 @@ def etc_pattern(
            [1, 0, 0, 1, 1, 1],
            [1, 0, 0, 0, 1, 1]])
     >>> p = etc_pattern(2, 4, 0, segment_ids=[0, 0, 1, 1], hard_l2g=True)
-    >>> p.row(2), p.row(5)
-    (array([0, 2]), array([1, 5]))
+    >>> p.row(2).tolist(), p.row(5).tolist()
+    ([0, 2], [1, 5])
     """
     g = non_negative("num_global", num_global)
     L = check_positive_int("num_long", num_long)

@@ -93,8 +93,8 @@ def longformer_pattern(
            [1, 0, 1, 1, 1, 0],
            [1, 0, 0, 1, 1, 1],
            [1, 0, 0, 0, 1, 1]])
-    >>> longformer_pattern(9, 4, dilation=2).row(4)
-    array([0, 2, 4, 6, 8])
+    >>> longformer_pattern(9, 4, dilation=2).row(4).tolist()
+    [0, 2, 4, 6, 8]
     """
     n, _ = sizes(n, None)
     half = _half_window(window)

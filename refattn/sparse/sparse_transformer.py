@@ -105,10 +105,10 @@ def sparse_transformer_pattern(
 
     Examples
     --------
-    >>> sparse_transformer_pattern(8, 3).row(7)
-    array([1, 4, 5, 6, 7])
-    >>> sparse_transformer_pattern(8, 3, kind="fixed", part=2).row(7)
-    array([2, 5])
+    >>> sparse_transformer_pattern(8, 3).row(7).tolist()
+    [1, 4, 5, 6, 7]
+    >>> sparse_transformer_pattern(8, 3, kind="fixed", part=2).row(7).tolist()
+    [2, 5]
     >>> sparse_transformer_pattern(6, 2, kind="fixed").to_mask().astype(int)
     array([[1, 0, 0, 0, 0, 0],
            [1, 1, 0, 0, 0, 0],

@@ -44,8 +44,8 @@ def strided_pattern(n: int, stride: int, *, m: int | None = None, causal: bool =
 
     Examples
     --------
-    >>> strided_pattern(8, 3).row(4)
-    array([1, 4, 7])
+    >>> strided_pattern(8, 3).row(4).tolist()
+    [1, 4, 7]
     """
     n, m = sizes(n, m)
     causal = causal_flag(causal)
