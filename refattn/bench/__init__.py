@@ -6,8 +6,8 @@ times, and states each target with its measured value.
 """
 from __future__ import annotations
 
-from . import sparse
+from . import linear, sparse
 
-FAMILIES = {"sparse": sparse}
+FAMILIES = {"sparse": sparse, "linear": linear}
 
 __all__ = ["FAMILIES"]

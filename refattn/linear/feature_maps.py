@@ -1,0 +1,48 @@
+r"""Deterministic feature maps φ for linearised attention (survey §3.2).
+
+    sim(q, k) = φ(q) φ(k)ᵀ  ≥ 0,   so  softmax-like weights  α_ij = φ(q_i)φ(k_j)ᵀ / Σ_l φ(q_i)φ(k_l)ᵀ
+
+Random-feature maps (Performer's FAVOR+) live in :mod:`refattn.linear.performer`.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .._validate import as_float
+
+__all__ = ["elu_feature_map"]
+
+
+def elu_feature_map(x: ArrayLike) -> NDArray:
+    r"""The Linear Transformer's feature map, :math:`\phi(x) = \operatorname{elu}(x) + 1`.
+
+    .. math::
+
+        \phi(x) = \begin{cases} x + 1 & x > 0 \\ e^{x} & x \le 0 \end{cases}
+
+    Strictly positive, so every similarity :math:`\phi(q)\phi(k)^\top` and every denominator is
+    positive.
+
+    Parameters
+    ----------
+    x : (..., d) array_like
+        Queries or keys.
+
+    Returns
+    -------
+    phi : (..., d) ndarray
+        F = d features.
+
+    References
+    ----------
+    .. [1] A. Katharopoulos, A. Vyas, N. Pappas, F. Fleuret, "Transformers are RNNs: Fast
+       Autoregressive Transformers with Linear Attention", ICML 2020, arXiv:2006.16236v3, §3.2.1.
+
+    Examples
+    --------
+    >>> elu_feature_map([-1.0, 0.0, 2.0])
+    array([0.36787944, 1.        , 3.        ])
+    """
+    x = as_float("x", x)
+    return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))    # elu(x) + 1, no overflow in the unused branch

@@ -1,0 +1,130 @@
+"""linear_attention: the quadratic, right-product and scan paths against each other and a naive loop."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refattn import causal_mask
+from refattn.kernels.scan import causal_linear_scan
+from refattn.linear import elu_feature_map, linear_attention
+
+TIGHT = {"rtol": 1e-12, "atol": 1e-12}
+
+
+def qkv(rng, n, m, d=4, d_v=3, batch=()):
+    return (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
+            rng.standard_normal((*batch, m, d_v)))
+
+
+def naive_linear(q, k, v, phi, allowed=None):
+    """V'_i = Σ_j sim_ij v_j / Σ_j sim_ij with sim_ij = φ(q_i)·φ(k_j), by Python loops (Katharopoulos Eq. 2)."""
+    n, m = len(q), len(k)
+    out = np.zeros((n, v.shape[1]))
+    for i in range(n):
+        pq = phi(q[i])
+        sims = {j: float(sum(a * b for a, b in zip(pq, phi(k[j]), strict=True)))
+                for j in range(m) if allowed is None or allowed[i, j]}
+        total = sum(sims.values())
+        for j, s in sims.items():
+            out[i] += s / total * v[j]
+    return out
+
+
+@pytest.mark.parametrize(("n", "m"), [(5, 8), (8, 5), (6, 6)])
+def test_quadratic_and_right_match_the_naive_loop(rng, n, m):
+    q, k, v = qkv(rng, n, m)
+    expected = naive_linear(q, k, v, elu_feature_map)
+    for method in ("quadratic", "right"):
+        np.testing.assert_allclose(linear_attention(q, k, v, elu_feature_map, method=method), expected, **TIGHT)
+
+
+@pytest.mark.parametrize(("n", "m"), [(5, 8), (8, 5), (6, 6)])
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+def test_scan_and_quadratic_match_the_naive_causal_loop(rng, n, m, alignment):
+    q, k, v = qkv(rng, n, m)
+    causal = True if alignment == "top-left" else alignment
+    allowed = causal_mask(n, m, alignment=alignment)
+    sees = allowed.any(axis=1)
+    expected = naive_linear(q[sees], k, v, elu_feature_map, allowed[sees])
+    for method in ("quadratic", "scan"):
+        out = linear_attention(q, k, v, elu_feature_map, causal=causal, method=method)
+        np.testing.assert_allclose(out[sees], expected, **TIGHT)
+        np.testing.assert_array_equal(out[~sees], 0.0)            # fully masked: zero by default
+
+
+@given(st.integers(1, 7), st.integers(1, 7), st.integers(0, 2**32 - 1),
+       st.sampled_from([False, True, "bottom-right"]))
+def test_the_three_paths_agree(n, m, seed, causal):
+    q, k, v = qkv(np.random.default_rng(seed), n, m, batch=(2,))
+    quadratic = linear_attention(q, k, v, elu_feature_map, causal=causal)
+    fast = linear_attention(q, k, v, elu_feature_map, causal=causal, method="right" if causal is False else "scan")
+    np.testing.assert_allclose(fast, quadratic, **TIGHT)
+
+
+def test_effective_weights_are_row_stochastic_and_reproduce_the_output(rng):
+    q, k, v = qkv(rng, 6, 9)
+    out, A = linear_attention(q, k, v, elu_feature_map, causal="bottom-right", return_weights=True, method="scan")
+    np.testing.assert_allclose(A.sum(axis=-1), 1.0, rtol=0, atol=1e-15 * 9)
+    assert np.all(A >= 0)
+    np.testing.assert_array_equal(A[~causal_mask(6, 9, alignment="bottom-right")], 0.0)
+    np.testing.assert_allclose(A @ v, out, **TIGHT)
+
+
+def test_causal_outputs_ignore_the_future(rng):
+    q, k, v = qkv(rng, 7, 7)
+    out = linear_attention(q, k, v, elu_feature_map, causal=True, method="scan")
+    k[4:], v[4:] = rng.standard_normal(k[4:].shape), np.nan
+    np.testing.assert_array_equal(linear_attention(q, k, v, elu_feature_map, causal=True, method="scan")[:4],
+                                  out[:4])
+
+
+@pytest.mark.parametrize("policy", ["zero", "nan", "uniform"])
+def test_rows_without_keys_follow_the_policy(rng, policy):
+    q, k, v = qkv(rng, 5, 3)
+    out = linear_attention(q, k, v, elu_feature_map, causal="bottom-right", method="scan", fully_masked=policy)
+    expected = {"zero": np.zeros(3), "nan": np.full(3, np.nan), "uniform": v.mean(axis=0)}[policy]
+    np.testing.assert_allclose(out[:2], np.broadcast_to(expected, (2, 3)), **TIGHT)
+
+
+def test_zero_denominator_is_an_error_not_a_silent_inf():
+    # φ(x) = x can make φ(q)·Σφ(k) exactly 0: q = (1, −1), keys (1, 0) and (0, 1) sum to (1, 1).
+    q, k, v = np.array([[1.0, -1.0]]), np.array([[1.0, 0.0], [0.0, 1.0]]), np.ones((2, 2))
+    for method in ("quadratic", "right"):
+        with pytest.raises(ZeroDivisionError, match=r"denominator .* is 0 at index \(0,\)"):
+            linear_attention(q, k, v, lambda x: x, method=method)
+    out = linear_attention(q, k, v, lambda x: x, eps=0.5)         # with eps the row is defined
+    np.testing.assert_allclose(out, [[0.0, 0.0]], **TIGHT)
+
+
+def test_eps_is_added_to_every_denominator(rng):
+    q, k, v = qkv(rng, 4, 6)
+    out = linear_attention(q, k, v, elu_feature_map, eps=1e-6, method="right")
+    phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+    np.testing.assert_allclose(out, (phi_q @ (phi_k.T @ v)) / (phi_q @ phi_k.sum(0) + 1e-6)[:, None], **TIGHT)
+
+
+def test_scan_kernel_python_source_equals_compiled(rng):
+    phi_q, phi_k, v = (elu_feature_map(x) if i < 2 else x for i, x in enumerate(qkv(rng, 5, 7, batch=(2,))))
+    results = []
+    for fn in (causal_linear_scan, causal_linear_scan.py_func):
+        out, den = np.empty((2, 5, 3)), np.empty((2, 5))
+        fn(phi_q, phi_k, v, 2, 0.0, out, den)
+        results.append((out, den))
+    np.testing.assert_allclose(results[0][0], results[1][0], **TIGHT)
+    np.testing.assert_allclose(results[0][1], results[1][1], **TIGHT)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"method": "right", "causal": True}, ValueError, "method='right' sums over every key"),
+    ({"method": "scan"}, ValueError, "method='scan' is the causal recurrence"),
+    ({"method": "fast"}, ValueError, "method must be one of"),
+    ({"eps": np.inf}, ValueError, "eps must be a finite real number"),
+    ({"feature_map": lambda x: x.sum(-1)}, ValueError, r"feature_map turned q of shape \(4, 3\) into shape \(4,\)"),
+])
+def test_bad_input(rng, kwargs, error, match):
+    q, k, v = qkv(rng, 4, 6, d=3)
+    kwargs = {"feature_map": elu_feature_map} | kwargs
+    with pytest.raises(error, match=match):
+        linear_attention(q, k, v, **kwargs)
