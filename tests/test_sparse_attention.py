@@ -92,7 +92,8 @@ def test_kernel_python_source_equals_compiled(rng):
     q, k, v = qkv(rng, 5, 7, batch=(2,))
     p = SparsePattern.from_mask(random_pattern_mask(rng, 5, 7, 0.5))
     results = []
-    for fn in (sparse_attention_csr, sparse_attention_csr.py_func):
+    python_source = getattr(sparse_attention_csr, "py_func", sparse_attention_csr)    # no py_func when JIT is disabled
+    for fn in (sparse_attention_csr, python_source):
         out, w = np.empty((2, 5, 3)), np.empty((2, p.nnz))
         fn(q, k, v, p.indptr, p.indices, 0.5, POLICY_CODES["uniform"], out, w)
         results.append((out, w))

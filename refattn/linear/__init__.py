@@ -1,5 +1,27 @@
-"""Linearised attention (survey §3.2): feature maps φ and the three multiplication orders."""
-from .attention import linear_attention
-from .feature_maps import elu_feature_map
+"""Linearised attention (survey §3.2): feature maps φ, the three multiplication orders, gated memories.
 
-__all__ = ["elu_feature_map", "linear_attention"]
+- :func:`linear_attention` with a feature map (:func:`elu_feature_map`, Performer's
+  :func:`favor_features`): the quadratic left product, the right product and the causal scan.
+- :func:`efficient_attention` (Shen et al.): softmax over Q's features and K's positions.
+- :func:`rfa_attention` (gated memory, Peng et al.) and :func:`delta_rule_attention` (fast-weight
+  delta rule, Schlag et al.): causal recurrences with their own scans.
+"""
+from .attention import linear_attention
+from .delta_rule import DeltaBetaParams, delta_beta, delta_rule_attention, init_delta_beta
+from .efficient_attention import efficient_attention
+from .feature_maps import elu_feature_map
+from .rfa import RFAGateParams, init_rfa_gate, rfa_attention, rfa_gates
+
+__all__ = [
+    "DeltaBetaParams",
+    "RFAGateParams",
+    "delta_beta",
+    "delta_rule_attention",
+    "efficient_attention",
+    "elu_feature_map",
+    "init_delta_beta",
+    "init_rfa_gate",
+    "linear_attention",
+    "rfa_attention",
+    "rfa_gates",
+]

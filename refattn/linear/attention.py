@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 from .._validate import as_float, check_choice, check_qkv
 from ..core.masks import attention_mask, causal_alignment
 from ..core.softmax import FULLY_MASKED_POLICIES
+from ._common import check_denominators, features, kernel_rows, safe_denominator
 
 __all__ = ["linear_attention"]
 
@@ -112,7 +113,7 @@ def linear_attention(
         raise ValueError("method='scan' is the causal recurrence; for non-causal attention use method='right'")
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not np.isfinite(eps):
         raise ValueError(f"eps must be a finite real number, got {eps!r}")
-    phi_q, phi_k = _features(feature_map, q, "q"), _features(feature_map, k, "k")
+    phi_q, phi_k = features(feature_map, q, "q"), features(feature_map, k, "k")
     n, m = q.shape[-2], k.shape[-2]
     delta = {None: m, "top-left": 0, "bottom-right": m - n}[alignment]   # query i sees keys j <= i + delta
     sees_none = np.arange(n) + delta < 0                           # (n,)  rows with no key at all
@@ -125,23 +126,16 @@ def linear_attention(
         KV = np.swapaxes(phi_k, -1, -2) @ v                        # (..., F, d_v)  φ(K)ᵀV
         z = phi_k.sum(axis=-2)                                     # (..., F)       φ(K)ᵀ1
         den = (phi_q @ z[..., None])[..., 0] + eps                 # (..., n)       φ(Q)(φ(K)ᵀ1) + ε
-        out = (phi_q @ KV) / _safe(den)[..., None]                 # (..., n, d_v)
+        out = (phi_q @ KV) / safe_denominator(den)[..., None]                 # (..., n, d_v)
     else:
         out, den = _scan(phi_q, phi_k, v, batch, delta, eps)
-    _check_denominators(den, sees_none)
+    check_denominators(den, "linear attention denominator φ(q_i)·Σ_j φ(k_j) + eps",
+                       "the feature map is not positive there; pass eps or a positive map", skip=sees_none)
     if sees_none.any():
         out = np.where(sees_none[:, None], _empty_row(fully_masked, v), out)
         if return_weights:
             A = np.where(sees_none[:, None], _empty_weights(fully_masked, m), A)
     return (out, A) if return_weights else out
-
-
-def _features(feature_map, x: NDArray, name: str) -> NDArray:
-    phi = np.asarray(feature_map(x), dtype=np.float64)
-    if phi.shape[:-1] != x.shape[:-1]:
-        raise ValueError(f"feature_map turned {name} of shape {x.shape} into shape {phi.shape}; "
-                         "it must keep every axis but the last")
-    return phi
 
 
 def _quadratic_weights(phi_q, phi_k, alignment, eps):
@@ -152,34 +146,18 @@ def _quadratic_weights(phi_q, phi_k, alignment, eps):
         allowed, _ = attention_mask(None, alignment, n, m, np.float64)
         sim = np.where(allowed, sim, 0.0)                          # keep j <= i (+ m − n)
     den = sim.sum(axis=-1) + eps                                   # (..., n)
-    return sim / _safe(den)[..., None], den
+    return sim / safe_denominator(den)[..., None], den
 
 
 def _scan(phi_q, phi_k, v, batch, delta, eps):
     from ..kernels.scan import causal_linear_scan  # Numba loads on first use only
 
     n, d_v = phi_q.shape[-2], v.shape[-1]
-    flat = [np.ascontiguousarray(np.broadcast_to(x, (*batch, *x.shape[-2:])).reshape(-1, *x.shape[-2:]))
-            for x in (phi_q, phi_k, v)]                            # (B, ·, ·)
+    flat = [kernel_rows(x, batch, x.shape[-2:]) for x in (phi_q, phi_k, v)]   # (B, ·, ·)
     out, den = np.empty((flat[0].shape[0], n, d_v)), np.empty((flat[0].shape[0], n))
     with np.errstate(divide="ignore", invalid="ignore"):
         causal_linear_scan(*flat, delta, float(eps), out, den)
     return out.reshape(*batch, n, d_v), den.reshape(*batch, n)
-
-
-def _safe(den: NDArray) -> NDArray:
-    """Denominators with exact zeros replaced by 1 (those rows are overwritten or reported)."""
-    return np.where(den == 0, 1.0, den)
-
-
-def _check_denominators(den: NDArray, sees_none: NDArray) -> None:
-    zero = (den == 0) & ~sees_none
-    if zero.any():
-        where = np.argwhere(zero)[0]
-        raise ZeroDivisionError(
-            f"linear attention denominator φ(q_i)·Σ_j φ(k_j) + eps is 0 at index {tuple(int(i) for i in where)} "
-            f"({int(zero.sum())} rows): the feature map is not positive there; pass eps or a positive map"
-        )
 
 
 def _empty_row(policy: str, v: NDArray) -> NDArray:

@@ -1,0 +1,303 @@
+r"""Random Feature Attention with its gate (Peng et al., 2021, §3, Eq. 7): causal linear attention that forgets.
+
+    g_t = σ(w_g · x_t + b_g)                              a scalar gate per step (and head)
+    S_t = g_t S_{t−1} + (1 − g_t) φ(k_t) ⊗ v_t            S_0 = 0    (F × d_v)
+    z_t = g_t z_{t−1} + (1 − g_t) φ(k_t)                  z_0 = 0    (F)
+    out_t = φ(q_t)ᵀ S_t / φ(q_t)ᵀ z_t
+
+Unrolled, query i weighs key j ≤ i by c_ij = (1 − g_j) Π_{l=j+1..i} g_l (see Notes), so the two paths
+
+    "equation"  the masked n × n matrix c_ij φ(q_i)·φ(k_j), row-normalised (also the effective matrix)
+    "scan"      the recurrence above, in Numba (refattn.kernels.gated_scan)
+
+agree to 1e-12. φ is any feature map; RFA's own is a random Fourier map of ℓ2-normalised q and k.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .._random import as_rng, glorot
+from .._validate import as_float, check_choice, check_positive_int
+from ._common import check_denominators, check_recurrence_inputs, features, kernel_rows, safe_denominator, sigmoid
+
+__all__ = ["RFAGateParams", "init_rfa_gate", "rfa_attention", "rfa_gates"]
+
+METHODS = ("equation", "scan")
+GATE_FORMS = ("paper", "decay")
+
+
+@dataclass(frozen=True)
+class RFAGateParams:
+    r"""Parameters of RFA's gate :math:`g_t = \sigma(w_g \cdot x_t + b_g)`.
+
+    Attributes
+    ----------
+    w_g : (d,) ndarray
+        Gate weights :math:`w_g`.
+    b_g : float
+        Gate bias :math:`b_g`.
+    """
+
+    w_g: NDArray
+    b_g: float
+
+    def __post_init__(self) -> None:
+        if np.ndim(self.w_g) != 1:
+            raise ValueError(f"w_g must be a vector (d,), got shape {np.shape(self.w_g)}")
+        if np.ndim(self.b_g) != 0:
+            raise ValueError(f"b_g must be a scalar, got shape {np.shape(self.b_g)}")
+
+
+def init_rfa_gate(rng, d: int, *, b_g: float = 0.0) -> RFAGateParams:
+    r"""Draw the gate weights :math:`w_g` (Glorot uniform) and set the bias :math:`b_g`.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator or int
+        Source of the draw.
+    d : int
+        Width of the gate's input :math:`x_t`.
+    b_g : float, default 0.0
+        Gate bias. A positive bias starts the gate near 1 (long memory).
+
+    Returns
+    -------
+    RFAGateParams
+
+    Notes
+    -----
+    :math:`w_g` is one column of a Glorot-uniform matrix,
+    :math:`U(\pm\sqrt{6/(d + 1)})`, as refattn draws every projection; the bias is not drawn.
+
+    Examples
+    --------
+    >>> p = init_rfa_gate(0, 8)
+    >>> p.w_g.shape, p.b_g
+    ((8,), 0.0)
+    """
+    rng = as_rng(rng)
+    d = check_positive_int("d", d)
+    return RFAGateParams(w_g=glorot(rng, d, 1)[:, 0], b_g=float(b_g))
+
+
+def rfa_gates(x: ArrayLike, w_g: ArrayLike, b_g: float | ArrayLike = 0.0) -> NDArray:
+    r"""RFA's gate, :math:`g_t = \sigma(w_g \cdot x_t + b_g)`, for every step at once.
+
+    Parameters
+    ----------
+    x : (..., n, d) array_like
+        Gate inputs :math:`x_t` (the layer's input at step *t*).
+    w_g : (d,) array_like
+        Gate weights.
+    b_g : float, default 0.0
+        Gate bias.
+
+    Returns
+    -------
+    gates : (..., n) ndarray
+        Values in [0, 1] (in (0, 1) unless the logit saturates in float64).
+
+    Examples
+    --------
+    >>> rfa_gates(np.zeros((3, 2)), np.ones(2))
+    array([0.5, 0.5, 0.5])
+    """
+    x = as_float("x", x, min_ndim=1)
+    w_g = as_float("w_g", w_g)
+    b_g = as_float("b_g", b_g)
+    if w_g.ndim != 1 or w_g.shape[0] != x.shape[-1]:
+        raise ValueError(f"w_g must have shape (d,) = ({x.shape[-1]},) to match x of shape {x.shape}, "
+                         f"got shape {w_g.shape}")
+    if b_g.ndim != 0:
+        raise ValueError(f"b_g must be a scalar, got shape {b_g.shape}")
+    return sigmoid(x @ w_g + b_g)                                 # (..., n)  σ(w_g·x_t + b_g)
+
+
+def rfa_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    gates: ArrayLike,
+    feature_map: Callable[[NDArray], NDArray],
+    *,
+    gate_form: str = "paper",
+    method: str = "equation",
+    eps: float = 0.0,
+    return_weights: bool = False,
+) -> NDArray | tuple[NDArray, NDArray]:
+    r"""Gated causal random feature attention (RFA-Gate): a linear-attention RNN with a forget gate.
+
+    .. math::
+
+        S_t = g_t\,S_{t-1} + (1 - g_t)\,\phi(k_t) \otimes v_t, \qquad
+        z_t = g_t\,z_{t-1} + (1 - g_t)\,\phi(k_t), \qquad
+        \operatorname{out}_t = \frac{\phi(q_t)^\top S_t}{\phi(q_t) \cdot z_t}
+
+    with :math:`S_0 = 0`, :math:`z_0 = 0`. Causal self-attention: step *t* reads the memory
+    after writing token *t*, so queries and keys come from the same *n* positions.
+
+    Parameters
+    ----------
+    q : (..., n, d) array_like
+        Queries.
+    k : (..., n, d) array_like
+        Keys (as many as queries).
+    v : (..., n, d_v) array_like
+        Values.
+    gates : (..., n) array_like
+        :math:`g_t \in [0, 1]`, one per step (and per batch row or head), e.g. from
+        :func:`rfa_gates`. Explicit, so that another implementation can be fed the same gates.
+    feature_map : callable
+        :math:`\phi`, mapping ``(..., n, d)`` to ``(..., n, F)``.
+    gate_form : {"paper", "decay"}, default "paper"
+        "paper": the write is weighted by :math:`1 - g_t`, a convex combination of the old memory
+        and the new association (Eq. 7). "decay": :math:`S_t = g_t S_{t-1} + \phi(k_t) \otimes v_t`
+        (and likewise *z*), the gate only decays the past; with :math:`g \equiv 1` this is the
+        paper's ungated causal RFA, i.e. causal linear attention.
+    method : {"equation", "scan"}, default "equation"
+        "equation": the masked :math:`n \times n` matrix of the unrolled sum. "scan": the
+        recurrence in Numba, :math:`O(n F d_v)` time and :math:`O(F d_v)` memory.
+    eps : float, default 0.0
+        Added to every denominator :math:`\phi(q_t) \cdot z_t` (the paper's equations have none).
+    return_weights : bool, default False
+        Also return the effective attention matrix (computed by the equation path whatever
+        ``method`` is).
+
+    Returns
+    -------
+    out : (..., n, d_v) ndarray
+    weights : (..., n, n) ndarray
+        Only if ``return_weights``: :math:`A_{ij} = c_{ij}\phi(q_i)\cdot\phi(k_j) / \sum_{l \le i}
+        c_{il}\phi(q_i)\cdot\phi(k_l)` for :math:`j \le i`, 0 above the diagonal. With ``eps=0``
+        every row sums to 1; entries are non-negative when :math:`\phi` is.
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit, q and k differ in length, a gate lies outside [0, 1], or an
+        option is unknown.
+    TypeError
+        If an input is not a real floating-point array.
+    ZeroDivisionError
+        If a denominator :math:`\phi(q_t)\cdot z_t + \epsilon` is exactly 0 (e.g. ``gate_form="paper"``
+        with :math:`g_1 = \dots = g_t = 1`: every write so far was erased); never a silent inf or NaN.
+
+    Notes
+    -----
+    **Unrolled form.** By induction from :math:`S_0 = 0`,
+
+    .. math::
+
+        S_i = \sum_{j \le i} c_{ij}\,\phi(k_j) \otimes v_j, \qquad
+        z_i = \sum_{j \le i} c_{ij}\,\phi(k_j), \qquad
+        c_{ij} = (1 - g_j) \prod_{l=j+1}^{i} g_l
+
+    (the write of step *j* is weighted by :math:`1 - g_j` and then multiplied by every later gate;
+    the empty product is 1). Hence
+
+    .. math::
+
+        \operatorname{out}_i = \frac{\sum_{j \le i} c_{ij}\,\phi(q_i)\cdot\phi(k_j)\,v_j}
+                                    {\sum_{j \le i} c_{ij}\,\phi(q_i)\cdot\phi(k_j)},
+
+    causal linear attention with the similarity reweighted by :math:`c_{ij}`. The equation path
+    forms :math:`c_{ij}` as products of gates (no division by cumulative products, which would
+    fail at :math:`g = 0`). With ``gate_form="decay"``, :math:`c_{ij} = \prod_{l=j+1}^{i} g_l`.
+
+    **Limits.** :math:`g \equiv 0` (paper form): :math:`c_{ij} = \delta_{ij}`, the memory is reset
+    at every step and :math:`\operatorname{out}_t = v_t` exactly; this is *not* the ungated model.
+    A constant gate :math:`g_t = \gamma`: :math:`c_{ij} = (1 - \gamma)\gamma^{i-j}` and the factor
+    :math:`1 - \gamma` cancels between numerator and denominator, so the paper form equals the
+    decay form with the same :math:`\gamma`, an exponential recency bias. At :math:`\gamma = 1` the
+    decay form is exactly the ungated causal RFA
+    (:math:`S_t = S_{t-1} + \phi(k_t)\otimes v_t`, the paper's causal attention), i.e.
+    :func:`~refattn.linear.linear_attention` with ``causal=True``; the paper form reaches it only
+    as the limit :math:`\gamma \to 1` (at :math:`\gamma = 1` every write is multiplied by 0).
+
+    **RFA's own feature map.** The paper's :math:`\phi` is the random Fourier map of Rahimi and
+    Recht, :math:`\phi(x) = D^{-1/2}[\sin(w_1\cdot x), \dots, \sin(w_D\cdot x), \cos(w_1\cdot x),
+    \dots, \cos(w_D\cdot x)]` with Gaussian :math:`w_i`, whose expected inner product is a Gaussian
+    kernel of :math:`x - y`; applied to :math:`\ell_2`-normalised queries and keys,
+    :math:`\|x - y\|^2 = 2 - 2x\cdot y`, so it estimates :math:`\exp(x\cdot y/\sigma^2)` up to a
+    constant that cancels in the normalisation. Its similarities can be negative, so a
+    denominator can be small or of either sign. Any map can be passed here; the gate is independent
+    of the map.
+
+    **Cost.** Equation path :math:`O(n^2 (F + d_v))` time and :math:`O(n^2)` memory; scan
+    :math:`O(n F d_v)` time and :math:`O(F d_v)` state.
+
+    References
+    ----------
+    .. [1] H. Peng, N. Pappas, D. Yogatama, R. Schwartz, N. A. Smith, L. Kong, "Random Feature
+       Attention", ICLR 2021, arXiv:2103.02143v2, §3 (random feature map, causal RFA, and the
+       gate "learning with recency bias", Eq. 7).
+    .. [2] A. Rahimi, B. Recht, "Random Features for Large-Scale Kernel Machines", NeurIPS 2007.
+
+    Examples
+    --------
+    >>> from refattn.linear import elu_feature_map
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 6, 4))
+    >>> g = rng.uniform(size=6)
+    >>> out, A = rfa_attention(q, k, v, g, elu_feature_map, return_weights=True)
+    >>> bool(np.allclose(A.sum(axis=-1), 1.0)), bool(np.allclose(np.triu(A, 1), 0.0))
+    (True, True)
+    >>> bool(np.allclose(rfa_attention(q, k, v, np.zeros(6), elu_feature_map), v))   # g ≡ 0: out_t = v_t
+    True
+    """
+    check_choice("method", method, METHODS)
+    check_choice("gate_form", gate_form, GATE_FORMS)
+    q, k, v, gates, batch = check_recurrence_inputs(q, k, v, gates, "gates", "rfa_attention")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not np.isfinite(eps):
+        raise ValueError(f"eps must be a finite real number, got {eps!r}")
+    coupled = gate_form == "paper"
+    phi_q, phi_k = features(feature_map, q, "q"), features(feature_map, k, "k")
+    if phi_q.shape[-1] != phi_k.shape[-1]:
+        raise ValueError(f"feature_map gave F={phi_q.shape[-1]} features for q but F={phi_k.shape[-1]} for k")
+
+    if method == "equation" or return_weights:
+        A, den_eq = _effective_weights(phi_q, phi_k, gates, coupled, eps)
+    if method == "equation":
+        out, den = A @ v, den_eq                                   # (..., n, d_v)
+    else:
+        out, den = _scan(phi_q, phi_k, v, gates, coupled, eps, batch)
+    check_denominators(den, "RFA denominator φ(q_t)·z_t + eps",
+                       "nothing weighted has been written to the memory there (gates of 1 with gate_form='paper', "
+                       "or a feature map that is not positive); pass eps")
+    return (out, A) if return_weights else out
+
+
+def _gate_coefficients(gates: NDArray, coupled: bool) -> NDArray:
+    """c_ij = (1 − g_j) Π_{l=j+1..i} g_l (coupled) or Π_{l=j+1..i} g_l, (..., n, n); meaningful for j ≤ i only."""
+    n = gates.shape[-1]
+    below = np.tri(n, dtype=bool)                                  # (n, n)  l ≤ i
+    T = np.where(below, gates[..., None, :], 1.0)                  # (..., n, n)  T_il = g_l (l ≤ i), 1 (l > i)
+    R = np.flip(np.cumprod(np.flip(T, axis=-1), axis=-1), axis=-1)  # R_ij = Π_{l ≥ j} T_il
+    decay = np.concatenate([R[..., 1:], np.ones_like(R[..., :1])], axis=-1)   # Π_{l=j+1..i} g_l
+    return (1.0 - gates[..., None, :]) * decay if coupled else decay          # c_ij
+
+
+def _effective_weights(phi_q, phi_k, gates, coupled, eps):
+    """A_ij = c_ij φ(q_i)·φ(k_j) / Σ_{l ≤ i} c_il φ(q_i)·φ(k_l) on j ≤ i, and the denominators."""
+    n = phi_q.shape[-2]
+    sim = phi_q @ np.swapaxes(phi_k, -1, -2)                       # (..., n, n)  φ(q_i)·φ(k_j)
+    C = _gate_coefficients(gates, coupled)                          # (..., n, n)  c_ij
+    num = np.where(np.tri(n, dtype=bool), C * sim, 0.0)            # keep j ≤ i (selection: the future cannot leak)
+    den = num.sum(axis=-1) + eps                                   # (..., n)  φ(q_i)ᵀ z_i + ε
+    return num / safe_denominator(den)[..., None], den
+
+
+def _scan(phi_q, phi_k, v, gates, coupled, eps, batch):
+    from ..kernels.gated_scan import gated_linear_scan  # Numba loads on first use only
+
+    n, d_v = phi_q.shape[-2], v.shape[-1]
+    flat = [kernel_rows(x, batch, x.shape[-2:]) for x in (phi_q, phi_k, v)]     # (B, n, ·)
+    g = kernel_rows(gates, batch, (n,))                                    # (B, n)
+    out, den = np.empty((g.shape[0], n, d_v)), np.empty((g.shape[0], n))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gated_linear_scan(*flat, g, coupled, float(eps), out, den)
+    return out.reshape(*batch, n, d_v), den.reshape(*batch, n)
