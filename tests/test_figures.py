@@ -1,14 +1,16 @@
 """refattn.figures: coverage of the registry, byte-stable files, the CLI, and the layer recomputations."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from refattn import cli, registry
-from refattn.figures import FIGURES, write_figures
+from refattn.figures import FIGURES, sparse, write_figures
 from refattn.viz import save_figure
 
-CHEAP = ["sdpa", "causal_mask"]
+CHEAP = ["sdpa", "causal_mask", "band"]
+SHEETS = {"vanilla_overview", "sparse_atomic", "sparse_compound", "sparse_extended"}   # overview sheets, by name
 
 
 def test_every_registry_id_has_a_figure():
@@ -16,14 +18,13 @@ def test_every_registry_id_has_a_figure():
 
 
 def test_figure_names_are_ids_or_overview_sheets():
-    extra = set(FIGURES) - set(registry.ids())
-    assert all(name.endswith("_overview") for name in extra), extra
+    assert set(FIGURES) - set(registry.ids()) == SHEETS
 
 
 def test_write_figures_is_byte_stable(tmp_path):
     first = write_figures(tmp_path / "a", CHEAP)
     second = write_figures(tmp_path / "b", CHEAP)
-    assert [p.name for p in first] == ["sdpa.png", "causal_mask.png"]
+    assert [p.name for p in first] == ["sdpa.png", "causal_mask.png", "band.png"]
     for a, b in zip(first, second, strict=True):
         assert a.read_bytes() == b.read_bytes(), a.name
 
@@ -59,3 +60,11 @@ def test_figure_text_stays_on_the_canvas(name, tmp_path):
     for box in boxes:                                            # 1 px slack for anti-aliasing
         assert box.x0 >= -1 and box.y0 >= -1 and box.x1 <= width + 1 and box.y1 <= height + 1, (name, box)
     assert width <= 1400
+
+
+def test_sparse_weights_must_stay_on_the_drawn_pattern():
+    """The sparse figures draw a builder's pattern beside apply's weights; a mismatch is refused."""
+    mask = np.eye(3, dtype=bool)
+    assert np.isnan(sparse._on_pattern(np.eye(3), mask)[0, 1])
+    with pytest.raises(ValueError, match="outside the drawn pattern"):
+        sparse._on_pattern(np.full((3, 3), 1 / 3), mask)

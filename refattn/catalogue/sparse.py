@@ -92,9 +92,11 @@ def _strided(n, m, causal, rng, stride=3):
     return strided_pattern(n, stride, m=m, causal=causal)
 
 
-def _random(n, m, causal, rng, r=2, keys=None):
-    """r = 2 keys from rng"""
-    return random_pattern(n, r, m=m, causal=causal, rng=None if keys is not None else rng, keys=keys)
+def _random(n, m, causal, rng, r=None, keys=None):
+    """r = 2 keys from rng, or an explicit draw"""
+    if keys is not None:
+        return random_pattern(n, r, m=m, causal=causal, keys=keys)
+    return random_pattern(n, 2 if r is None else r, m=m, causal=causal, rng=rng)
 
 
 def _block_local(n, m, causal, rng, block=3):

@@ -16,7 +16,7 @@ import matplotlib.style
 from matplotlib.figure import Figure
 
 from ..viz import STYLE_PATH, save_figure
-from . import vanilla
+from . import sparse, vanilla
 
 __all__ = ["FIGURES", "write_figures"]
 
@@ -36,6 +36,25 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "transformer": vanilla.transformer,
     # overview sheets
     "vanilla_overview": vanilla.vanilla_overview,
+    # position-based sparse attention (registry family "sparse"; survey §3.1.1)
+    "global": sparse.global_,
+    "band": sparse.band,
+    "dilated": sparse.dilated,
+    "strided": sparse.strided,
+    "random": sparse.random,
+    "block_local": sparse.block_local,
+    "star_transformer": sparse.star_transformer,
+    "longformer": sparse.longformer,
+    "etc": sparse.etc,
+    "bigbird": sparse.bigbird,
+    "sparse_transformer": sparse.sparse_transformer,
+    "bp_transformer": sparse.bp_transformer,
+    "image_transformer": sparse.image_transformer,
+    "axial": sparse.axial,
+    # overview sheets of the survey's Figs. 4-6
+    "sparse_atomic": sparse.sparse_atomic,
+    "sparse_compound": sparse.sparse_compound,
+    "sparse_extended": sparse.sparse_extended,
 }
 
 
