@@ -10,6 +10,7 @@ from .attention import linear_attention
 from .delta_rule import DeltaBetaParams, delta_beta, delta_rule_attention, init_delta_beta
 from .efficient_attention import efficient_attention
 from .feature_maps import elu_feature_map
+from .performer import draw_omega, favor_features, favor_mse, performer_attention
 from .rfa import RFAGateParams, init_rfa_gate, rfa_attention, rfa_gates
 
 __all__ = [
@@ -17,11 +18,15 @@ __all__ = [
     "RFAGateParams",
     "delta_beta",
     "delta_rule_attention",
+    "draw_omega",
     "efficient_attention",
     "elu_feature_map",
+    "favor_features",
+    "favor_mse",
     "init_delta_beta",
     "init_rfa_gate",
     "linear_attention",
+    "performer_attention",
     "rfa_attention",
     "rfa_gates",
 ]

@@ -32,6 +32,7 @@ def linear_attention(
     v: ArrayLike,
     feature_map: Callable[[NDArray], NDArray],
     *,
+    key_feature_map: Callable[[NDArray], NDArray] | None = None,
     causal: bool | str = False,
     method: str = "quadratic",
     eps: float = 0.0,
@@ -57,6 +58,9 @@ def linear_attention(
     feature_map : callable
         :math:`\phi`, mapping ``(..., T, d)`` to ``(..., T, F)`` (e.g.
         :func:`~refattn.linear.elu_feature_map`, or a Performer map with its draw bound in).
+    key_feature_map : callable, optional
+        A different map for the keys (e.g. Performer's stabilised features, whose shift is taken
+        per query row but over the whole key sequence). Default ``feature_map``.
     causal : {False, True, "top-left", "bottom-right"}, default False
         As in :func:`~refattn.scaled_dot_product_attention`.
     method : {"quadratic", "right", "scan"}, default "quadratic"
@@ -113,7 +117,8 @@ def linear_attention(
         raise ValueError("method='scan' is the causal recurrence; for non-causal attention use method='right'")
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not np.isfinite(eps):
         raise ValueError(f"eps must be a finite real number, got {eps!r}")
-    phi_q, phi_k = features(feature_map, q, "q"), features(feature_map, k, "k")
+    phi_q = features(feature_map, q, "q")
+    phi_k = features(feature_map if key_feature_map is None else key_feature_map, k, "k")
     n, m = q.shape[-2], k.shape[-2]
     delta = {None: m, "top-left": 0, "bottom-right": m - n}[alignment]   # query i sees keys j <= i + delta
     sees_none = np.arange(n) + delta < 0                           # (n,)  rows with no key at all
