@@ -6,7 +6,7 @@ bottom-right causal alignment, an explicit fully-masked-row policy) and explicit
 """
 from __future__ import annotations
 
-from . import registry, sparse
+from . import linear, registry, sparse
 from .core.encoder_decoder import (
     DecoderCache,
     DecoderLayerParams,
@@ -64,6 +64,7 @@ __all__ = [
     "init_multi_head",
     "init_transformer",
     "layer_norm",
+    "linear",
     "multi_head_attention",
     "padding_mask",
     "registry",

@@ -58,6 +58,12 @@ class Mechanism:
     incremental : bool
         With ``causal``, ``apply`` also takes n new queries as the last n of m positions
         (``causal="bottom-right"``, decoding with a key/value cache).
+    normalized : bool
+        Each row of the effective matrix sums to 1 (the fast-weight delta rule has no
+        normaliser: its rows do not).
+    nonnegative : bool
+        The effective weights are >= 0 (trigonometric random features, for one, can weigh a key
+        negatively).
     example_length : int
         A sequence length at which ``apply`` is defined (some patterns exist only at particular
         lengths: a multiple of a block size, the node count of a tree), used by the shared tests.
@@ -79,6 +85,8 @@ class Mechanism:
     position_dependent: bool = False
     cross: bool = True
     incremental: bool = True
+    normalized: bool = True
+    nonnegative: bool = True
     example_length: int = 7
 
     def __post_init__(self) -> None:
@@ -93,7 +101,7 @@ class Mechanism:
         """The JSON-serialisable fields (everything but the callables)."""
         fields = ("id", "title", "family", "section", "paper", "equation", "time", "memory",
                   "causal", "kind", "exact_limit", "position_dependent", "cross", "incremental",
-                  "example_length")
+                  "normalized", "nonnegative", "example_length")
         return {name: getattr(self, name) for name in fields} | {
             "function": f"{self.function.__module__}.{self.function.__qualname__}"
         }

@@ -16,12 +16,12 @@ their natural function is ``function``.
 """
 from __future__ import annotations
 
-from .catalogue import sparse, vanilla
+from .catalogue import linear, sparse, vanilla
 from .mechanism import AttentionResult, Mechanism
 
 __all__ = ["AttentionResult", "Mechanism", "all", "get", "ids", "catalogue_markdown"]
 
-_MECHANISMS = (*vanilla.RECORDS, *sparse.RECORDS)
+_MECHANISMS = (*vanilla.RECORDS, *sparse.RECORDS, *linear.RECORDS)
 _BY_ID = {m.id: m for m in _MECHANISMS}
 if len(_BY_ID) != len(_MECHANISMS):
     raise RuntimeError("duplicate mechanism ids in the registry")

@@ -72,11 +72,13 @@ def test_effective_weights_are_row_stochastic_and_reproduce_the_output(rng):
     np.testing.assert_allclose(A @ v, out, **TIGHT)
 
 
-def test_causal_outputs_ignore_the_future(rng):
+@pytest.mark.parametrize("method", ["quadratic", "scan"])
+def test_causal_outputs_ignore_the_future_even_nan(rng, method):
+    # The quadratic path must mask by selection: A @ v would spread 0·NaN from future values.
     q, k, v = qkv(rng, 7, 7)
-    out = linear_attention(q, k, v, elu_feature_map, causal=True, method="scan")
-    k[4:], v[4:] = rng.standard_normal(k[4:].shape), np.nan
-    np.testing.assert_array_equal(linear_attention(q, k, v, elu_feature_map, causal=True, method="scan")[:4],
+    out = linear_attention(q, k, v, elu_feature_map, causal=True, method=method)
+    k[4:], v[4:] = np.inf, np.nan
+    np.testing.assert_array_equal(linear_attention(q, k, v, elu_feature_map, causal=True, method=method)[:4],
                                   out[:4])
 
 

@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._validate import as_float, check_choice, check_qkv
 from ..core.masks import attention_mask, causal_alignment
+from ..core.sdpa import weighted_values
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ._common import check_denominators, features, kernel_rows, safe_denominator
 
@@ -124,9 +125,9 @@ def linear_attention(
     sees_none = np.arange(n) + delta < 0                           # (n,)  rows with no key at all
 
     if method == "quadratic" or return_weights:
-        A, den_q = _quadratic_weights(phi_q, phi_k, alignment, eps)
-    if method == "quadratic":
-        out, den = A @ v, den_q                                    # (..., n, d_v)
+        A, den_q, allowed = _quadratic_weights(phi_q, phi_k, alignment, eps)
+    if method == "quadratic":                                      # A V; masked-out values never enter
+        out, den = weighted_values(A, v, allowed, sees_none[:, None], "zero"), den_q   # (..., n, d_v)
     elif method == "right":
         KV = np.swapaxes(phi_k, -1, -2) @ v                        # (..., F, d_v)  φ(K)ᵀV
         z = phi_k.sum(axis=-2)                                     # (..., F)       φ(K)ᵀ1
@@ -144,14 +145,16 @@ def linear_attention(
 
 
 def _quadratic_weights(phi_q, phi_k, alignment, eps):
-    """A = φ(Q)φ(K)ᵀ masked and row-normalised, and its denominators."""
+    """A = φ(Q)φ(K)ᵀ masked and row-normalised, its denominators, and the allowed pairs (or None)."""
     n, m = phi_q.shape[-2], phi_k.shape[-2]
-    sim = phi_q @ np.swapaxes(phi_k, -1, -2)                       # (..., n, m)  φ(q_i)φ(k_j)ᵀ
+    allowed = None
+    with np.errstate(invalid="ignore"):                            # masked-out garbage may be inf − inf
+        sim = phi_q @ np.swapaxes(phi_k, -1, -2)                   # (..., n, m)  φ(q_i)φ(k_j)ᵀ
     if alignment is not None:
         allowed, _ = attention_mask(None, alignment, n, m, np.float64)
-        sim = np.where(allowed, sim, 0.0)                          # keep j <= i (+ m − n)
+        sim = np.where(allowed, sim, 0.0)                          # keep j <= i (+ m − n), by selection
     den = sim.sum(axis=-1) + eps                                   # (..., n)
-    return sim / safe_denominator(den)[..., None], den
+    return sim / safe_denominator(den)[..., None], den, allowed
 
 
 def _scan(phi_q, phi_k, v, batch, delta, eps):

@@ -22,6 +22,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._random import as_rng, glorot
 from .._validate import as_float, check_choice, check_positive_int
+from ..core.sdpa import weighted_values
 from ._common import check_denominators, check_recurrence_inputs, features, kernel_rows, safe_denominator, sigmoid
 
 __all__ = ["RFAGateParams", "init_rfa_gate", "rfa_attention", "rfa_gates"]
@@ -262,7 +263,8 @@ def rfa_attention(
     if method == "equation" or return_weights:
         A, den_eq = _effective_weights(phi_q, phi_k, gates, coupled, eps)
     if method == "equation":
-        out, den = A @ v, den_eq                                   # (..., n, d_v)
+        causal = np.tri(q.shape[-2], dtype=bool)                   # masked-out future values never enter
+        out, den = weighted_values(A, v, causal, np.zeros((q.shape[-2], 1), bool), "zero"), den_eq
     else:
         out, den = _scan(phi_q, phi_k, v, gates, coupled, eps, batch)
     check_denominators(den, "RFA denominator φ(q_t)·z_t + eps",
@@ -284,7 +286,8 @@ def _gate_coefficients(gates: NDArray, coupled: bool) -> NDArray:
 def _effective_weights(phi_q, phi_k, gates, coupled, eps):
     """A_ij = c_ij φ(q_i)·φ(k_j) / Σ_{l ≤ i} c_il φ(q_i)·φ(k_l) on j ≤ i, and the denominators."""
     n = phi_q.shape[-2]
-    sim = phi_q @ np.swapaxes(phi_k, -1, -2)                       # (..., n, n)  φ(q_i)·φ(k_j)
+    with np.errstate(invalid="ignore"):                            # future garbage may be inf − inf
+        sim = phi_q @ np.swapaxes(phi_k, -1, -2)                   # (..., n, n)  φ(q_i)·φ(k_j)
     C = _gate_coefficients(gates, coupled)                          # (..., n, n)  c_ij
     num = np.where(np.tri(n, dtype=bool), C * sim, 0.0)            # keep j ≤ i (selection: the future cannot leak)
     den = num.sum(axis=-1) + eps                                   # (..., n)  φ(q_i)ᵀ z_i + ε
