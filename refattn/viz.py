@@ -26,6 +26,7 @@ import hashlib
 import importlib
 import io
 import re
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -427,10 +428,14 @@ def _frame_player(frames, titles, kind, plot_kwargs) -> tuple[Figure, Callable[[
 
 
 def _html_player(fig: Figure, show: Callable[[int], None], T: int, interval: int) -> str:
-    from matplotlib.animation import FuncAnimation
+    from matplotlib.animation import FuncAnimation, HTMLWriter
 
     anim = FuncAnimation(fig, show, frames=T, interval=interval, repeat=True, cache_frame_data=False)
-    html = anim.to_jshtml(default_mode="loop")
+    with tempfile.TemporaryDirectory() as tmp:                     # what to_jshtml does, but with frames
+        path = Path(tmp, "player.html")                            # free of the matplotlib version
+        writer = HTMLWriter(fps=1000.0 / interval, embed_frames=True, default_mode="loop")
+        anim.save(str(path), writer=writer, savefig_kwargs={"metadata": _STABLE_METADATA["png"]})
+        html = path.read_text()
     html = re.sub(r'<link rel="stylesheet"\s+href="[^"]*font-awesome[^"]*">', "", html)
     html = re.sub(r'<i class="fa ([^"]+)"></i>', lambda mo: _BUTTONS.get(mo.group(1), mo.group(0)), html)
     uid = re.search(r'id="_anim_img([0-9a-f]+)"', html).group(1)       # uuid4().hex

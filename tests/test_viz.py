@@ -198,3 +198,14 @@ def test_viz_never_imports_pyplot():
     code = ("import sys, numpy as np, refattn.viz as viz; viz.plot_attention(np.eye(3)); "
             "viz.plot_pattern(np.eye(3, dtype=bool)); assert 'matplotlib.pyplot' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_step_through_frames_carry_no_software_version():
+    # Otherwise a matplotlib upgrade would change every committed notebook's bytes.
+    import base64
+    import re
+
+    pytest.importorskip("IPython")
+    html = viz.step_through(np.random.default_rng(0).random((2, 3, 4))).data
+    frames = [base64.b64decode(f) for f in re.findall(r"data:image/png;base64,([^\"']+)", html)]
+    assert frames and not any(b"Matplotlib" in f or b"Software" in f for f in frames)
