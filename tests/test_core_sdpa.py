@@ -300,3 +300,27 @@ def test_per_query_shift_invariance(shape, seed, c):
     shifted = scaled_dot_product_attention(q, k, v, np.broadcast_to(shift, (n, m)))
     bound = 4 * EPS * (abs(c) + np.abs(q).sum() * np.abs(k).max() + 1) * np.abs(v).max() * m
     np.testing.assert_allclose(shifted, out, rtol=0, atol=bound)
+
+
+def test_lse_is_the_log_of_the_softmax_denominator(rng):
+    # ℓ_i = log Σ_{j visible} exp(s_ij), by a plain loop with math.fsum; −inf for a fully masked row.
+    import math
+
+    q, k, v = qkv(rng, 5, 3)
+    out, A, lse = scaled_dot_product_attention(q, k, v, causal="bottom-right", return_weights=True,
+                                               return_lse=True)
+    S = q @ k.T / 2.0
+    allowed = causal_mask(5, 3, alignment="bottom-right")
+    for i in range(5):
+        terms = [math.exp(S[i, j]) for j in range(3) if allowed[i, j]]
+        expected = math.log(math.fsum(terms)) if terms else -math.inf
+        np.testing.assert_allclose(lse[i], expected, rtol=1e-14)
+    np.testing.assert_allclose(A, np.where(allowed, np.exp(S - lse[:, None]), 0.0), rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(scaled_dot_product_attention(q, k, v, causal="bottom-right", return_lse=True)[0],
+                                  out)
+
+
+def test_lse_of_extreme_logits_is_finite():
+    q, k = np.array([[1e4]]), np.array([[1.0], [-1.0]])
+    _, lse = scaled_dot_product_attention(q, k, np.ones((2, 1)), return_lse=True)
+    np.testing.assert_allclose(lse, [1e4 + np.log1p(np.exp(-2e4))], rtol=1e-15)

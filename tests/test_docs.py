@@ -43,7 +43,7 @@ def _documented_parameters(doc: str) -> list[str]:
     return names
 
 
-PUBLIC_FUNCTIONS = [getattr(module, n) for module in (refattn, refattn.sparse) for n in module.__all__
+PUBLIC_FUNCTIONS = [getattr(module, n) for module in (refattn, refattn.sparse, refattn.linear) for n in module.__all__
                     if inspect.isfunction(getattr(module, n))]
 
 

@@ -29,8 +29,9 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     fully_masked: str = "zero",
     return_weights: bool = False,
+    return_lse: bool = False,
     dtype=np.float64,
-) -> NDArray | tuple[NDArray, NDArray]:
+) -> NDArray | tuple[NDArray, ...]:
     r"""Scaled dot-product attention.
 
     .. math::
@@ -59,6 +60,11 @@ def scaled_dot_product_attention(
         *m* keys (which is what filling masked scores with ``-1e9`` gives).
     return_weights : bool, default False
         Also return :math:`A`.
+    return_lse : bool, default False
+        Also return the log-sum-exp of each query's scores over the keys it may see,
+        :math:`\ell_i = \log \sum_j e^{S_{ij}}` (``-inf`` for a query that sees none): what
+        FlashAttention stores for the backward pass, and what merges partial attentions
+        (:func:`refattn.oracle.merge_attention`).
     dtype : float dtype, default float64
         Compute and output dtype. Inputs of any float precision are converted to it; float32 or
         float16 run the same equation in that precision (a same-dtype baseline).
@@ -68,6 +74,8 @@ def scaled_dot_product_attention(
     out : (..., n, d_v) ndarray
     weights : (..., n, m) ndarray
         Only if ``return_weights``.
+    lse : (..., n) ndarray
+        Only if ``return_lse``; after ``weights`` when both are asked for.
 
     Notes
     -----
@@ -100,9 +108,10 @@ def scaled_dot_product_attention(
         S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ/√d_k
     if bias is not None:
         S = S + bias                                               # (..., n, m)  S + B
-    A, empty = masked_softmax(S, allowed, fully_masked)            # (..., n, m)  softmax(S)
+    A, empty, lse = masked_softmax(S, allowed, fully_masked, return_lse=True)   # (..., n, m)  softmax(S)
     out = weighted_values(A, v, allowed, empty, fully_masked)      # (..., n, d_v)  A V
-    return (out, A) if return_weights else out
+    extra = (A,) * return_weights + (lse,) * return_lse
+    return (out, *extra) if extra else out
 
 
 def default_scale(d_k: int) -> float:

@@ -90,12 +90,13 @@ def softmax(
 
 
 def masked_softmax(
-    x: NDArray, allowed: NDArray | None, fully_masked: str, axis: int = -1
-) -> tuple[NDArray, NDArray]:
-    """Softmax of ``x`` over the ``allowed`` entries; returns ``(weights, empty)``.
+    x: NDArray, allowed: NDArray | None, fully_masked: str, axis: int = -1, *, return_lse: bool = False
+) -> tuple[NDArray, NDArray] | tuple[NDArray, NDArray, NDArray]:
+    """Softmax of ``x`` over the ``allowed`` entries; returns ``(weights, empty)`` (and the log-sum-exp).
 
     ``empty`` (same shape as ``x`` but 1 along ``axis``) flags the slices with no entry left, to
-    which ``fully_masked`` was applied. Inputs are assumed validated.
+    which ``fully_masked`` was applied; their log-sum-exp is ``-inf`` (log of an empty sum).
+    Inputs are assumed validated.
     """
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     x_sel = x if allowed is None else np.where(allowed, x, -np.inf)
@@ -108,7 +109,11 @@ def masked_softmax(
         weights = np.where(empty, np.nan, weights)
     elif fully_masked == "uniform":
         weights = np.where(empty, 1 / x.shape[axis], weights)
-    return weights.astype(x.dtype, copy=False), empty
+    if not return_lse:
+        return weights.astype(x.dtype, copy=False), empty
+    with np.errstate(divide="ignore"):                             # log 0 = −inf for empty slices
+        lse = np.where(empty, -np.inf, x_max + np.log(np.where(empty, 1, total)))   # max + log Σ exp(x − max)
+    return weights.astype(x.dtype, copy=False), empty, np.squeeze(lse, axis=axis).astype(x.dtype, copy=False)
 
 
 def _check_axis(axis, ndim: int) -> int:
