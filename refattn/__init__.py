@@ -6,7 +6,7 @@ bottom-right causal alignment, an explicit fully-masked-row policy) and explicit
 """
 from __future__ import annotations
 
-from . import linear, registry, sparse
+from . import linear, oracle, registry, sparse
 from .core.encoder_decoder import (
     DecoderCache,
     DecoderLayerParams,
@@ -66,6 +66,7 @@ __all__ = [
     "layer_norm",
     "linear",
     "multi_head_attention",
+    "oracle",
     "padding_mask",
     "registry",
     "sparse",

@@ -1,9 +1,13 @@
-"""Command line: ``python -m refattn {list, figures, bench}``.
+"""Command line: ``python -m refattn {list, figures, bench, export, check}``.
 
 - ``list [--json | --markdown]``: the catalogue (one line per mechanism, a JSON list of records, or
   the README's Markdown table).
 - ``figures [--out DIR] [--only ID ...]``: regenerate the PNGs of ``figures/`` (seeded, byte-stable).
 - ``bench FAMILY [...]``: speed and memory benchmarks, e.g. ``bench sparse``.
+- ``export --case NAME --out FILE.npz [--layout bnhd]`` / ``export --list``: write a fixture (inputs,
+  conventions, refattn's outputs and gradients) for another implementation's tests.
+- ``check FILE.npz [--rule ratio|table|ulp] [--table NAME] [--max-ulps N]``: compare the candidate's
+  results stored in the file with the oracle; exit 0 on pass, 1 on fail, 2 on a malformed file.
 """
 from __future__ import annotations
 
@@ -38,11 +42,30 @@ def main(argv: list[str] | None = None) -> int:
     for name, module in _bench_families().items():
         module.add_arguments(families.add_parser(name, help=module.__doc__.splitlines()[0]))
 
+    p_export = sub.add_parser("export", help="write a fixture .npz (inputs, conventions, refattn's results)")
+    p_export.add_argument("--list", action="store_true", help="list the cases and exit")
+    p_export.add_argument("--case", metavar="NAME", help="the case to write (see --list)")
+    p_export.add_argument("--out", type=Path, metavar="FILE.npz", help="the file to write (exactly this name)")
+    p_export.add_argument("--layout", choices=("bhnd", "bnhd"), default="bhnd",
+                          help="axis order of q, k, v and the results: (b, h, n, d) or (b, n, h, d)")
+
+    p_check = sub.add_parser("check", help="check a candidate's results stored in an .npz against the oracle")
+    p_check.add_argument("file", type=Path, metavar="FILE.npz", help="inputs, conventions and candidate_* arrays")
+    p_check.add_argument("--rule", choices=("ratio", "table", "ulp"), default=None,
+                         help="tolerance rule (default ratio; table with --table, ulp with --max-ulps)")
+    p_check.add_argument("--table", choices=("torch-default", "xformers", "jax"), default=None,
+                         help="tolerance table of rule 'table' (default torch-default)")
+    p_check.add_argument("--max-ulps", type=float, default=None, metavar="N", help="N of rule 'ulp' (default 64)")
+
     args = parser.parse_args(argv)
     if args.command == "list":
         return _list(args)
     if args.command == "bench":
         return _bench_families()[args.family].run(args)
+    if args.command == "export":
+        return _export(args)
+    if args.command == "check":
+        return _check(args)
     return _figures(args)
 
 
@@ -76,3 +99,42 @@ def _figures(args) -> int:
         return 2
     write_figures(args.out, names, progress=True)
     return 0
+
+
+def _export(args) -> int:
+    from .oracle.fixtures import CASES, export_case
+
+    if args.list:
+        width = max(len(name) for name in CASES)
+        for case in CASES.values():
+            print(f"{case.name:<{width}}  {case.description}")
+        return 0
+    if args.case is None or args.out is None:
+        print("error: export needs --case NAME and --out FILE.npz (or --list)", file=sys.stderr)
+        return 2
+    if args.case not in CASES:
+        print(f"error: unknown case {args.case!r}; known: {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    try:
+        export_case(args.case, args.out, layout=args.layout)
+    except OSError as error:
+        print(f"error: cannot write {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _check(args) -> int:
+    from .oracle.fixtures import FixtureError, check_file
+
+    rule = args.rule or ("table" if args.table else "ulp" if args.max_ulps is not None else "ratio")
+    try:
+        report = check_file(args.file, rule=rule, table=args.table, max_ulps=args.max_ulps)
+    except FixtureError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 - a malformed file must never end in a traceback
+        message = " ".join(str(error).split())
+        print(f"error: {args.file}: {type(error).__name__}: {message}", file=sys.stderr)
+        return 2
+    print(report)
+    return 0 if report.passed else 1

@@ -1,1 +1,1 @@
-"""refattn test suite (a package, so that tests share tests/naive.py and tests/extended.py)."""
+"""refattn test suite (a package, so that tests share tests/naive.py)."""

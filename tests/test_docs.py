@@ -37,13 +37,14 @@ def _documented_parameters(doc: str) -> list[str]:
     section = doc.split("Parameters\n")[1].split("\n\n    Returns")[0] if "Parameters\n" in doc else ""
     names = []
     for line in section.splitlines():
-        match = re.match(r"^    (\w+(?:, \w+)*) :", line)
+        match = re.match(r"^    \*{0,2}(\w+(?:, \w+)*)(?: :|$)", line)
         if match:
             names += match.group(1).split(", ")
     return names
 
 
-PUBLIC_FUNCTIONS = [getattr(module, n) for module in (refattn, refattn.sparse, refattn.linear) for n in module.__all__
+PUBLIC_FUNCTIONS = [getattr(module, n) for module in (refattn, refattn.sparse, refattn.linear, refattn.oracle)
+                    for n in module.__all__
                     if inspect.isfunction(getattr(module, n))]
 
 

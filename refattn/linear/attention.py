@@ -154,7 +154,8 @@ def _quadratic_weights(phi_q, phi_k, alignment, eps):
         allowed, _ = attention_mask(None, alignment, n, m, np.float64)
         sim = np.where(allowed, sim, 0.0)                          # keep j <= i (+ m − n), by selection
     den = sim.sum(axis=-1) + eps                                   # (..., n)
-    return sim / safe_denominator(den)[..., None], den, allowed
+    with np.errstate(invalid="ignore"):                            # rows using an inf key: IEEE NaN
+        return sim / safe_denominator(den)[..., None], den, allowed
 
 
 def _scan(phi_q, phi_k, v, batch, delta, eps):

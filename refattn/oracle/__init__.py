@@ -1,0 +1,42 @@
+"""refattn as an oracle: check another implementation's attention (and gradients) against float64.
+
+- :func:`check` / :func:`assert_close`: compare a candidate's output and gradients with refattn's,
+  under FlashAttention's ratio rule (default), a named tolerance table or an ulp bound; a failing
+  report names the convention that would match (causal alignment, mask polarity, scale, layout,
+  fully-masked policy).
+- Analytic float64 backward passes: :func:`softmax_vjp`, :func:`sdpa_vjp`, :func:`multi_head_vjp`,
+  :func:`linear_attention_vjp`; :func:`merge_attention` combines partial attentions by their
+  log-sum-exp.
+- :mod:`refattn.oracle.extended`: the same formulas in 50-digit mpmath (``mp_sdpa``, ...), which
+  certifies the float64 paths.
+- Fixtures for any language: :func:`export_case` / :func:`check_file`, and on the command line
+  ``python -m refattn export`` / ``python -m refattn check FILE.npz``.
+
+Note: ``refattn.oracle.check`` is the function; its module is ``refattn.oracle.check`` only through
+``from refattn.oracle.check import ...``.
+"""
+from .check import assert_close, check
+from .fixtures import CASES, check_file, export_case, make_case
+from .merge import merge_attention
+from .report import Comparison, Report
+from .tolerances import TABLES
+from .vjp import MultiHeadGrads, SdpaGrads, linear_attention_vjp, multi_head_vjp, sdpa_vjp, softmax_vjp
+
+__all__ = [
+    "CASES",
+    "Comparison",
+    "MultiHeadGrads",
+    "Report",
+    "SdpaGrads",
+    "TABLES",
+    "assert_close",
+    "check",
+    "check_file",
+    "export_case",
+    "linear_attention_vjp",
+    "make_case",
+    "merge_attention",
+    "multi_head_vjp",
+    "sdpa_vjp",
+    "softmax_vjp",
+]
