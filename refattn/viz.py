@@ -47,6 +47,7 @@ __all__ = [
     "figure",
     "plot_attention",
     "plot_pattern",
+    "pin_layout",
     "save_figure",
     "step_through",
 ]
@@ -328,6 +329,39 @@ def step_through(
     widgets = _require("ipywidgets", "step_through(mode='widget')", "ipywidgets")
     fig, show = _frame_player(frames, titles, kind, plot_kwargs)
     return _widget_player(widgets, fig, show, len(frames), interval)
+
+
+def pin_layout(fig: Figure) -> Figure:
+    r"""Run the figure's layout engine once, freeze it, and round every box to 1e-6 of its parent.
+
+    The constrained-layout solution of a nested sheet varies in its last bits from one process to
+    the next (~1e-16 of the figure), and that occasionally moves an anti-aliased pixel: the PNG
+    bytes change although nothing was redrawn differently. Pinned and rounded, they do not.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        A finished figure (call it after drawing, before saving).
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+        The same figure, its layout engine removed.
+    """
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        engine.execute(fig)
+        fig.set_layout_engine("none")
+    _round_subfigures(fig)
+    for ax in fig.axes:                                            # every axes, subfigures' included
+        ax.set_position(np.round(ax.get_position(original=True).bounds, 6))
+    return fig
+
+
+def _round_subfigures(container) -> None:
+    for sub in container.subfigs:
+        sub.bbox_relative.set_points(np.round(sub.bbox_relative.get_points(), 6))
+        _round_subfigures(sub)
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:

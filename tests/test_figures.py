@@ -10,7 +10,8 @@ from refattn.figures import FIGURES, sparse, write_figures
 from refattn.viz import save_figure
 
 CHEAP = ["sdpa", "causal_mask", "band"]
-SHEETS = {"vanilla_overview", "sparse_atomic", "sparse_compound", "sparse_extended"}   # overview sheets, by name
+SHEETS = {"vanilla_overview", "sparse_atomic", "sparse_compound", "sparse_extended",   # overview sheets, by name
+          "linear_overview"}
 
 
 def test_every_registry_id_has_a_figure():

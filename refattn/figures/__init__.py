@@ -15,8 +15,8 @@ from pathlib import Path
 import matplotlib.style
 from matplotlib.figure import Figure
 
-from ..viz import STYLE_PATH, save_figure
-from . import sparse, vanilla
+from ..viz import STYLE_PATH, pin_layout, save_figure
+from . import linear, sparse, vanilla
 
 __all__ = ["FIGURES", "write_figures"]
 
@@ -55,6 +55,15 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "sparse_atomic": sparse.sparse_atomic,
     "sparse_compound": sparse.sparse_compound,
     "sparse_extended": sparse.sparse_extended,
+    # linearised attention (registry family "linear"; survey §3.2)
+    "linear_elu": linear.linear_elu,
+    "performer_positive": linear.performer_positive,
+    "performer_trig": linear.performer_trig,
+    "efficient_attention": linear.efficient_attention,
+    "rfa": linear.rfa,
+    "delta_rule": linear.delta_rule,
+    # overview sheet: every linear mechanism beside softmax
+    "linear_overview": linear.linear_overview,
 }
 
 
@@ -78,7 +87,8 @@ def write_figures(out: str | Path, names: list[str] | None = None, *, progress: 
     Notes
     -----
     Each figure is drawn and saved under matplotlib's default settings plus ``refattn.mplstyle``
-    (``after_reset=True``), so a user's matplotlibrc cannot change the bytes.
+    (``after_reset=True``), so a user's matplotlibrc cannot change the bytes, and its layout is
+    pinned (:func:`refattn.viz.pin_layout`), so that neither can the process it runs in.
     """
     names = list(FIGURES) if names is None else list(names)
     unknown = [name for name in names if name not in FIGURES]
@@ -87,7 +97,7 @@ def write_figures(out: str | Path, names: list[str] | None = None, *, progress: 
     paths = []
     for name in names:
         with matplotlib.style.context(STYLE_PATH, after_reset=True):
-            path = save_figure(FIGURES[name](), Path(out) / f"{name}.png")
+            path = save_figure(pin_layout(FIGURES[name]()), Path(out) / f"{name}.png")
         if progress:
             print(f"wrote {path}", file=sys.stderr)
         paths.append(path)
