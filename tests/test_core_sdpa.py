@@ -324,3 +324,13 @@ def test_lse_of_extreme_logits_is_finite():
     q, k = np.array([[1e4]]), np.array([[1.0], [-1.0]])
     _, lse = scaled_dot_product_attention(q, k, np.ones((2, 1)), return_lse=True)
     np.testing.assert_allclose(lse, [1e4 + np.log1p(np.exp(-2e4))], rtol=1e-15)
+
+
+@pytest.mark.parametrize("policy", ["zero", "nan", "uniform"])
+def test_zero_keys_means_every_row_is_fully_masked(rng, policy):
+    q, k, v = rng.standard_normal((3, 4)), np.zeros((0, 4)), np.zeros((0, 2))
+    out, A, lse = scaled_dot_product_attention(q, k, v, fully_masked=policy, return_weights=True, return_lse=True)
+    assert out.shape == (3, 2) and A.shape == (3, 0)
+    np.testing.assert_array_equal(lse, -np.inf)
+    expected = {"zero": 0.0, "nan": np.nan, "uniform": np.nan}[policy]   # uniform over no key: mean of nothing
+    np.testing.assert_array_equal(out, np.full((3, 2), expected))

@@ -6,8 +6,8 @@ times, and states each target with its measured value.
 """
 from __future__ import annotations
 
-from . import linear, sparse
+from . import linear, sdpa, sparse
 
-FAMILIES = {"sparse": sparse, "linear": linear}
+FAMILIES = {"sdpa": sdpa, "sparse": sparse, "linear": linear}
 
 __all__ = ["FAMILIES"]

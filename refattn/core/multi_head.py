@@ -138,6 +138,7 @@ def multi_head_attention(
     fully_masked: str = "zero",
     x_v: ArrayLike | None = None,
     return_weights: bool = False,
+    method: str = "equation",
     dtype=np.float64,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Multi-head attention: h scaled dot-product attentions on learned projections.
@@ -171,6 +172,10 @@ def multi_head_attention(
         Value-side input :math:`V` when it differs from the keys' input.
     return_weights : bool, default False
         Also return every head's attention matrix.
+    method : {"equation", "blocked", "auto"}, default "equation"
+        How each head's attention is computed, as in
+        :func:`~refattn.scaled_dot_product_attention` ("blocked": the Numba online-softmax kernel,
+        float64 only and without ``return_weights``).
     dtype : float dtype, default float64
         Compute and output dtype.
 
@@ -210,10 +215,11 @@ def multi_head_attention(
     Q = project_heads(x_q, params.w_q, params.b_q, num_heads)      # (..., h, n, d_k)  Q W_iᵠ
     K = project_heads(x_kv, params.w_k, params.b_k, num_heads)     # (..., h, m, d_k)  K W_iᴷ
     V = project_heads(x_v, params.w_v, params.b_v, num_heads)      # (..., h, m, d_v)  V W_iⱽ
-    heads, A = scaled_dot_product_attention(                       # (..., h, n, d_v), (..., h, n, m)
+    result = scaled_dot_product_attention(                         # (..., h, n, d_v) [, (..., h, n, m)]
         Q, K, V, mask=head_shared(mask), causal=causal, scale=scale,
-        fully_masked=fully_masked, return_weights=True, dtype=dtype,
+        fully_masked=fully_masked, return_weights=return_weights, method=method, dtype=dtype,
     )
+    heads, A = result if return_weights else (result, None)
     out = combine_heads(heads, params.w_o, params.b_o)             # (..., n, d_model)  Concat(·) Wᴼ
     return (out, A) if return_weights else out
 

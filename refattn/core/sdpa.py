@@ -12,11 +12,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import as_float, check_qkv, compute_dtype
-from .masks import attention_mask
-from .softmax import masked_softmax
+from .._validate import as_float, broadcast_batch, check_choice, check_qkv, compute_dtype
+from .masks import attention_mask, causal_alignment, check_mask_shape, padding_mask
+from .softmax import FULLY_MASKED_POLICIES, masked_softmax
 
 __all__ = ["scaled_dot_product_attention"]
+
+METHODS = ("equation", "blocked", "auto")
+AUTO_BLOCKED_ENTRIES = 2**24     # "auto": blocked once the score matrix batch·n·m exceeds this (128 MiB)
+DEFAULT_BLOCK_SIZE = (64, 32)    # (query tile, key tile) rows of the blocked kernel
 
 
 def scaled_dot_product_attention(
@@ -30,6 +34,9 @@ def scaled_dot_product_attention(
     fully_masked: str = "zero",
     return_weights: bool = False,
     return_lse: bool = False,
+    key_lengths: ArrayLike | None = None,
+    method: str = "equation",
+    block_size: int | tuple[int, int] | None = None,
     dtype=np.float64,
 ) -> NDArray | tuple[NDArray, ...]:
     r"""Scaled dot-product attention.
@@ -65,6 +72,20 @@ def scaled_dot_product_attention(
         :math:`\ell_i = \log \sum_j e^{S_{ij}}` (``-inf`` for a query that sees none): what
         FlashAttention stores for the backward pass, and what merges partial attentions
         (:func:`refattn.oracle.merge_attention`).
+    key_lengths : (...) array_like of int, optional
+        Key padding as lengths: the query rows of batch index ``b`` see only keys ``j <
+        key_lengths[b]`` (combined with ``mask`` and ``causal`` by logical and). Its shape
+        broadcasts against the leading dims of ``q``, ``k``, ``v`` from the right, so for
+        ``(B, H, n, d)`` inputs pass ``lengths[:, None]``. The equation path turns it into
+        :func:`refattn.padding_mask`; the blocked kernel just stops at the length.
+    method : {"equation", "blocked", "auto"}, default "equation"
+        "equation": the readable definition above, materialising the ``(..., n, m)`` scores.
+        "blocked": a Numba kernel with an online softmax over tiles (FlashAttention's Algorithm 1,
+        :mod:`refattn.kernels.blocked`) that never materialises the scores; float64 only, no
+        ``return_weights``. "auto": "blocked" when the scores would have more than ``2**24``
+        entries, ``dtype`` is float64 and the weights are not asked for; else "equation".
+    block_size : int or (int, int), optional
+        Query and key tile rows of the blocked kernel. Default ``(64, 32)``.
     dtype : float dtype, default float64
         Compute and output dtype. Inputs of any float precision are converted to it; float32 or
         float16 run the same equation in that precision (a same-dtype baseline).
@@ -79,7 +100,10 @@ def scaled_dot_product_attention(
 
     Notes
     -----
-    Time :math:`O(n m (d_k + d_v))`, memory :math:`O(n m)` for the score matrix. Rows follow IEEE
+    Time :math:`O(n m (d_k + d_v))`, memory :math:`O(n m)` for the score matrix (``method=
+    "blocked"``: no score matrix; a mask or bias given as an array is still read tile by tile from
+    its O(n m) input). The blocked result equals the equation path to about 1e-13 relative: the
+    online rescaling adds a few roundings per key tile. Rows follow IEEE
     for non-finite inputs they use (a NaN query, or a NaN key or value the row may attend to, gives
     a NaN row) and are unaffected by those they may not use.
 
@@ -98,11 +122,28 @@ def scaled_dot_product_attention(
     array([[7.]])
     """
     dtype = compute_dtype(dtype)
+    check_choice("method", method, METHODS)
     q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    batch = check_qkv(q, k, v)
     n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = default_scale(d_k) if scale is None else check_scale(scale)
+    check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
+    if key_lengths is not None:
+        key_lengths = check_key_lengths(key_lengths, m)
+    if mask is not None:
+        mask = check_mask_shape(mask, n, m)
+        batch = broadcast_batch({"q, k, v": batch, "mask": mask.shape[:-2]})
+    if key_lengths is not None:
+        batch = broadcast_batch({"q, k, v (and mask)": batch, "key_lengths": key_lengths.shape})
+    method = resolve_method(method, dtype, int(np.prod(batch)) * n * m, return_weights)
+    if method == "blocked":
+        return _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked,
+                        block_size, return_lse)
+
     allowed, bias = attention_mask(mask, causal, n, m, dtype)
+    if key_lengths is not None:
+        padded = padding_mask(key_lengths, m)                      # (..., 1, m)
+        allowed = padded if allowed is None else allowed & padded
 
     with np.errstate(invalid="ignore"):                            # masked-out garbage may be inf − inf
         S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ/√d_k
@@ -112,6 +153,99 @@ def scaled_dot_product_attention(
     out = weighted_values(A, v, allowed, empty, fully_masked)      # (..., n, d_v)  A V
     extra = (A,) * return_weights + (lse,) * return_lse
     return (out, *extra) if extra else out
+
+
+def resolve_method(method: str, dtype, entries: int, return_weights: bool = False) -> str:
+    """The method that runs: "auto" becomes "blocked" above ``AUTO_BLOCKED_ENTRIES`` score entries.
+
+    Raises ``ValueError`` for "blocked" with a dtype other than float64 or with ``return_weights``.
+    """
+    check_choice("method", method, METHODS)
+    dtype = np.dtype(dtype)
+    if method == "auto":
+        big = entries > AUTO_BLOCKED_ENTRIES
+        return "blocked" if big and dtype == np.float64 and not return_weights else "equation"
+    if method == "blocked":
+        if dtype != np.float64:
+            raise ValueError(f'method="blocked" computes in float64 only, got dtype={dtype}; '
+                             'use method="equation" for other dtypes')
+        if return_weights:
+            raise ValueError('method="blocked" never materialises the attention weights: '
+                             'return_weights=True needs method="equation"')
+    return method
+
+
+def check_key_lengths(key_lengths: ArrayLike, m: int) -> NDArray:
+    """``key_lengths`` as an int64 array with values in [0, m], or a ``TypeError``/``ValueError``."""
+    lengths = np.asarray(key_lengths)
+    if lengths.dtype.kind not in "iu":
+        raise TypeError(f"key_lengths must be an integer array, got dtype {lengths.dtype} with shape {lengths.shape}")
+    if lengths.size and (lengths.min() < 0 or lengths.max() > m):
+        raise ValueError(
+            f"key_lengths must lie in [0, m={m}], got values in [{lengths.min()}, {lengths.max()}]"
+        )
+    return lengths.astype(np.int64, copy=False)
+
+
+def check_block_size(block_size) -> tuple[int, int]:
+    """``block_size`` (None, an int or a pair of ints >= 1) as ``(block_q, block_k)``."""
+    if block_size is None:
+        return DEFAULT_BLOCK_SIZE
+    sizes = (block_size, block_size) if np.ndim(block_size) == 0 else tuple(block_size)
+    if len(sizes) != 2 or not all(
+        isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1 for b in sizes
+    ):
+        raise ValueError(f"block_size must be a positive int or a pair of them, got {block_size!r}")
+    return int(sizes[0]), int(sizes[1])
+
+
+def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, block_size, return_lse):
+    """Flatten the batch, split ``mask`` into tiles' sources, run :func:`blocked_attention`."""
+    from ..kernels.blocked import POLICY_CODES, blocked_attention  # Numba loads on first use only
+
+    block_q, block_k = check_block_size(block_size)
+    n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    flat = [np.ascontiguousarray(np.broadcast_to(x, (*batch, *x.shape[-2:])).reshape(-1, *x.shape[-2:]))
+            for x in (q, k, v)]                                    # (B, ·, ·)
+    B = flat[0].shape[0]
+    no_index = np.zeros(0, dtype=np.int64)
+    bool_mask, mask_index = np.zeros((0, 0, 0), dtype=bool), no_index
+    bias, bias_index = np.zeros((0, 0, 0)), no_index
+    if mask is not None:
+        if mask.dtype.kind not in "bf":
+            raise TypeError(f"mask must be bool (True = may attend) or float (additive bias), got dtype "
+                            f"{mask.dtype} with shape {mask.shape}")
+        slabs, index = _mask_slabs(mask, batch, n, m)
+        if mask.dtype == np.bool_:
+            bool_mask, mask_index = slabs, index
+        else:
+            bias, bias_index = slabs.astype(np.float64, copy=False), index
+    if key_lengths is None:
+        lengths = np.full(B, m, dtype=np.int64)
+    else:
+        lengths = np.ascontiguousarray(np.broadcast_to(key_lengths, batch).reshape(-1))
+    alignment = causal_alignment(causal)
+    delta = m - n if alignment == "bottom-right" else 0
+    vmean = np.zeros((0, 0))
+    if fully_masked == "uniform":                                  # A = 1/m on every key: (1/m)·1ᵀ V
+        vmean = np.full((B, 1, m), 1.0 / m) @ flat[2] if m else np.zeros((B, 1, d_v))
+        vmean = np.ascontiguousarray(vmean[:, 0, :])
+    out, lse = np.empty((B, n, d_v)), np.empty((B, n))
+    blocked_attention(*flat, scale, delta, alignment is not None, bool_mask, mask_index, bias, bias_index,
+                      lengths, vmean, POLICY_CODES[fully_masked], block_q, block_k, out, lse)
+    out = out.reshape(*batch, n, d_v)
+    return (out, lse.reshape(*batch, n)) if return_lse else out
+
+
+def _mask_slabs(mask: NDArray, batch: tuple[int, ...], n: int, m: int) -> tuple[NDArray, NDArray]:
+    """Mask as C-contiguous (S, n, m) slabs and, per flattened batch row, the index of its slab.
+
+    The mask's own leading dims are kept (no copy per head when a mask is shared by the heads).
+    """
+    mask_batch = mask.shape[:-2] if mask.ndim >= 2 else ()
+    slabs = np.ascontiguousarray(np.broadcast_to(mask, (*mask_batch, n, m)).reshape(-1, n, m))
+    index = np.arange(slabs.shape[0], dtype=np.int64).reshape(mask_batch)
+    return slabs, np.ascontiguousarray(np.broadcast_to(index, batch).reshape(-1))
 
 
 def default_scale(d_k: int) -> float:
@@ -137,6 +271,9 @@ def weighted_values(
     is an exact 0 because *j* is masked (0 · NaN = NaN). Here the finite part goes through the
     matmul and each non-finite value is added, IEEE-style, to the rows that may use it.
     """
+    if A.shape[-1] == 0:                                           # no key at all: every row is fully masked
+        fill = 0.0 if fully_masked == "zero" else np.nan           # "uniform" over no key is 0/0
+        return np.full((*A.shape[:-1], v.shape[-1]), fill, dtype=A.dtype)
     finite = np.isfinite(v)
     if finite.all():
         return A @ v                                               # (..., n, d_v)

@@ -100,7 +100,7 @@ def masked_softmax(
     """
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     x_sel = x if allowed is None else np.where(allowed, x, -np.inf)
-    x_max = np.max(x_sel, axis=axis, keepdims=True)                # NaN propagates (IEEE)
+    x_max = np.max(x_sel, axis=axis, keepdims=True, initial=-np.inf)   # NaN propagates; no entry → −inf
     empty = x_max == -np.inf                                       # nothing left to normalise
     e = np.exp(x_sel - np.where(empty, 0, x_max))                  # exp(x_j − max x), masked → 0
     total = np.sum(e, axis=axis, keepdims=True)                    # ≥ 1 unless the slice is empty
@@ -108,7 +108,7 @@ def masked_softmax(
     if fully_masked == "nan":
         weights = np.where(empty, np.nan, weights)
     elif fully_masked == "uniform":
-        weights = np.where(empty, 1 / x.shape[axis], weights)
+        weights = np.where(empty, 1 / x.shape[axis] if x.shape[axis] else np.nan, weights)   # no entry: 0/0
     if not return_lse:
         return weights.astype(x.dtype, copy=False), empty
     with np.errstate(divide="ignore"):                             # log 0 = −inf for empty slices

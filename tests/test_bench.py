@@ -1,0 +1,20 @@
+"""The benchmark entry points run (tiny sizes; no timing is asserted: targets live in the bench itself)."""
+from __future__ import annotations
+
+from refattn.cli import main
+
+
+def test_bench_sdpa_runs_and_writes_its_plot(tmp_path, capsys):
+    plot = tmp_path / "complexity.png"
+    assert main(["bench", "sdpa", "--sizes", "64", "128", "--heads", "2", "--d", "8", "--repeat", "1",
+                 "--memory-n", "0", "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "blocked" in out and "equation" in out
+    assert plot.stat().st_size > 0
+
+
+def test_bench_sparse_and_linear_run(capsys):
+    assert main(["bench", "sparse", "--sizes", "1024", "2048", "--repeat", "1", "--dense-max", "1024"]) == 0
+    assert main(["bench", "linear", "--sizes", "64", "128", "--repeat", "1", "--quadratic-max", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "band w=128" in out and "scan" in out

@@ -1,0 +1,209 @@
+"""method="blocked" (Numba online softmax, FlashAttention Algorithm 1) against the equation path.
+
+Tolerance: rtol 1e-13 (atol 1e-13 for outputs near 0). Not 1e-15: the online softmax rescales the
+running sum and accumulator by exp(m_old − m_new) once per key tile and divides by ℓ at the end
+instead of normalising the weights first, and BLAS sums q·k in another order, so each output
+carries a few more roundings than the equation path (observed ~1e-15). Not 1e-12 either: 1e-13
+still leaves a 10-100× margin while catching any real mistake (a missed rescale is O(1)).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from refattn import init_multi_head, multi_head_attention, padding_mask, scaled_dot_product_attention
+from refattn.core.sdpa import AUTO_BLOCKED_ENTRIES, resolve_method
+from refattn.kernels.blocked import POLICY_CODES, blocked_attention
+
+EXACT = {"rtol": 1e-13, "atol": 1e-13}
+BLOCKS = [1, 3, 16, 64, (3, 5)]
+
+
+def qkv(rng, n, m, d=4, d_v=3, batch=()):
+    return (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
+            rng.standard_normal((*batch, m, d_v)))
+
+
+def both(q, k, v, block_size=None, **kwargs):
+    """(equation, blocked) results of the same call, with the log-sum-exp."""
+    eq = scaled_dot_product_attention(q, k, v, return_lse=True, **kwargs)
+    bl = scaled_dot_product_attention(q, k, v, return_lse=True, method="blocked", block_size=block_size, **kwargs)
+    return eq, bl
+
+
+def assert_same(eq, bl):
+    for a, b in zip(eq, bl, strict=True):
+        np.testing.assert_allclose(b, a, **EXACT)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize(("n", "m"), [(17, 23), (23, 17), (16, 64)])
+def test_matches_equation_over_tile_sizes(rng, block, n, m):
+    q, k, v = qkv(rng, n, m, d=5, d_v=3, batch=(2,))
+    assert_same(*both(q, k, v, block_size=block))
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("causal", [True, "top-left", "bottom-right"])
+@pytest.mark.parametrize(("n", "m"), [(9, 20), (20, 9)])          # n > m bottom-right: empty rows
+def test_causal_both_alignments(rng, block, causal, n, m):
+    q, k, v = qkv(rng, n, m, batch=(2,))
+    assert_same(*both(q, k, v, block_size=block, causal=causal))
+
+
+@pytest.mark.parametrize("policy", ["zero", "nan", "uniform"])
+@pytest.mark.parametrize("block", [1, 4, 64])
+def test_bool_mask_with_empty_rows_and_every_policy(rng, policy, block):
+    q, k, v = qkv(rng, 11, 13, batch=(3,))
+    mask = rng.random((3, 11, 13)) < 0.4
+    mask[0, 2] = False
+    mask[2, 7] = False
+    eq, bl = both(q, k, v, mask=mask, fully_masked=policy, block_size=block)
+    assert_same(eq, bl)
+    assert np.all(bl[1][0, 2] == -np.inf)
+
+
+@pytest.mark.parametrize("policy", ["zero", "nan", "uniform"])
+@pytest.mark.parametrize("causal", [False, "bottom-right"])
+def test_float_bias_with_minus_inf(rng, policy, causal):
+    q, k, v = qkv(rng, 10, 7, batch=(2,))
+    bias = rng.standard_normal((2, 10, 7))
+    bias[rng.random(bias.shape) < 0.3] = -np.inf
+    bias[1, 4] = -np.inf                                           # an empty row
+    assert_same(*both(q, k, v, mask=bias, causal=causal, fully_masked=policy, block_size=3))
+
+
+@pytest.mark.parametrize("method", ["equation", "blocked"])
+def test_key_lengths_equal_padding_mask(rng, method):
+    q, k, v = qkv(rng, 6, 9, batch=(3, 2))
+    lengths = np.array([9, 0, 4])[:, None]                         # (B, 1) against (B, H)
+    out = scaled_dot_product_attention(q, k, v, key_lengths=lengths, method=method, block_size=4)
+    ref = scaled_dot_product_attention(q, k, v, mask=padding_mask(lengths, 9))
+    np.testing.assert_allclose(out, ref, **EXACT)
+
+
+@pytest.mark.parametrize("policy", ["zero", "nan", "uniform"])
+def test_key_lengths_with_mask_causal_and_policies(rng, policy):
+    q, k, v = qkv(rng, 8, 12, batch=(3,))
+    mask = rng.random((8, 12)) < 0.7
+    for causal in (False, True, "bottom-right"):
+        assert_same(*both(q, k, v, mask=mask, causal=causal, key_lengths=np.array([12, 5, 0]),
+                          fully_masked=policy, block_size=(3, 5)))
+
+
+@pytest.mark.parametrize("block", [1, 4, 64])
+@pytest.mark.parametrize("kind", ["bool", "bias", "lengths", "causal"])
+def test_nonfinite_in_masked_keys_and_values_never_leak(rng, block, kind):
+    n, m = 5, 8
+    q, k, v = qkv(rng, n, m, batch=(2,))
+    k[:, 6:] = np.nan
+    v[:, 6] = np.inf
+    v[:, 7] = np.nan
+    kwargs = {"bool": {"mask": np.arange(m) < 6},
+              "bias": {"mask": np.where(np.arange(m) < 6, 0.5, -np.inf)},
+              "lengths": {"key_lengths": np.array([6, 6])},
+              "causal": {"causal": True}}[kind]                    # n=5: query i sees keys j <= i <= 4
+    eq, bl = both(q, k, v, block_size=block, **kwargs)
+    assert np.isfinite(bl[0]).all() and np.isfinite(bl[1]).all()
+    assert_same(eq, bl)
+
+
+def test_nonfinite_in_visible_entries_follows_ieee(rng):
+    q, k, v = qkv(rng, 4, 6, batch=(2,))
+    v[0, 2, 1] = np.inf                                            # visible to every row of batch 0
+    q[1, 3, 0] = np.nan                                            # one NaN row in batch 1
+    eq, bl = both(q, k, v, block_size=2)
+    assert_same(eq, bl)
+    assert np.isnan(bl[0][1, 3]).all() and np.isfinite(bl[0][1, :3]).all()
+
+
+def test_extreme_logits(rng):
+    q, k, v = qkv(rng, 6, 40, batch=(2,))
+    assert_same(*both(q * 300, k * 300, v, block_size=7))           # running max changes by 1e4s
+
+
+@pytest.mark.parametrize("method", ["blocked", "auto"])
+def test_batch_and_head_broadcasting(rng, method):
+    q = rng.standard_normal((2, 3, 5, 4))                          # (B, H, n, d)
+    k = rng.standard_normal((2, 1, 7, 4))                          # keys shared by the heads
+    v = rng.standard_normal((7, 3))                                # values shared by everything
+    mask = rng.random((2, 1, 5, 7)) < 0.6                          # mask shared by the heads
+    bias = rng.standard_normal((3, 1, 7))                          # bias per head, broadcast over n
+    for mk in (mask, bias):
+        ref = scaled_dot_product_attention(q, k, v, mk, return_lse=True)
+        out = scaled_dot_product_attention(q, k, v, mk, return_lse=True, method=method, block_size=3)
+        assert out[0].shape == (2, 3, 5, 3)
+        assert_same(ref, out)
+
+
+def test_mask_batch_dims_extend_the_batch(rng):
+    q, k, v = qkv(rng, 5, 6)
+    mask = rng.random((4, 5, 6)) < 0.5
+    eq, bl = both(q, k, v, mask=mask, block_size=2)
+    assert bl[0].shape == (4, 5, 3)
+    assert_same(eq, bl)
+
+
+def test_scale_and_d_v(rng):
+    q, k, v = qkv(rng, 7, 9, d=6, d_v=11)
+    assert_same(*both(q, k, v, scale=0.37, block_size=(4, 2)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_multi_head_blocked_equals_equation(rng, causal):
+    params = init_multi_head(rng, 16, 4)
+    x, mem = rng.standard_normal((2, 9, 16)), rng.standard_normal((2, 9, 16))
+    mask = rng.random((2, 9, 9)) < 0.7
+    ref = multi_head_attention(x, mem, params, num_heads=4, mask=mask, causal=causal)
+    out = multi_head_attention(x, mem, params, num_heads=4, mask=mask, causal=causal, method="blocked")
+    np.testing.assert_allclose(out, ref, **EXACT)
+
+
+def test_kernel_py_func_equals_compiled(rng):
+    q, k, v = qkv(rng, 7, 9, batch=(2,))
+    mask = rng.random((1, 7, 9)) < 0.6
+    mask[0, 3] = False
+    bias = rng.standard_normal((2, 7, 9))
+    python_source = getattr(blocked_attention, "py_func", blocked_attention)   # no py_func when JIT is disabled
+    idx = np.zeros(2, dtype=np.int64)
+    args = (q, k, v, 0.5, 2, True, mask, idx, bias, np.arange(2, dtype=np.int64), np.array([9, 6]),
+            v.mean(axis=1), POLICY_CODES["uniform"], 3, 4)
+    results = []
+    for fn in (blocked_attention, python_source):
+        out, lse = np.empty((2, 7, 3)), np.empty((2, 7))
+        fn(*args, out, lse)
+        results.append((out, lse))
+    np.testing.assert_allclose(results[0][0], results[1][0], **EXACT)
+    np.testing.assert_allclose(results[0][1], results[1][1], **EXACT)
+
+
+def test_auto_chooses_blocked_above_the_threshold():
+    big, small = AUTO_BLOCKED_ENTRIES + 1, AUTO_BLOCKED_ENTRIES
+    assert resolve_method("auto", np.float64, big) == "blocked"
+    assert resolve_method("auto", np.float64, small) == "equation"
+    assert resolve_method("auto", np.float32, big) == "equation"
+    assert resolve_method("auto", np.float64, big, return_weights=True) == "equation"
+    assert resolve_method("equation", np.float64, big) == "equation"
+
+
+def test_auto_small_is_the_equation_path(rng):
+    q, k, v = qkv(rng, 4, 5)
+    out, A = scaled_dot_product_attention(q, k, v, method="auto", return_weights=True)
+    assert A.shape == (4, 5)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"method": "flash"}, ValueError, r"method must be one of"),
+    ({"method": "blocked", "dtype": np.float32}, ValueError, r'method="blocked" computes in float64 only'),
+    ({"method": "blocked", "return_weights": True}, ValueError, r"return_weights=True needs"),
+    ({"method": "blocked", "block_size": 0}, ValueError, r"block_size must be a positive int"),
+    ({"method": "blocked", "block_size": (2, 3, 4)}, ValueError, r"block_size must be"),
+    ({"key_lengths": np.array([1.5])}, TypeError, r"key_lengths must be an integer array"),
+    ({"key_lengths": np.array([6])}, ValueError, r"key_lengths must lie in \[0, m=5\]"),
+    ({"key_lengths": np.array([1, 2, 3])}, ValueError, r"key_lengths"),
+    ({"method": "blocked", "mask": np.ones((3, 5), dtype=int)}, TypeError, r"mask must be bool"),
+])
+def test_bad_input(rng, kwargs, error, match):
+    q, k, v = qkv(rng, 3, 5, batch=(2,))
+    with pytest.raises(error, match=match):
+        scaled_dot_product_attention(q, k, v, **kwargs)
