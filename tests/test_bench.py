@@ -18,3 +18,11 @@ def test_bench_sparse_and_linear_run(capsys):
     assert main(["bench", "linear", "--sizes", "64", "128", "--repeat", "1", "--quadratic-max", "64"]) == 0
     out = capsys.readouterr().out
     assert "band w=128" in out and "scan" in out
+
+
+def test_bench_sdpa_plot_can_be_skipped(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "sdpa", "--sizes", "64", "--heads", "1", "--d", "8", "--repeat", "1",
+                 "--memory-n", "0", "--plot", ""]) == 0
+    assert "wrote" not in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []

@@ -159,15 +159,18 @@ def test_multi_head_blocked_equals_equation(rng, causal):
     np.testing.assert_allclose(out, ref, **EXACT)
 
 
-def test_kernel_py_func_equals_compiled(rng):
+@pytest.mark.parametrize("masked", [True, False])                  # the per-pair path and the fast path
+def test_kernel_py_func_equals_compiled(rng, masked):
     q, k, v = qkv(rng, 7, 9, batch=(2,))
     mask = rng.random((1, 7, 9)) < 0.6
     mask[0, 3] = False
     bias = rng.standard_normal((2, 7, 9))
+    if not masked:
+        mask, bias = np.zeros((0, 0, 0), dtype=bool), np.zeros((0, 0, 0))
     python_source = getattr(blocked_attention, "py_func", blocked_attention)   # no py_func when JIT is disabled
     idx = np.zeros(2, dtype=np.int64)
-    args = (q, k, v, 0.5, 2, True, mask, idx, bias, np.arange(2, dtype=np.int64), np.array([9, 6]),
-            v.mean(axis=1), POLICY_CODES["uniform"], 3, 4)
+    args = (q, k, v, np.isfinite(v).all(axis=-1), 0.5, 2, True, mask, idx, bias, np.arange(2, dtype=np.int64),
+            np.array([9, 6]), v.mean(axis=1), POLICY_CODES["uniform"], 3, 4)
     results = []
     for fn in (blocked_attention, python_source):
         out, lse = np.empty((2, 7, 3)), np.empty((2, 7))

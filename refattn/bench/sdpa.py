@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timed calls per point (best is kept)")
     parser.add_argument("--equation-max", type=int, default=4096, help="largest n for the equation path")
     parser.add_argument("--memory-n", type=int, default=32768, help="n of the peak-memory target (0: skip)")
-    parser.add_argument("--plot", type=Path, default=COMPLEXITY_PNG,
+    parser.add_argument("--plot", type=lambda text: Path(text) if text else None, default=COMPLEXITY_PNG,
                         help=f"where to write the time-vs-n figure (default {COMPLEXITY_PNG}; '' to skip)")
 
 
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                 at_4096[causal] = times["blocked"] / times["torch"]
         curves.setdefault("sparse band w=128 (CSR)", {})[n] = _band_time(n, args.heads, args.d, args.repeat)
         curves.setdefault("causal linear scan (elu+1)", {})[n] = _scan_time(n, args.heads, args.d, args.repeat)
-    if str(args.plot):
+    if args.plot is not None:
         print(f"wrote {_plot(curves, args.plot, args.heads, args.d)}")
     for causal, ratio in at_4096.items():
         ok &= ratio <= 1.0

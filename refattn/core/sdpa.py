@@ -231,8 +231,9 @@ def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, blo
         vmean = np.full((B, 1, m), 1.0 / m) @ flat[2] if m else np.zeros((B, 1, d_v))
         vmean = np.ascontiguousarray(vmean[:, 0, :])
     out, lse = np.empty((B, n, d_v)), np.empty((B, n))
-    blocked_attention(*flat, scale, delta, alignment is not None, bool_mask, mask_index, bias, bias_index,
-                      lengths, vmean, POLICY_CODES[fully_masked], block_q, block_k, out, lse)
+    v_row_finite = np.isfinite(flat[2]).all(axis=-1)               # (B, m), once instead of per tile pair
+    blocked_attention(*flat, v_row_finite, scale, delta, alignment is not None, bool_mask, mask_index, bias,
+                      bias_index, lengths, vmean, POLICY_CODES[fully_masked], block_q, block_k, out, lse)
     out = out.reshape(*batch, n, d_v)
     return (out, lse.reshape(*batch, n)) if return_lse else out
 

@@ -70,11 +70,12 @@ POLICY_CODES = {"zero": 0, "nan": 1, "uniform": 2}
 
 
 @jit_parallel
-def blocked_attention(q, k, v, scale, delta, causal, mask, mask_index, bias, bias_index, lengths, vmean,
-                      policy, block_q, block_k, out, lse):  # pragma: no cover - jitted
+def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_index, bias, bias_index, lengths,
+                      vmean, policy, block_q, block_k, out, lse):  # pragma: no cover - jitted
     """Blocked online-softmax attention over flattened batch rows.
 
-    q (B, n, d), k (B, m, d), v (B, m, d_v): C-contiguous float64. ``scale`` float; ``causal``
+    q (B, n, d), k (B, m, d), v (B, m, d_v): C-contiguous float64; ``v_row_finite`` (B, m) bool:
+    value row j holds no NaN/Inf (computed once, not per tile pair). ``scale`` float; ``causal``
     bool with ``delta`` int (query i sees keys j <= i + delta). ``mask`` (S_m, n, m) bool with
     ``mask_index`` (B,) int64 naming row b's slab, or (0, 0, 0) when absent; ``bias`` (S_b, n, m)
     float64 with ``bias_index`` (B,) likewise. ``lengths`` (B,) int64: row b sees keys j <
@@ -101,7 +102,10 @@ def blocked_attention(q, k, v, scale, delta, causal, mask, mask_index, bias, bia
             j_stop = min(j_stop, i1 + delta)                       # last row sees j <= i1 − 1 + delta
         for j0 in range(0, max(j_stop, 0), block_k):
             cols = min(j_stop, j0 + block_k) - j0
-            v_finite = np.isfinite(v[b, j0:j0 + cols]).all()
+            v_finite = True                                        # does this value tile hold NaN/Inf?
+            for jj in range(j0, j0 + cols):
+                if not v_row_finite[b, jj]:
+                    v_finite = False
             s = np.dot(q[b, i0:i1], k[b, j0:j0 + cols].T)          # (rows, cols) q_I k_Jᵀ (BLAS); garbage
             #                                                        in key j spoils only column j, unselected
             for r in range(rows):
@@ -110,7 +114,14 @@ def blocked_attention(q, k, v, scale, delta, causal, mask, mask_index, bias, bia
                 if causal:
                     c_stop = max(0, min(cols, i + delta + 1 - j0))
                 tile_max = -np.inf
-                for c in range(c_stop):                            # select, scale, bias, tile max
+                if not has_mask and not has_bias:                  # the common case: no per-pair test
+                    for c in range(c_stop):
+                        x = s[r, c] * scale
+                        seen[r, c] = True
+                        s[r, c] = x
+                        if x > tile_max or x != x:
+                            tile_max = x
+                for c in range(c_stop if (has_mask or has_bias) else 0):   # select, scale, bias, tile max
                     x = s[r, c] * scale
                     ok = True
                     if has_mask:
