@@ -210,3 +210,14 @@ def test_bad_input(rng, kwargs, error, match):
     q, k, v = qkv(rng, 3, 5, batch=(2,))
     with pytest.raises(error, match=match):
         scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+def test_finite_rows_flags_every_row_holding_nan_or_inf(rng):
+    from refattn.kernels.blocked import finite_rows
+
+    v = rng.standard_normal((2, 5, 3))
+    v[0, 1, 2], v[1, 4, 0], v[1, 0, 1] = np.nan, np.inf, -np.inf
+    for fn in (finite_rows, getattr(finite_rows, "py_func", finite_rows)):   # no py_func when JIT is disabled
+        out = np.empty((2, 5), dtype=bool)
+        fn(v, out)
+        np.testing.assert_array_equal(out, np.isfinite(v).all(axis=-1))

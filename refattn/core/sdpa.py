@@ -201,7 +201,7 @@ def check_block_size(block_size) -> tuple[int, int]:
 
 def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, block_size, return_lse):
     """Flatten the batch, split ``mask`` into tiles' sources, run :func:`blocked_attention`."""
-    from ..kernels.blocked import POLICY_CODES, blocked_attention  # Numba loads on first use only
+    from ..kernels.blocked import POLICY_CODES, blocked_attention, finite_rows  # Numba loads on first use only
 
     block_q, block_k = check_block_size(block_size)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
@@ -231,7 +231,8 @@ def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, blo
         vmean = np.full((B, 1, m), 1.0 / m) @ flat[2] if m else np.zeros((B, 1, d_v))
         vmean = np.ascontiguousarray(vmean[:, 0, :])
     out, lse = np.empty((B, n, d_v)), np.empty((B, n))
-    v_row_finite = np.isfinite(flat[2]).all(axis=-1)               # (B, m), once instead of per tile pair
+    v_row_finite = np.empty(flat[2].shape[:2], dtype=bool)         # (B, m), once instead of per tile pair,
+    finite_rows(flat[2], v_row_finite)                             # without a (B, m, d_v) temporary
     blocked_attention(*flat, v_row_finite, scale, delta, alignment is not None, bool_mask, mask_index, bias,
                       bias_index, lengths, vmean, POLICY_CODES[fully_masked], block_q, block_k, out, lse)
     out = out.reshape(*batch, n, d_v)

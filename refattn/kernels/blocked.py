@@ -62,9 +62,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import jit_parallel, prange
+from .._jit import jit, jit_parallel, prange
 
-__all__ = ["blocked_attention", "POLICY_CODES"]
+__all__ = ["blocked_attention", "finite_rows", "POLICY_CODES"]
 
 POLICY_CODES = {"zero": 0, "nan": 1, "uniform": 2}
 
@@ -171,3 +171,17 @@ def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_in
                 lse[b, i] = run_max[r] + np.log(run_sum[r])
                 for e in range(d_v):
                     out[b, i, e] = acc[r, e] / run_sum[r]
+
+
+@jit
+def finite_rows(v, out):  # pragma: no cover - jitted
+    """out[b, j] = every entry of v[b, j] is finite; v (B, m, d_v), out (B, m) bool. No temporaries."""
+    B, m, d_v = v.shape
+    for b in range(B):
+        for j in range(m):
+            ok = True
+            for e in range(d_v):
+                if not np.isfinite(v[b, j, e]):
+                    ok = False
+                    break
+            out[b, j] = ok
