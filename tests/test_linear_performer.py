@@ -190,6 +190,8 @@ def test_lemma2_equals_the_variance_from_exact_moments():
         for kind in KINDS:
             mean, var, _ = estimate_moments(x, y, kind, 16)
             np.testing.assert_allclose(mean, np.exp(x @ y), rtol=1e-13, err_msg=f"{kind} {name}")
+            # Var = E[Z²] − E[Z]² cancels: its rounding is ~eps·E[Z²]/Var, and E[Z²]/Var reaches 2e4 on
+            # these pairs ("opposite", hyperbolic), ~5e-12; 1e-9 leaves 100× for the exps on both sides.
             np.testing.assert_allclose(favor_mse(x, y, 16, kind=kind), var, rtol=1e-9, err_msg=f"{kind} {name}")
 
 
@@ -431,6 +433,8 @@ def test_large_eps_pulls_the_weights_to_uniform(rng):
     # φᵀφ = (1/F)Σ(a + ε)(b + ε) → ε² for every pair as ε grows: the bias does not cancel in A.
     q, k, v = qkv(rng, 4, 6)
     _, A = performer_attention(q, k, v, num_features=8, rng=0, eps=1e6, return_weights=True)
+    # (a_i + ε)·(b_i + ε) = ε²(1 + (a_i + b_i)/ε + …): weights differ from 1/6 by ~(a + b)/ε; the features
+    # are ≤ ~1 at these norms, so ~1e-6 for ε = 1e6 (3.7e-7 measured); 1e-5 leaves a 10× margin.
     np.testing.assert_allclose(A, 1 / 6, rtol=1e-5)
     out0 = performer_attention(q, k, v, num_features=8, rng=0)
     assert np.max(np.abs(performer_attention(q, k, v, num_features=8, rng=0, eps=1e-2) - out0)) > 1e-5

@@ -13,6 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._validate import as_float, broadcast_batch, check_choice, check_qkv, compute_dtype
+from ..kernels import kernel_rows
 from .masks import attention_mask, causal_alignment, check_mask_shape, padding_mask
 from .softmax import FULLY_MASKED_POLICIES, masked_softmax
 
@@ -205,8 +206,7 @@ def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, blo
 
     block_q, block_k = check_block_size(block_size)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    flat = [np.ascontiguousarray(np.broadcast_to(x, (*batch, *x.shape[-2:])).reshape(-1, *x.shape[-2:]))
-            for x in (q, k, v)]                                    # (B, ·, ·)
+    flat = [kernel_rows(x, batch, x.shape[-2:]) for x in (q, k, v)]   # (B, ·, ·)
     B = flat[0].shape[0]
     no_index = np.zeros(0, dtype=np.int64)
     bool_mask, mask_index = np.zeros((0, 0, 0), dtype=bool), no_index

@@ -31,16 +31,6 @@ def check_denominators(den: NDArray, what: str, remedy: str, skip: NDArray | Non
         raise ZeroDivisionError(f"{what} is 0 at index {where} ({int(zero.sum())} rows): {remedy}")
 
 
-def kernel_rows(x: NDArray, batch: tuple[int, ...], core: tuple[int, ...]) -> NDArray:
-    """``x`` broadcast to ``(*batch, *core)`` and flattened to ``(B, *core)``, C-contiguous and writeable.
-
-    A Numba kernel then always sees one array type (one compilation); copies only when it must.
-    """
-    shape = (*batch, *core)
-    x = x if x.shape == shape else np.broadcast_to(x, shape)
-    return np.require(x.reshape(int(np.prod(batch)), *core), np.float64, ("C", "W"))
-
-
 def sigmoid(x: NDArray) -> NDArray:
     """σ(x) = 1/(1 + e^{−x}) without overflow: e^{−|x|} ≤ 1 in both branches."""
     e = np.exp(-np.abs(x))

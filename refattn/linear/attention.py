@@ -20,7 +20,8 @@ from .._validate import as_float, check_choice, check_qkv
 from ..core.masks import attention_mask, causal_alignment
 from ..core.sdpa import weighted_values
 from ..core.softmax import FULLY_MASKED_POLICIES
-from ._common import check_denominators, features, kernel_rows, safe_denominator
+from ..kernels import kernel_rows
+from ._common import check_denominators, features, safe_denominator
 
 __all__ = ["linear_attention"]
 

@@ -23,7 +23,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._random import as_rng, glorot
 from .._validate import as_float, check_choice, check_positive_int
-from ._common import check_denominators, check_recurrence_inputs, features, kernel_rows, sigmoid
+from ..kernels import kernel_rows
+from ._common import check_denominators, check_recurrence_inputs, features, sigmoid
 
 __all__ = ["DeltaBetaParams", "delta_beta", "delta_rule_attention", "init_delta_beta"]
 

@@ -23,7 +23,8 @@ from numpy.typing import ArrayLike, NDArray
 from .._random import as_rng, glorot
 from .._validate import as_float, check_choice, check_positive_int
 from ..core.sdpa import weighted_values
-from ._common import check_denominators, check_recurrence_inputs, features, kernel_rows, safe_denominator, sigmoid
+from ..kernels import kernel_rows
+from ._common import check_denominators, check_recurrence_inputs, features, safe_denominator, sigmoid
 
 __all__ = ["RFAGateParams", "init_rfa_gate", "rfa_attention", "rfa_gates"]
 

@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 from .._validate import as_float, check_choice, check_qkv
 from ..core.sdpa import check_scale, default_scale, scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
+from ..kernels import kernel_rows
 from .pattern import SparsePattern
 
 __all__ = ["sparse_attention"]
@@ -107,8 +108,7 @@ def _csr(q, k, v, pattern, batch, *, scale, fully_masked, return_weights):
     from ..kernels.csr import POLICY_CODES, sparse_attention_csr  # Numba loads on first use only
 
     n, d_v = q.shape[-2], v.shape[-1]
-    flat = [np.ascontiguousarray(np.broadcast_to(x, (*batch, *x.shape[-2:])).reshape(-1, *x.shape[-2:]))
-            for x in (q, k, v)]                                    # (B, ·, ·)
+    flat = [kernel_rows(x, batch, x.shape[-2:]) for x in (q, k, v)]   # (B, ·, ·)
     B = flat[0].shape[0]
     out = np.empty((B, n, d_v))
     weights = np.empty((B, pattern.nnz if return_weights else 0))
