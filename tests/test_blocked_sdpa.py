@@ -13,7 +13,8 @@ import pytest
 
 from refattn import init_multi_head, multi_head_attention, padding_mask, scaled_dot_product_attention
 from refattn.core.sdpa import AUTO_BLOCKED_ENTRIES, resolve_method
-from refattn.kernels.blocked import POLICY_CODES, blocked_attention
+from refattn.kernels import POLICY_CODES
+from refattn.kernels.blocked import blocked_attention
 
 EXACT = {"rtol": 1e-13, "atol": 1e-13}
 BLOCKS = [1, 3, 16, 64, (3, 5)]

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refattn import scaled_dot_product_attention
-from refattn.kernels.csr import POLICY_CODES, sparse_attention_csr
+from refattn.kernels import POLICY_CODES
+from refattn.kernels.csr import sparse_attention_csr
 from refattn.sparse import SparsePattern, sparse_attention
 from refattn.sparse.band import band_pattern
 

@@ -21,7 +21,7 @@ __all__ = ["scaled_dot_product_attention"]
 
 METHODS = ("equation", "blocked", "auto")
 AUTO_BLOCKED_ENTRIES = 2**24     # "auto": blocked once the score matrix batch·n·m exceeds this (128 MiB)
-DEFAULT_BLOCK_SIZE = (64, 32)    # (query tile, key tile) rows of the blocked kernel
+BLAS_ONE_THREAD_WORK = 2**18     # OpenBLAS runs a product of M·N·K <= this on the calling thread only
 
 
 def scaled_dot_product_attention(
@@ -86,7 +86,10 @@ def scaled_dot_product_attention(
         ``return_weights``. "auto": "blocked" when the scores would have more than ``2**24``
         entries, ``dtype`` is float64 and the weights are not asked for; else "equation".
     block_size : int or (int, int), optional
-        Query and key tile rows of the blocked kernel. Default ``(64, 32)``.
+        Query and key tile rows of the blocked kernel. Default: :func:`default_block_size`, ``(64, 64)``
+        for ``d_k, d_v <= 64``. Tiles whose products exceed ``2**18`` multiply-adds let OpenBLAS start
+        threads inside Numba's, which is several times slower (measured in
+        :mod:`refattn.kernels.blocked`).
     dtype : float dtype, default float64
         Compute and output dtype. Inputs of any float precision are converted to it; float32 or
         float16 run the same equation in that precision (a same-dtype baseline).
@@ -188,10 +191,26 @@ def check_key_lengths(key_lengths: ArrayLike, m: int) -> NDArray:
     return lengths.astype(np.int64, copy=False)
 
 
-def check_block_size(block_size) -> tuple[int, int]:
-    """``block_size`` (None, an int or a pair of ints >= 1) as ``(block_q, block_k)``."""
+def default_block_size(d_k: int, d_v: int) -> tuple[int, int]:
+    """Square tiles ``(b, b)``: the largest power of two ``b <= 64`` with ``b·b·max(d_k, d_v) <= 2**18``, or 8.
+
+    Both tile products, ``K_J Q_Iᵀ`` (b·b·d_k) and ``P_IJ V_J`` (b·b·d_v), then stay within OpenBLAS's
+    one-thread size, so the only threads are Numba's (one level of parallelism). 64 is where larger
+    tiles stopped paying on this machine (d = 32: (64, 64) and (64, 128) equal).
+
+    >>> default_block_size(64, 64), default_block_size(128, 128), default_block_size(1024, 64)
+    ((64, 64), (32, 32), (16, 16))
+    """
+    b = 64
+    while b > 8 and b * b * max(d_k, d_v) > BLAS_ONE_THREAD_WORK:
+        b //= 2
+    return b, b
+
+
+def check_block_size(block_size, d_k: int, d_v: int) -> tuple[int, int]:
+    """``block_size`` (None, an int or a pair of ints >= 1) as ``(block_q, block_k)``; None: the default."""
     if block_size is None:
-        return DEFAULT_BLOCK_SIZE
+        return default_block_size(d_k, d_v)
     sizes = (block_size, block_size) if np.ndim(block_size) == 0 else tuple(block_size)
     if len(sizes) != 2 or not all(
         isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1 for b in sizes
@@ -202,10 +221,11 @@ def check_block_size(block_size) -> tuple[int, int]:
 
 def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, block_size, return_lse):
     """Flatten the batch, split ``mask`` into tiles' sources, run :func:`blocked_attention`."""
-    from ..kernels.blocked import POLICY_CODES, blocked_attention, finite_rows  # Numba loads on first use only
+    from ..kernels import POLICY_CODES
+    from ..kernels.blocked import blocked_attention, finite_rows  # Numba loads on first use only
 
-    block_q, block_k = check_block_size(block_size)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    block_q, block_k = check_block_size(block_size, q.shape[-1], d_v)
     flat = [kernel_rows(x, batch, x.shape[-2:]) for x in (q, k, v)]   # (B, ·, ·)
     B = flat[0].shape[0]
     no_index = np.zeros(0, dtype=np.int64)

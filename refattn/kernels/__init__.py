@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["kernel_rows"]
+__all__ = ["kernel_rows", "POLICY_CODES"]
+
+POLICY_CODES = {"zero": 0, "nan": 1, "uniform": 2}   # fully_masked policies as the kernels' int codes
 
 
 def kernel_rows(x: NDArray, batch: tuple[int, ...], core: tuple[int, ...]) -> NDArray:

@@ -63,10 +63,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit, jit_parallel, prange
+from .vexp import vexp
 
-__all__ = ["blocked_attention", "finite_rows", "POLICY_CODES"]
-
-POLICY_CODES = {"zero": 0, "nan": 1, "uniform": 2}
+__all__ = ["blocked_attention", "finite_rows"]
 
 
 @jit_parallel
@@ -85,8 +84,7 @@ def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_in
     B, n, d = q.shape
     m, d_v = v.shape[1], v.shape[2]
     n_tiles = (n + block_q - 1) // block_q
-    has_mask = mask.shape[0] > 0
-    has_bias = bias.shape[0] > 0
+    per_pair = mask.shape[0] > 0 or bias.shape[0] > 0
     for t in prange(B * n_tiles):                                  # independent (batch row, query tile)
         b = t // n_tiles
         i0 = (t % n_tiles) * block_q
@@ -95,67 +93,66 @@ def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_in
         run_max = np.full(rows, -np.inf)                           # m_i
         run_sum = np.zeros(rows)                                   # ℓ_i
         acc = np.zeros((rows, d_v))                                # Σ exp(s_j − m_i) v_j
-        seen = np.zeros((rows, block_k), dtype=np.bool_)           # visible pairs of the tile
-        p_t = np.zeros((block_k, rows))                            # weights tile, transposed
+        q_t = np.ascontiguousarray(q[b, i0:i1].T)                  # (d, rows): Q_Iᵀ, once per task
+        s_t = np.empty((block_k, rows))                            # scores, then weights, transposed
+        pv = np.empty((rows, d_v))                                 # P_IJ V_J
+        tile_max = np.empty(rows)
+        shift = np.empty(rows)                                     # the m_i that weights subtract
         j_stop = min(m, lengths[b])
         if causal:
             j_stop = min(j_stop, i1 + delta)                       # last row sees j <= i1 − 1 + delta
         for j0 in range(0, max(j_stop, 0), block_k):
             cols = min(j_stop, j0 + block_k) - j0
-            v_finite = True                                        # does this value tile hold NaN/Inf?
-            for jj in range(j0, j0 + cols):
-                if not v_row_finite[b, jj]:
-                    v_finite = False
-            s = np.dot(q[b, i0:i1], k[b, j0:j0 + cols].T)          # (rows, cols) q_I k_Jᵀ (BLAS); garbage
-            #                                                        in key j spoils only column j, unselected
-            for r in range(rows):
-                i = i0 + r
-                c_stop = cols
-                if causal:
-                    c_stop = max(0, min(cols, i + delta + 1 - j0))
-                tile_max = -np.inf
-                if not has_mask and not has_bias:                  # the common case: no per-pair test
-                    for c in range(c_stop):
-                        x = s[r, c] * scale
-                        seen[r, c] = True
-                        s[r, c] = x
-                        if x > tile_max or x != x:
-                            tile_max = x
-                for c in range(c_stop if (has_mask or has_bias) else 0):   # select, scale, bias, tile max
-                    x = s[r, c] * scale
-                    ok = True
-                    if has_mask:
-                        ok = mask[mask_index[b], i, j0 + c]
-                    if has_bias and ok:
-                        beta = bias[bias_index[b], i, j0 + c]
-                        if beta == -np.inf:
-                            ok = False
-                        else:
-                            x = x + beta
-                    seen[r, c] = ok
-                    if ok:
-                        s[r, c] = x
-                        if x > tile_max or x != x:                 # NaN propagates into the max
-                            tile_max = x
+            st = s_t[:cols]
+            np.dot(k[b, j0:j0 + cols], q_t, st)                    # (cols, rows) K_J Q_Iᵀ (BLAS); garbage in
+            #                                                        key j spoils only row j of st, unselected
+            diagonal = causal and j0 + cols - 1 > i0 + delta       # some pair of the tile is in the future
+            if per_pair:
+                _select_per_pair(st, scale, b, i0, j0, delta, causal, mask, mask_index, bias, bias_index)
+            elif diagonal:
+                for c in range(cols):                              # query i0 + r sees key j0 + c iff r >= first
+                    first = j0 + c - delta - i0
+                    for r in range(rows):
+                        x = st[c, r] * scale
+                        st[c, r] = x if r >= first else -np.inf
+            else:
+                for c in range(cols):
+                    for r in range(rows):
+                        st[c, r] *= scale
+            tile_max[:] = -np.inf                                  # max over keys, vectorised over queries
+            for c in range(cols):
+                for r in range(rows):
+                    x = st[c, r]
+                    tile_max[r] = x if (x > tile_max[r] or x != x) else tile_max[r]   # NaN propagates
+            for r in range(rows):                                  # rescale ℓ_i and acc_i to the new maximum
                 m_old = run_max[r]
-                m_new = m_old if (m_old != m_old or tile_max <= m_old) else tile_max
-                if m_new != -np.inf:                               # else nothing finite yet: weights 0
-                    alpha = np.exp(m_old - m_new)
+                m_new = m_old if (m_old != m_old or tile_max[r] <= m_old) else tile_max[r]
+                run_max[r] = m_new
+                shift[r] = 0.0 if m_new == -np.inf else m_new      # nothing visible yet: every weight is 0
+                if m_new != m_old:
+                    alpha = vexp(m_old - shift[r])                 # exp(−inf) = 0 on the first visible key
                     run_sum[r] *= alpha
                     for e in range(d_v):
                         acc[r, e] *= alpha
-                run_max[r] = m_new
-                for c in range(cols):                              # ℓ += Σ p_j, acc += Σ p_j v_j
-                    p = 0.0
-                    if c < c_stop and seen[r, c]:
-                        p = 0.0 if m_new == -np.inf else np.exp(s[r, c] - m_new)
-                        run_sum[r] += p
-                        if not v_finite:                           # selection: 0·NaN must not enter
-                            for e in range(d_v):
-                                acc[r, e] += p * v[b, j0 + c, e]
-                    p_t[c, r] = p
+            for c in range(cols):                                  # p = exp(s − m_i); ℓ_i += Σ p
+                for r in range(rows):
+                    p = vexp(st[c, r] - shift[r])
+                    st[c, r] = p
+                    run_sum[r] += p
+            v_finite = True                                        # does this value tile hold NaN/Inf?
+            for jj in range(j0, j0 + cols):
+                v_finite = v_finite and v_row_finite[b, jj]
             if v_finite:                                           # acc += P_IJ V_J (BLAS)
-                acc += np.dot(p_t[:cols].T, v[b, j0:j0 + cols])
+                np.dot(st.T, v[b, j0:j0 + cols], pv)
+                for r in range(rows):
+                    for e in range(d_v):
+                        acc[r, e] += pv[r, e]
+            else:                                                  # selection: 0·NaN must not enter
+                for c in range(cols):
+                    for r in range(rows):
+                        if _visible(b, i0 + r, j0 + c, delta, causal, mask, mask_index, bias, bias_index):
+                            for e in range(d_v):
+                                acc[r, e] += st[c, r] * v[b, j0 + c, e]
         for r in range(rows):
             i = i0 + r
             if run_max[r] == -np.inf:                              # no visible key: the policy decides
@@ -171,6 +168,36 @@ def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_in
                 lse[b, i] = run_max[r] + np.log(run_sum[r])
                 for e in range(d_v):
                     out[b, i, e] = acc[r, e] / run_sum[r]
+
+
+@jit
+def _visible(b, i, j, delta, causal, mask, mask_index, bias, bias_index):  # pragma: no cover - jitted
+    """Query i of batch row b may attend to key j: causal, boolean mask, bias not -inf (lengths: by the caller)."""
+    ok = not causal or j <= i + delta
+    if ok and mask.shape[0] > 0:
+        ok = mask[mask_index[b], i, j]
+    if ok and bias.shape[0] > 0:
+        ok = bias[bias_index[b], i, j] != -np.inf
+    return ok
+
+
+@jit
+def _select_per_pair(st, scale, b, i0, j0, delta, causal, mask, mask_index, bias, bias_index):  # pragma: no cover
+    """Scaled scores, bias added, of the visible pairs; -inf for the others (st is (cols, rows), transposed).
+
+    Row by row, so that the (n, m) mask and bias are read along their contiguous axis.
+    """
+    cols, rows = st.shape
+    for r in range(rows):
+        i = i0 + r
+        for c in range(cols):
+            x = st[c, r] * scale
+            if _visible(b, i, j0 + c, delta, causal, mask, mask_index, bias, bias_index):
+                if bias.shape[0] > 0:
+                    x = x + bias[bias_index[b], i, j0 + c]
+                st[c, r] = x
+            else:
+                st[c, r] = -np.inf
 
 
 @jit

@@ -17,8 +17,6 @@ from .._jit import jit_parallel, prange
 
 __all__ = ["sparse_attention_csr"]
 
-POLICY_CODES = {"zero": 0, "nan": 1, "uniform": 2}
-
 
 @jit_parallel
 def sparse_attention_csr(q, k, v, indptr, indices, scale, policy, out, weights):  # pragma: no cover - jitted

@@ -105,7 +105,8 @@ def sparse_attention(
 
 
 def _csr(q, k, v, pattern, batch, *, scale, fully_masked, return_weights):
-    from ..kernels.csr import POLICY_CODES, sparse_attention_csr  # Numba loads on first use only
+    from ..kernels import POLICY_CODES
+    from ..kernels.csr import sparse_attention_csr  # Numba loads on first use only
 
     n, d_v = q.shape[-2], v.shape[-1]
     flat = [kernel_rows(x, batch, x.shape[-2:]) for x in (q, k, v)]   # (B, ·, ·)
