@@ -1,9 +1,12 @@
 """The one place Numba's flags are set (imported only by refattn.kernels, never on ``import refattn``).
 
 ``cache=True`` writes compiled machine code to Numba's cache (``NUMBA_CACHE_DIR`` if set), so a
-kernel compiles once per machine, not once per process. ``fastmath`` stays off: reassociating
-sums changes results, and refattn is an oracle. ``parallel`` kernels split only independent rows
-(``prange``), so their results do not depend on the number of threads.
+kernel compiles once per machine, not once per process. Numba revalidates a cached kernel against
+its own source file only: after editing a helper that it calls from another module (such as
+``kernels/vexp.py``), delete the cache (``__pycache__/*.nbi``, ``*.nbc``) or use a fresh
+``NUMBA_CACHE_DIR``. ``fastmath`` stays off: reassociating sums changes results, and refattn is an
+oracle. ``parallel`` kernels split only independent rows (``prange``), so their results do not
+depend on the number of threads.
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from refattn import init_multi_head, multi_head_attention, padding_mask, scaled_dot_product_attention
 from refattn.core.sdpa import AUTO_BLOCKED_ENTRIES, resolve_method
@@ -50,6 +52,43 @@ def test_matches_equation_over_tile_sizes(rng, block, n, m):
 def test_causal_both_alignments(rng, block, causal, n, m):
     q, k, v = qkv(rng, n, m, batch=(2,))
     assert_same(*both(q, k, v, block_size=block, causal=causal))
+
+
+@st.composite
+def blocked_cases(draw):
+    """Any shapes, tiles, alignment, mask kind, key lengths and policy, with a seed for the data."""
+    batch, n, m = draw(st.integers(1, 3)), draw(st.integers(1, 24)), draw(st.integers(1, 24))
+    return {
+        "batch": batch, "n": n, "m": m, "d": draw(st.integers(1, 5)), "d_v": draw(st.integers(1, 4)),
+        "block_size": (draw(st.integers(1, 9)), draw(st.integers(1, 9))),
+        "causal": draw(st.sampled_from([False, True, "bottom-right"])),
+        "mask": draw(st.sampled_from([None, "bool", "bias"])),
+        "key_lengths": draw(st.none() | st.lists(st.integers(0, m), min_size=batch, max_size=batch)),
+        "fully_masked": draw(st.sampled_from(["zero", "nan", "uniform"])),
+        "logit_scale": draw(st.sampled_from([1.0, 30.0])),           # 30: running maxima jump by 100s
+        "seed": draw(st.integers(0, 2**32 - 1)),
+    }
+
+
+@given(blocked_cases())
+def test_property_blocked_equals_equation(case):
+    rng = np.random.default_rng(case["seed"])
+    q, k, v = qkv(rng, case["n"], case["m"], case["d"], case["d_v"], batch=(case["batch"],))
+    shape = (case["batch"], case["n"], case["m"])
+    mask = {None: None, "bool": rng.random(shape) < 0.6,
+            "bias": np.where(rng.random(shape) < 0.6, rng.standard_normal(shape), -np.inf)}[case["mask"]]
+    lengths = None if case["key_lengths"] is None else np.array(case["key_lengths"])
+    eq, bl = both(q * case["logit_scale"], k, v, block_size=case["block_size"], causal=case["causal"],
+                  mask=mask, key_lengths=lengths, fully_masked=case["fully_masked"])
+    assert_same(eq, bl)
+
+
+@pytest.mark.parametrize("causal", [False, True, "bottom-right"])
+def test_default_tiles_at_real_head_sizes(rng, causal):
+    """d = 64 and d = 128 take the default (64, 64) and (32, 32) tiles; n, m not multiples of them."""
+    for d in (64, 128):
+        q, k, v = qkv(rng, 150, 131, d=d, d_v=d, batch=(2,))
+        assert_same(*both(q, k, v, causal=causal))
 
 
 @pytest.mark.parametrize("policy", ["zero", "nan", "uniform"])

@@ -20,7 +20,8 @@ from .softmax import FULLY_MASKED_POLICIES, masked_softmax
 __all__ = ["scaled_dot_product_attention"]
 
 METHODS = ("equation", "blocked", "auto")
-AUTO_BLOCKED_ENTRIES = 2**24     # "auto": blocked once the score matrix batch·n·m exceeds this (128 MiB)
+AUTO_BLOCKED_ENTRIES = 2**21     # "auto": blocked once the score matrix batch·n·m exceeds this (16 MiB);
+# measured in the docstring of refattn.kernels.blocked ("When blocked is faster")
 BLAS_ONE_THREAD_WORK = 2**18     # OpenBLAS runs a product of M·N·K <= this on the calling thread only
 
 
@@ -83,7 +84,7 @@ def scaled_dot_product_attention(
         "equation": the readable definition above, materialising the ``(..., n, m)`` scores.
         "blocked": a Numba kernel with an online softmax over tiles (FlashAttention's Algorithm 1,
         :mod:`refattn.kernels.blocked`) that never materialises the scores; float64 only, no
-        ``return_weights``. "auto": "blocked" when the scores would have more than ``2**24``
+        ``return_weights``. "auto": "blocked" when the scores would have more than ``2**21``
         entries, ``dtype`` is float64 and the weights are not asked for; else "equation".
     block_size : int or (int, int), optional
         Query and key tile rows of the blocked kernel. Default: :func:`default_block_size`, ``(64, 64)``

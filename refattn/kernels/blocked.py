@@ -13,50 +13,65 @@ for every key tile *J*::
     m_i   = m'
 
 and at the end ``out_i = acc_i / ℓ_i``, ``lse_i = m_i + log ℓ_i``. Nothing of size n × m exists:
-the scratch of one task is a (block_q × block_k) score tile, a transposed key tile and the
-(block_q × d_v) accumulator.
+the scratch of one task is a (block_k × block_q) score tile, a transposed query tile, the
+(block_q × d_v) product ``P_IJ V_J`` and the accumulator.
 
 Visibility is decided by selection, key by key: causal (``j <= i + delta``), key length
 (``j < lengths[b]``), a boolean mask tile, ``-inf`` entries of an additive bias. A key that is not
 visible is never used, neither its score nor its value, so NaN/Inf stored there cannot leak. Key
 tiles beyond the causal frontier of the query tile, or beyond the key length, are skipped.
 
-"No visible key yet" is the state ``m_i = -inf``: there ``exp(m_i − m')`` would be
+"No visible key yet" is the state ``m_i = -inf``: there ``exp(s_j − m_i)`` would be
 ``exp(−inf − (−inf)) = NaN``, so while the running maximum is still ``-inf`` (nothing seen, or only
-``-inf`` scores) the rescaling factor is 1 and every term's weight is exactly 0. A query whose
-maximum stays ``-inf`` follows the fully-masked policy (0 zero, 1 NaN, 2 uniform = the mean of all
-m values, ``vmean``) and gets ``lse = -inf``. NaN scores propagate into the running maximum, so a
-NaN in a visible score makes the row NaN, as in the equation path.
+``-inf`` scores) the weights subtract 0 instead, and every weight is ``exp(−inf) = 0``; when the
+first finite score arrives, the rescaling factor ``exp(−inf − m') = 0`` multiplies those zeros. A
+query whose maximum stays ``-inf`` follows the fully-masked policy (0 zero, 1 NaN, 2 uniform = the
+mean of all m values, ``vmean``) and gets ``lse = -inf``. NaN scores propagate into the running
+maximum, so a NaN in a visible score makes the row NaN, as in the equation path.
+
+Layout: the score tile is computed transposed, ``S_JIᵀ = K_J Q_Iᵀ`` of shape (keys, queries), so
+that every per-query quantity (running max, rescale, ``exp``, running sum) is an update of a
+contiguous vector of queries inside a loop over keys: elementwise, vectorised by LLVM without
+``fastmath`` (a per-row reduction over keys would need reassociation). Each query's sum still adds
+its terms in key order. The exponential is :func:`refattn.kernels.vexp.vexp`, branch-free and
+within 1 ulp of ``np.exp`` (libm's scalar ``exp`` is a call LLVM cannot vectorise).
 
 Parallel strategy: one level, ``prange`` over the independent (batch row × query tile) tasks;
-inside a task the two tile products q_I k_Jᵀ and P_IJ V_J are ``np.dot`` on contiguous tiles
-(BLAS through SciPy), the selection / online-softmax update is an explicit loop. Exact: max
-|blocked − equation| = 6.5e-16 (non-causal) and 1.1e-15 (causal) on the case below.
+inside a task the two tile products ``K_J Q_Iᵀ`` and ``P_IJ V_J`` are ``np.dot`` into preallocated
+tiles (BLAS through SciPy, single-threaded because of their size, see below). Results do not
+depend on the thread count.
 
-Measured (2-core AMD EPYC, AVX2+FMA; q, k, v (8, 4096, 64) float64; best of 3;
-``NUMBA_NUM_THREADS=2``; kernel called directly, seconds, non-causal / causal)::
+Measured (2-core AMD EPYC Zen 4, AVX-512; ``python -m refattn bench sdpa``, 2 threads, q, k, v
+(8, 4096, 64) float64, best of 3, torch 2.13.0 CPU sdpa in the same process):
 
-    explicit loops (k tile transposed, inner loops vectorised over keys / d_v), tiles 64×64
-                                   OpenBLAS default (2 threads)    1.62–1.72 / 0.84–0.86
-                                   OPENBLAS_NUM_THREADS=1          1.60 / 0.80
-    np.dot tiles 64×64             OpenBLAS default                0.98–1.07 / 0.53–0.82
-                                   OPENBLAS_NUM_THREADS=1          0.97 / 0.49
-    np.dot tiles 64×32 (kept)      OpenBLAS default                1.05–1.06 / 0.54
+    ==============================================  ============  ===========
+    kernel                                          non-causal    causal
+    ==============================================  ============  ===========
+    scores (rows, keys), libm exp, 64×32 tiles      1.27 s        0.56 s
+    transposed scores + vexp, 64×64 tiles (kept)    0.45 s        0.24 s
+    torch.nn.functional.scaled_dot_product_attention 0.58-0.60 s  0.32-0.38 s
+    ==============================================  ============  ===========
 
-BLAS tiles are ~1.6× faster than the loops (which cannot use FMA/reassociation: no fastmath). The
-thread fight is real: with 64×64×64 products OpenBLAS (threshold m·n·k >= 2**18) may start its
-own threads inside each Numba thread and the causal time wandered 0.53–0.82 s; after a large
-NumPy matmul (the equation path, NumPy's own OpenBLAS) spinning BLAS threads also slowed the next
-blocked call (loops causal 0.86 → 1.63 s). 64×32 tiles stay under OpenBLAS's threading threshold,
-so the products run single-threaded inside each Numba thread and the numbers are stable. Through
-``scaled_dot_product_attention`` in one process alternating with the equation path: blocked 1.35 /
-1.13 s vs equation 2.46 / 3.08 s (OPENBLAS_NUM_THREADS=1: 1.14 / 0.77 vs 1.84 / 2.89 s).
-(8, 32768, 64) causal: 67 s, tracemalloc peak 130 MiB beyond the inputs (384 MiB) = the output
-(128 MiB) plus the flattened lse; the per-thread tiles are Numba allocations, O(threads · tiles).
+The products alone (no softmax) take 0.40 s at 64×64 tiles, so the softmax part went from about
+0.85 s to 0.05 s. (8, 32768, 64) causal: 67 s → 16.4 s, now on the n² line from 4096 (0.27 s).
+
+The thread fight is real: OpenBLAS runs a product of M·N·K <= 2**18 on the calling thread and
+starts its own threads above that, inside Numba's, which OpenBLAS itself warns about ("Detect
+OpenMP Loop") and which cost 3-4× (d = 256 with 64×64 tiles: 1.61 s vs 0.40 s at 32×32; d = 128
+with 64×128: 2.65 s vs 0.88 s). Hence square default tiles ``b·b·max(d_k, d_v) <= 2**18``
+(:func:`refattn.core.sdpa.default_block_size`): 64 for d <= 64, 32 up to 256. With d = 32, 64×128
+tiles were no faster than 64×64 (0.283 vs 0.282 s), so 64 is the cap.
+
+When blocked is faster (``method="auto"``): called alone, blocked beat the equation path at every
+size tried, from 1.1× at (1, 64, 64) to 8× (B·n·m = 2**12 … 2**23). Inside
+``multi_head_attention``, right after NumPy's threaded projections, it lost below 2**19 entries
+(n = 128, 8 heads: 16 ms vs 8 ms): NumPy's OpenBLAS threads keep spinning for a while after a
+product, Numba's threads then wait a scheduler time slice at their barrier. From 2**21 entries on
+it won in both settings (1.07-3.2× in multi-head), so "auto" switches there.
 
 A value tile holding NaN/Inf is multiplied by explicit loops over the visible keys only (0 · NaN
-must not enter through the BLAS product); key garbage is harmless in q_I k_Jᵀ, since it spoils
-only its own column, whose score is never selected.
+must not enter through the BLAS product); key garbage is harmless in ``K_J Q_Iᵀ``, since it spoils
+only its own row of the tile, whose scores are never selected.
 """
 from __future__ import annotations
 
