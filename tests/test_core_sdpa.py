@@ -281,11 +281,19 @@ def _bad(q=(3, 4), k=(5, 4), v=(5, 2), **kwargs):
     (_bad(fully_masked="drop"), ValueError, "fully_masked must be one of"),
     (_bad(scale="0.5"), TypeError, "scale must be a real number"),
     (_bad(scale=np.inf), ValueError, "scale must be finite"),
+    (_bad(q=(3, 0), k=(5, 0)), ValueError, r"default scale 1/sqrt\(d_k\) needs d_k >= 1, got d_k=0"),
     (_bad(dtype=np.int32), TypeError, "dtype must be float16, float32 or float64"),
 ])
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("method", ["equation", "blocked"])
+def test_empty_query_key_vectors_with_a_scale_attend_uniformly(method):
+    q, k, v = np.ones((3, 0)), np.ones((5, 0)), np.arange(10.0).reshape(5, 2)
+    out = scaled_dot_product_attention(q, k, v, scale=1.0, method=method)   # every score is 0
+    np.testing.assert_allclose(out, np.broadcast_to(v.mean(axis=0), (3, 2)), rtol=1e-15)
 
 
 @given(shapes, st.integers(0, 2**32 - 1), st.floats(-1e3, 1e3))

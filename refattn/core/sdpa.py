@@ -272,7 +272,13 @@ def _mask_slabs(mask: NDArray, batch: tuple[int, ...], n: int, m: int) -> tuple[
 
 
 def default_scale(d_k: int) -> float:
-    """The paper's scale 1/√d_k, as a Python float (so it keeps float16/float32 computations)."""
+    """The paper's scale 1/√d_k, as a Python float (so it keeps float16/float32 computations).
+
+    Raises ``ValueError`` for ``d_k < 1`` (empty query/key vectors), where the default is undefined.
+    """
+    if d_k < 1:
+        raise ValueError(f"the default scale 1/sqrt(d_k) needs d_k >= 1, got d_k={d_k} (the last axis of q and k); "
+                         "pass scale= explicitly")
     return 1.0 / float(np.sqrt(d_k))
 
 
