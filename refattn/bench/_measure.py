@@ -16,6 +16,25 @@ def best_time(fn: Callable[[], object], repeat: int) -> float:
     return best
 
 
+def best_times(calls: dict[str, Callable[[], object]], repeat: int, settle: float = 0.3) -> dict[str, float]:
+    """Best wall time of each call over ``repeat`` rounds, in seconds; rounds interleave the calls.
+
+    Interleaving spreads a change of load on a shared machine over every contender, and each call
+    starts ``settle`` seconds after the previous one: thread pools keep spinning for a while after
+    their last job (OpenBLAS's, torch's OpenMP, Numba's), and a contender started among them runs
+    on fewer free cores. Measured here: torch just before made the blocked causal kernel 1.3x
+    torch's time instead of 0.7x.
+    """
+    best = dict.fromkeys(calls, float("inf"))
+    for _ in range(repeat):
+        for name, fn in calls.items():
+            time.sleep(settle)
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
 def peak_memory(fn: Callable[[], object]) -> tuple[object, int]:
     """Run ``fn`` once; return its result and the peak of memory allocated meanwhile, in bytes.
 

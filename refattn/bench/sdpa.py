@@ -6,9 +6,16 @@ kernel (``method="blocked"``), and, when PyTorch is importable, torch's CPU
 ``scaled_dot_product_attention`` on the same inputs in the same process (``torch.set_num_threads``
 = the Numba thread count). GFLOP/s counts the full n² work, 4·h·n²·d, for causal runs too, as the
 issue does. Peak memory is NumPy's allocations during the call (tracemalloc) beyond the inputs;
-the kernel's own per-thread tiles are outside it and O(threads · tile²). Targets (issue 6):
-blocked time at n = 4096 at most 1.0× torch's, non-causal and causal; peak memory at n = 32768,
-8 heads, under 512 MiB beyond inputs and output.
+the kernel's own per-thread tiles are outside it and O(threads · tile²).
+
+Blocked and torch are timed in interleaved rounds with a pause before each call
+(:func:`refattn.bench._measure.best_times`), so that one library's spinning threads do not slow
+the other down and a change of load hits both; the equation path, whose GiBs of scores perturb the
+machine for a while, in rounds of its own. Best of ``--repeat`` (5) rounds: this machine is
+shared, and single calls vary by 20%.
+
+Targets (issue 6): blocked time at n = 4096 at most 1.0× torch's, non-causal and causal; peak
+memory at n = 32768, 8 heads, under 512 MiB beyond inputs and output.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.sdpa import scaled_dot_product_attention
-from ._measure import best_time, mib, peak_memory
+from ._measure import best_time, best_times, mib, peak_memory
 
 __all__ = ["add_arguments", "run", "measure"]
 
@@ -31,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--d", type=int, default=64)
-    parser.add_argument("--repeat", type=int, default=3, help="timed calls per point (best is kept)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed rounds per point (best is kept)")
     parser.add_argument("--equation-max", type=int, default=4096, help="largest n for the equation path")
     parser.add_argument("--memory-n", type=int, default=32768, help="n of the peak-memory target (0: skip)")
     parser.add_argument("--plot", type=lambda text: Path(text) if text else None, default=COMPLEXITY_PNG,
@@ -57,15 +64,19 @@ def measure(n: int, heads: int, d: int, causal: bool, repeat: int, equation_max:
     """Times (seconds) of each available implementation on one seeded (heads, n, d) problem."""
     rng = np.random.default_rng(n)
     q, k, v = (rng.standard_normal((heads, n, d)) for _ in range(3))
-    times = {"blocked": best_time(lambda: scaled_dot_product_attention(q, k, v, causal=causal,
-                                                                       method="blocked"), repeat)}
-    if n <= equation_max:
-        times["equation"] = best_time(lambda: scaled_dot_product_attention(q, k, v, causal=causal), repeat)
+    calls = {"blocked": lambda: scaled_dot_product_attention(q, k, v, causal=causal, method="blocked")}
     if torch is not None:
         tq, tk, tv = (torch.from_numpy(x)[None] for x in (q, k, v))
         sdpa = torch.nn.functional.scaled_dot_product_attention
-        with torch.no_grad():
-            times["torch"] = best_time(lambda: sdpa(tq, tk, tv, is_causal=causal), repeat)
+
+        def torch_call():
+            with torch.no_grad():
+                return sdpa(tq, tk, tv, is_causal=causal)
+        calls["torch"] = torch_call
+    times = best_times(calls, repeat)                               # the pair the target compares
+    if n <= equation_max:                                           # its GiBs of scores perturb the machine
+        times["equation"] = best_times({"equation": lambda: scaled_dot_product_attention(q, k, v, causal=causal)},
+                                       repeat)["equation"]
     return times
 
 

@@ -121,23 +121,17 @@ def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_in
             st = s_t[:cols]
             np.dot(k[b, j0:j0 + cols], q_t, st)                    # (cols, rows) K_J Q_Iᵀ (BLAS); garbage in
             #                                                        key j spoils only row j of st, unselected
-            diagonal = causal and j0 + cols - 1 > i0 + delta       # some pair of the tile is in the future
-            if per_pair:
+            diagonal = causal and not per_pair and j0 + cols - 1 > i0 + delta   # some pair in the future
+            if per_pair:                                           # scaled, biased, -inf where not visible
                 _select_per_pair(st, scale, b, i0, j0, delta, causal, mask, mask_index, bias, bias_index)
-            elif diagonal:
-                for c in range(cols):                              # query i0 + r sees key j0 + c iff r >= first
-                    first = j0 + c - delta - i0
-                    for r in range(rows):
-                        x = st[c, r] * scale
-                        st[c, r] = x if r >= first else -np.inf
-            else:
-                for c in range(cols):
-                    for r in range(rows):
-                        st[c, r] *= scale
-            tile_max[:] = -np.inf                                  # max over keys, vectorised over queries
+            factor = 1.0 if per_pair else scale                    # (x · 1.0 is x, NaN and ±inf included)
+            tile_max[:] = -np.inf                                  # one pass: scale, causal select, tile max
             for c in range(cols):
+                first = j0 + c - delta - i0 if diagonal else 0     # query i0 + r sees key j0 + c iff r >= first
                 for r in range(rows):
-                    x = st[c, r]
+                    x = st[c, r] * factor
+                    x = x if r >= first else -np.inf
+                    st[c, r] = x
                     tile_max[r] = x if (x > tile_max[r] or x != x) else tile_max[r]   # NaN propagates
             for r in range(rows):                                  # rescale ℓ_i and acc_i to the new maximum
                 m_old = run_max[r]
