@@ -25,9 +25,9 @@ The method is the textbook one (Cody & Waite range reduction, Tang's formulation
 - ``x < −745.2`` gives 0 (``e^x`` < half the smallest subnormal), ``x > 709.8`` gives +inf, NaN
   stays NaN (the selects are plain compares, false for NaN; NaN flows through the polynomial).
 
-Measured against ``np.exp`` on 4 M points over [-750, 712] and the special values (see
-``tests/test_kernels_vexp.py``): at most 1 ulp apart, 89% bit-identical; zeros, infinities and NaNs
-identical.
+Measured against ``np.exp`` on 4 M points (1 M each over [-750, 712], [-40, 0], [-1, 1] and just
+below 0) and the special values (see ``tests/test_kernels_vexp.py``): at most 1 ulp apart, 89%
+bit-identical; zeros, infinities and NaNs identical.
 """
 from __future__ import annotations
 
