@@ -38,7 +38,7 @@ from matplotlib.figure import Figure, SubFigure
 from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike, NDArray
 
-from ._validate import check_choice
+from .common import check_choice
 
 __all__ = [
     "STYLE_PATH",

@@ -10,8 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._random import as_rng
-from ..core.masks import causal_alignment
+from ..common import as_rng, causal_alignment
 from ..linear.attention import linear_attention
 from ..linear.delta_rule import delta_beta, delta_rule_attention, init_delta_beta
 from ..linear.efficient_attention import efficient_attention

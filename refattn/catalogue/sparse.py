@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..core.masks import causal_alignment
+from ..common import causal_alignment
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.attention import sparse_attention
 from ..sparse.axial import axial_patterns

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._random import as_rng
+from ..common import as_rng
 from ..core.encoder_decoder import decoder_layer, encoder_layer
 from ..core.layers import feed_forward, layer_norm
 from ..core.masks import causal_mask, padding_mask

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._random import as_rng
-from .._validate import as_float
+from ..common import as_float, as_rng
 from .layers import FeedForwardParams, LayerNormParams, feed_forward, init_feed_forward, init_layer_norm, layer_norm
 from .multi_head import (
     MultiHeadParams,

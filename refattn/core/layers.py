@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._random import as_rng, glorot
-from .._validate import as_float, check_positive_int
+from ..common import as_float, as_rng, check_positive_int, glorot
 
 __all__ = [
     "LayerNormParams",

@@ -18,20 +18,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import check_choice
+from ..common import ALIGNMENTS, causal_alignment, check_choice
 
 __all__ = ["causal_mask", "padding_mask"]
-
-ALIGNMENTS = ("top-left", "bottom-right")
-
-
-def causal_alignment(causal) -> str | None:
-    """Normalise the ``causal`` argument: ``None`` (no causal mask), "top-left" or "bottom-right"."""
-    check_choice("causal", causal, (False, True, *ALIGNMENTS))
-    if causal is False:
-        return None
-    return "top-left" if causal is True else causal
-
 
 def causal_mask(n: int, m: int | None = None, *, alignment: str = "top-left") -> NDArray:
     r"""Decoder (look-ahead) mask: ``True`` where query *i* may attend to key *j*.

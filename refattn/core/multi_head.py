@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._random import as_rng, glorot
-from .._validate import as_float, broadcast_batch, check_positive_int
+from ..common import as_float, as_rng, broadcast_batch, check_positive_int, glorot
 from .masks import check_mask_shape
 from .sdpa import scaled_dot_product_attention
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validate import check_choice, check_positive_int
+from ..common import check_choice, check_positive_int
 
 __all__ = ["sinusoidal_positional_encoding", "sinusoidal_rotation"]
 

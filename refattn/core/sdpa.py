@@ -12,9 +12,19 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import as_float, broadcast_batch, check_choice, check_qkv, compute_dtype
+from ..common import (
+    as_float,
+    broadcast_batch,
+    causal_alignment,
+    check_choice,
+    check_qkv,
+    check_scale,
+    compute_dtype,
+    default_scale,
+    weighted_values,
+)
 from ..kernels import kernel_rows
-from .masks import attention_mask, causal_alignment, check_mask_shape, padding_mask
+from .masks import attention_mask, check_mask_shape, padding_mask
 from .softmax import FULLY_MASKED_POLICIES, masked_softmax
 
 __all__ = ["scaled_dot_product_attention"]
@@ -269,51 +279,3 @@ def _mask_slabs(mask: NDArray, batch: tuple[int, ...], n: int, m: int) -> tuple[
     slabs = np.ascontiguousarray(np.broadcast_to(mask, (*mask_batch, n, m)).reshape(-1, n, m))
     index = np.arange(slabs.shape[0], dtype=np.int64).reshape(mask_batch)
     return slabs, np.ascontiguousarray(np.broadcast_to(index, batch).reshape(-1))
-
-
-def default_scale(d_k: int) -> float:
-    """The paper's scale 1/√d_k, as a Python float (so it keeps float16/float32 computations).
-
-    Raises ``ValueError`` for ``d_k < 1`` (empty query/key vectors), where the default is undefined.
-    """
-    if d_k < 1:
-        raise ValueError(f"the default scale 1/sqrt(d_k) needs d_k >= 1, got d_k={d_k} (the last axis of q and k); "
-                         "pass scale= explicitly")
-    return 1.0 / float(np.sqrt(d_k))
-
-
-def check_scale(scale) -> float:
-    """Validate a user ``scale``: a finite real number."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
-    if not np.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale!r}")
-    return float(scale)
-
-
-def weighted_values(
-    A: NDArray, v: NDArray, allowed: NDArray | None, empty: NDArray, fully_masked: str
-) -> NDArray:
-    """``A @ v``, except that a non-finite value reaches only the rows that may attend to it.
-
-    A plain matmul would spread a NaN in ``v[j]`` to every row, even those whose weight on key *j*
-    is an exact 0 because *j* is masked (0 · NaN = NaN). Here the finite part goes through the
-    matmul and each non-finite value is added, IEEE-style, to the rows that may use it.
-    """
-    if A.shape[-1] == 0:                                           # no key at all: every row is fully masked
-        fill = 0.0 if fully_masked == "zero" else np.nan           # "uniform" over no key is 0/0
-        return np.full((*A.shape[:-1], v.shape[-1]), fill, dtype=A.dtype)
-    finite = np.isfinite(v)
-    if finite.all():
-        return A @ v                                               # (..., n, d_v)
-    out = A @ np.where(finite, v, 0)
-    m = v.shape[-2]
-    used = np.ones(A.shape, dtype=bool) if allowed is None else np.broadcast_to(allowed, A.shape)
-    if fully_masked == "uniform":
-        used = used | empty                                        # uniform rows use every key
-    bad = np.flatnonzero(~finite.reshape(-1, m, v.shape[-1]).all(axis=(0, 2)))  # key indices
-    v_bad = v[..., bad, :]                                         # (..., b, d_v)
-    use = used[..., bad][..., None] & ~np.isfinite(v_bad)[..., None, :, :]  # (..., n, b, d_v)
-    with np.errstate(invalid="ignore"):                            # 0·inf where masked: dropped below
-        terms = A[..., bad][..., None] * v_bad[..., None, :, :]    # (..., n, b, d_v)  α_ij v_j
-    return out + np.sum(np.where(use, terms, 0), axis=-2)

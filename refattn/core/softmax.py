@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import as_float, check_choice
+from ..common import as_float, check_choice
 
 __all__ = ["softmax", "FULLY_MASKED_POLICIES"]
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._random import as_rng, glorot
-from .._validate import check_positive_int
+from ..common import as_rng, check_positive_int, glorot
 from .encoder_decoder import (
     DecoderLayerParams,
     EncoderLayerParams,

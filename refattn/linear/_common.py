@@ -6,7 +6,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validate import as_float, broadcast_batch, check_qkv
+from ..common import as_float, broadcast_batch, check_qkv
 
 
 def features(feature_map: Callable[[NDArray], NDArray], x: NDArray, name: str) -> NDArray:

@@ -16,9 +16,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import as_float, check_choice, check_qkv
-from ..core.masks import attention_mask, causal_alignment
-from ..core.sdpa import weighted_values
+from ..common import as_float, causal_alignment, check_choice, check_qkv, weighted_values
+from ..core.masks import attention_mask
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
 from ._common import check_denominators, features, safe_denominator

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import as_float, check_qkv
+from ..common import as_float, check_qkv
 from ..core.softmax import softmax
 
 __all__ = ["efficient_attention"]

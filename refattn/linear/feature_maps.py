@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import as_float
+from ..common import as_float
 
 __all__ = ["elu_feature_map"]
 

@@ -25,8 +25,7 @@ from functools import partial
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._random import as_rng
-from .._validate import as_float, check_choice, check_positive_int, check_qkv
+from ..common import as_float, as_rng, check_choice, check_positive_int, check_qkv
 from .attention import METHODS, linear_attention
 
 __all__ = ["draw_omega", "favor_features", "favor_mse", "performer_attention"]

@@ -20,9 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._random import as_rng, glorot
-from .._validate import as_float, check_choice, check_positive_int
-from ..core.sdpa import weighted_values
+from ..common import as_float, as_rng, check_choice, check_positive_int, glorot, weighted_values
 from ..kernels import kernel_rows
 from ._common import check_denominators, check_recurrence_inputs, features, safe_denominator, sigmoid
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import as_float, check_choice
-from ..core.masks import attention_mask, causal_alignment
-from ..core.sdpa import check_scale, default_scale, scaled_dot_product_attention, weighted_values
+from ..common import as_float, causal_alignment, check_choice, check_scale, default_scale, weighted_values
+from ..core.masks import attention_mask
+from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from .report import Comparison, FullyMaskedRows, Report
 from .tolerances import (

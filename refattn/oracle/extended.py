@@ -22,7 +22,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import as_float, broadcast_batch, check_choice, check_qkv
+from ..common import as_float, broadcast_batch, check_choice, check_qkv
 from ..core.masks import check_mask_shape
 
 __all__ = ["mp_sdpa", "mp_sdpa_vjp", "mp_softmax", "mp_softmax_vjp"]

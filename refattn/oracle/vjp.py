@@ -25,10 +25,20 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import as_float, broadcast_batch, check_choice, check_positive_int, check_qkv
-from ..core.masks import attention_mask, causal_alignment, check_mask_shape
+from ..common import (
+    as_float,
+    broadcast_batch,
+    causal_alignment,
+    check_choice,
+    check_positive_int,
+    check_qkv,
+    check_scale,
+    default_scale,
+    weighted_values,
+)
+from ..core.masks import attention_mask, check_mask_shape
 from ..core.multi_head import MultiHeadParams, head_shared, project_heads
-from ..core.sdpa import check_scale, default_scale, scaled_dot_product_attention, weighted_values
+from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from ..linear._common import check_denominators, safe_denominator
 from ..linear.feature_maps import elu_feature_map

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import as_float, check_choice, check_qkv
-from ..core.sdpa import check_scale, default_scale, scaled_dot_product_attention
+from ..common import as_float, check_choice, check_qkv, check_scale, default_scale
+from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
 from .pattern import SparsePattern

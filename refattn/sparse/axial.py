@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import check_choice, check_positive_int
+from ..common import check_choice, check_positive_int
 from .pattern import SparsePattern
 
 __all__ = ["axial_pattern", "axial_patterns"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._args import causal_flag, non_negative, sizes
+from ..common import check_non_negative_int, check_sizes
+from ._args import causal_flag
 from .pattern import SparsePattern
 
 __all__ = ["band_pattern"]
@@ -54,8 +55,8 @@ def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool = False) 
            [0, 0, 1, 1, 1],
            [0, 0, 0, 1, 1]])
     """
-    n, m = sizes(n, m)
+    n, m = check_sizes(n, m)
     causal = causal_flag(causal)
-    w = non_negative("w", w)
+    w = check_non_negative_int("w", w)
     i = np.arange(n)
     return SparsePattern.from_row_ranges(i - w, i + 1 if causal else i + w + 1, m)

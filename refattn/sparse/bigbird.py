@@ -19,9 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._random import as_rng
-from .._validate import check_choice, check_positive_int
-from ._args import non_negative, sizes
+from ..common import as_rng, check_choice, check_non_negative_int, check_positive_int, check_sizes
 from .pattern import SparsePattern, index_dtype
 
 __all__ = ["bigbird_block_layout", "bigbird_pattern", "draw_bigbird_random_blocks"]
@@ -103,7 +101,7 @@ def draw_bigbird_random_blocks(
     """
     rng = as_rng(rng)
     nb = check_positive_int("num_blocks", num_blocks)
-    r = non_negative("num_random_blocks", num_random_blocks)
+    r = check_non_negative_int("num_random_blocks", num_random_blocks)
     half = _half_window(num_window_blocks)
     G = _global_blocks(nb, num_global_blocks)
     check_choice("candidates", candidates, CANDIDATES)
@@ -246,7 +244,7 @@ def bigbird_pattern(
     >>> bool(np.array_equal(bigbird_block_layout(8, rng=0), bigbird_block_layout(8, random_blocks=blocks)))
     True
     """
-    n, _ = sizes(n, None)
+    n, _ = check_sizes(n, None)
     b = check_positive_int("block_size", block_size)
     if n % b:
         raise ValueError(f"n={n} must be a multiple of block_size={b} (BigBird works in whole blocks)")
@@ -259,7 +257,7 @@ def _block_pattern(num_blocks, num_random_blocks, num_global_blocks, num_window_
                    candidates) -> SparsePattern:
     """The block layout as an (n_b, n_b) SparsePattern, built from index lists (no n_b × n_b loop)."""
     nb = check_positive_int("num_blocks", num_blocks)
-    r = non_negative("num_random_blocks", num_random_blocks)
+    r = check_non_negative_int("num_random_blocks", num_random_blocks)
     half = _half_window(num_window_blocks)
     G = _global_blocks(nb, num_global_blocks)
     check_choice("candidates", candidates, CANDIDATES)
@@ -322,7 +320,7 @@ def _half_window(num_window_blocks) -> int:
 
 
 def _global_blocks(nb: int, num_global_blocks) -> NDArray:
-    g = non_negative("num_global_blocks", num_global_blocks)
+    g = check_non_negative_int("num_global_blocks", num_global_blocks)
     if g > nb:
         raise ValueError(f"num_global_blocks={g} exceeds num_blocks={nb}")
     first = (g + 1) // 2

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import check_positive_int
-from ._args import causal_flag, sizes
+from ..common import check_positive_int, check_sizes
+from ._args import causal_flag
 from .pattern import SparsePattern
 
 __all__ = ["block_local_pattern"]
@@ -52,7 +52,7 @@ def block_local_pattern(n: int, block: int, *, m: int | None = None, causal: boo
            [0, 0, 1, 1, 0],
            [0, 0, 0, 0, 1]])
     """
-    n, m = sizes(n, m)
+    n, m = check_sizes(n, m)
     causal = causal_flag(causal)
     block = check_positive_int("block", block)
     start = np.arange(n) // block * block

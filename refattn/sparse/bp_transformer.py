@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validate import check_positive_int
+from ..common import check_positive_int
 from .pattern import SparsePattern
 
 __all__ = ["bp_transformer_pattern", "bp_tree_spans"]

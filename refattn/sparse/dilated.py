@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._args import causal_flag, non_negative, sizes
+from ..common import check_non_negative_int, check_sizes
+from ._args import causal_flag
 from .pattern import SparsePattern
 
 __all__ = ["dilated_pattern"]
@@ -48,9 +49,9 @@ def dilated_pattern(n: int, w: int, dilation: int, *, m: int | None = None, caus
     >>> dilated_pattern(7, 1, 2).row(3).tolist()
     [1, 3, 5]
     """
-    n, m = sizes(n, m)
+    n, m = check_sizes(n, m)
     causal = causal_flag(causal)
-    w = non_negative("w", w)
+    w = check_non_negative_int("w", w)
     if not isinstance(dilation, (int, np.integer)) or isinstance(dilation, bool) or dilation < 1:
         raise ValueError(f"dilation must be an int >= 1, got {dilation!r}")
     i = np.arange(n)

@@ -18,8 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validate import check_positive_int
-from ._args import non_negative
+from ..common import check_non_negative_int, check_positive_int
 from .band import band_pattern
 from .global_tokens import global_pattern
 from .pattern import SparsePattern
@@ -105,9 +104,9 @@ def etc_pattern(
     >>> p.row(2).tolist(), p.row(5).tolist()
     ([0, 2], [1, 5])
     """
-    g = non_negative("num_global", num_global)
+    g = check_non_negative_int("num_global", num_global)
     L = check_positive_int("num_long", num_long)
-    r = non_negative("radius", radius)
+    r = check_non_negative_int("radius", radius)
     for name, flag in (("hard_g2l", hard_g2l), ("hard_l2g", hard_l2g)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name} must be a bool, got {flag!r}")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._args import causal_flag, sizes
+from ..common import check_sizes
+from ._args import causal_flag
 from .pattern import SparsePattern
 
 __all__ = ["global_pattern"]
@@ -55,7 +56,7 @@ def global_pattern(
            [0, 1, 0, 0],
            [0, 1, 0, 0]])
     """
-    n, m = sizes(n, m)
+    n, m = check_sizes(n, m)
     causal = causal_flag(causal)
     G = np.asarray(global_indices)
     G = np.unique(G.astype(np.int64) if G.size == 0 else G)        # () is "no global token"

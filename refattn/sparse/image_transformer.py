@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import check_choice, check_positive_int
-from ._args import non_negative
+from ..common import check_choice, check_non_negative_int, check_positive_int
 from .pattern import SparsePattern
 
 __all__ = ["image_transformer_1d_pattern", "image_transformer_pattern"]
@@ -148,7 +147,7 @@ def image_transformer_pattern(
     H = check_positive_int("height", height)
     W = check_positive_int("width", width)
     h_q, w_q = _pair("query_block", query_block, check_positive_int)
-    h_m, w_m = _pair("memory_flange", memory_flange, non_negative)
+    h_m, w_m = _pair("memory_flange", memory_flange, check_non_negative_int)
     causal = _check_flag("causal", causal)
     check_choice("flange", flange, FLANGES)
     check_choice("order", order, ORDERS)
@@ -241,7 +240,7 @@ def image_transformer_1d_pattern(
     """
     n = check_positive_int("n", n)
     l_q = check_positive_int("query_block", query_block)
-    l_m = non_negative("memory_length", memory_length)
+    l_m = check_non_negative_int("memory_length", memory_length)
     causal = _check_flag("causal", causal)
     check_choice("flange", flange, FLANGES)
     i = np.arange(n, dtype=np.int64)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._args import non_negative, sizes
+from ..common import check_non_negative_int, check_sizes
 from .dilated import dilated_pattern
 from .global_tokens import global_pattern
 from .pattern import SparsePattern
@@ -96,7 +96,7 @@ def longformer_pattern(
     >>> longformer_pattern(9, 4, dilation=2).row(4).tolist()
     [0, 2, 4, 6, 8]
     """
-    n, _ = sizes(n, None)
+    n, _ = check_sizes(n, None)
     half = _half_window(window)
     G = _global_indices(global_indices, n)
     window_pattern = dilated_pattern(n, half, _dilation(dilation, "dilation"), causal=causal)
@@ -143,7 +143,7 @@ def longformer_patterns(
     >>> [p.row(4).tolist() for p in heads]
     [[3, 4, 5], [2, 4, 6]]
     """
-    n, _ = sizes(n, None)
+    n, _ = check_sizes(n, None)
     half = _half_window(window)
     if isinstance(dilations, (str, bytes)) or not isinstance(dilations, Sequence) or len(dilations) == 0:
         raise TypeError(f"dilations must be a non-empty sequence of ints (one per head), got {dilations!r}")
@@ -154,7 +154,7 @@ def longformer_patterns(
 
 
 def _half_window(window) -> int:
-    window = non_negative("window", window)
+    window = check_non_negative_int("window", window)
     if window % 2:
         raise ValueError(f"window must be even (w/2 keys on each side of the token), got window={window}")
     return window // 2

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._validate import check_choice
-from ..core.masks import ALIGNMENTS
+from ..common import ALIGNMENTS, check_choice
 
 __all__ = ["SparsePattern"]
 

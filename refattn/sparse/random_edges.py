@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._random import as_rng
-from ._args import causal_flag, non_negative, sizes
+from ..common import as_rng, check_non_negative_int, check_sizes
+from ._args import causal_flag
 from .pattern import SparsePattern
 
 __all__ = ["draw_random_keys", "random_pattern"]
@@ -46,8 +46,8 @@ def draw_random_keys(rng, n: int, r: int, *, m: int | None = None, causal: bool 
     ≥ 1/e for r ≤ √m, and a per-row ``Generator.choice`` takes over when r > m/2).
     """
     rng = as_rng(rng)
-    n, m = sizes(n, m)
-    r = non_negative("r", r)
+    n, m = check_sizes(n, m)
+    r = check_non_negative_int("r", r)
     if not causal and r > m:
         raise ValueError(f"cannot draw r={r} distinct keys from m={m}")
     limit = np.minimum(np.arange(n) + 1, m) if causal else np.full(n, m)    # candidates 0 … limit − 1
@@ -106,7 +106,7 @@ def random_pattern(
     >>> random_pattern(6, 2, rng=0).row_counts()
     array([2, 2, 2, 2, 2, 2])
     """
-    n, m = sizes(n, m)
+    n, m = check_sizes(n, m)
     causal = causal_flag(causal)
     if (rng is None) == (keys is None):
         raise ValueError("random_pattern needs exactly one of rng= (to draw) and keys= (an explicit draw)")

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import check_choice
-from ._args import non_negative, sizes
+from ..common import check_choice, check_non_negative_int, check_sizes
 from .band import band_pattern
 from .block_local import block_local_pattern
 from .pattern import SparsePattern
@@ -117,7 +116,7 @@ def sparse_transformer_pattern(
            [0, 1, 0, 1, 1, 0],
            [0, 1, 0, 1, 1, 1]])
     """
-    n, _ = sizes(n, None)
+    n, _ = check_sizes(n, None)
     if not isinstance(stride, (int, np.integer)) or isinstance(stride, bool) or stride < 1:
         raise ValueError(f"stride must be an int >= 1, got {stride!r}")
     l = int(stride)
@@ -128,7 +127,7 @@ def sparse_transformer_pattern(
         raise TypeError(f"causal must be a bool, got {causal!r}")
     if not isinstance(c, (int, np.integer)) or isinstance(c, bool) or not 1 <= c <= l:
         raise ValueError(f"c must be an int with 1 <= c <= stride={l}, got {c!r}")
-    s = non_negative("subblock", subblock)
+    s = check_non_negative_int("subblock", subblock)
     if (s + 1) * c > l:
         raise ValueError(f"subblock={s} needs (subblock + 1)·c <= stride, got ({s} + 1)·{c} > {l}")
 

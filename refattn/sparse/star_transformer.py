@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._args import sizes
+from ..common import check_sizes
 from .band import band_pattern
 from .global_tokens import global_pattern
 from .pattern import SparsePattern
@@ -84,7 +84,7 @@ def star_transformer_pattern(n: int, *, ring: bool = True) -> SparsePattern:
     >>> star_transformer_pattern(4, ring=False).row(0).tolist()
     [0, 1, 4]
     """
-    n, _ = sizes(n, None)
+    n, _ = check_sizes(n, None)
     if not isinstance(ring, (bool, np.bool_)):
         raise TypeError(f"ring must be a bool, got {ring!r}")
     relay = n

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._args import causal_flag, sizes
+from ..common import check_sizes
+from ._args import causal_flag
 from .pattern import SparsePattern
 
 __all__ = ["strided_pattern"]
@@ -47,7 +48,7 @@ def strided_pattern(n: int, stride: int, *, m: int | None = None, causal: bool =
     >>> strided_pattern(8, 3).row(4).tolist()
     [1, 4, 7]
     """
-    n, m = sizes(n, m)
+    n, m = check_sizes(n, m)
     causal = causal_flag(causal)
     if not isinstance(stride, (int, np.integer)) or isinstance(stride, bool) or stride < 1:
         raise ValueError(f"stride must be an int >= 1, got {stride!r}")

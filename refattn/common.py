@@ -1,0 +1,218 @@
+"""What every family shares: input checks, the ``causal`` and ``scale`` arguments, seeded draws, masked values.
+
+Every public function validates at its top with these helpers, so that bad input gets a
+``TypeError``/``ValueError`` naming the argument and the shapes seen, never an obscure NumPy
+broadcasting error three calls deeper. They are public so that a new mechanism module, wherever it
+lives, uses the same checks and the same words as the others.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "ALIGNMENTS",
+    "as_float",
+    "as_rng",
+    "broadcast_batch",
+    "causal_alignment",
+    "check_bool",
+    "check_choice",
+    "check_non_negative_int",
+    "check_positive_int",
+    "check_qkv",
+    "check_scale",
+    "check_sizes",
+    "compute_dtype",
+    "default_scale",
+    "glorot",
+    "weighted_values",
+]
+
+ALIGNMENTS = ("top-left", "bottom-right")
+_COMPUTE_DTYPES = (np.float16, np.float32, np.float64)
+
+
+# --- dtypes and arrays ------------------------------------------------------------------------------
+
+def compute_dtype(dtype) -> np.dtype:
+    """Return ``dtype`` as a NumPy float dtype, or raise ``TypeError`` naming it."""
+    dt = np.dtype(dtype)
+    if dt.type not in _COMPUTE_DTYPES:
+        raise TypeError(f"dtype must be float16, float32 or float64, got {dt}")
+    return dt
+
+
+def as_float(name: str, x: ArrayLike, dtype=np.float64, *, min_ndim: int = 0) -> NDArray:
+    """Convert ``x`` to a float array of ``dtype`` (float64 by default).
+
+    Real floating inputs of any precision (and CPU tensors of other frameworks, through
+    ``np.asarray``) are accepted. Booleans, integers and complex numbers are refused with a
+    ``TypeError`` rather than silently cast: an integer array passed as queries is almost always a
+    bug (token ids instead of embeddings), and attention over complex numbers is not defined here.
+    """
+    arr = np.asarray(x)
+    if arr.dtype.kind != "f":
+        raise TypeError(
+            f"{name} must be a real floating-point array, got dtype {arr.dtype} "
+            f"with shape {arr.shape}"
+        )
+    if arr.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimensions, got shape {arr.shape}")
+    return arr.astype(compute_dtype(dtype), copy=False)
+
+
+def broadcast_batch(named_shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+    """Broadcast the leading (batch) dims of several arrays, naming them if they clash."""
+    try:
+        return np.broadcast_shapes(*named_shapes.values())
+    except ValueError:
+        seen = ", ".join(f"{n} {s}" for n, s in named_shapes.items())
+        raise ValueError(f"leading (batch) dimensions do not broadcast: {seen}") from None
+
+
+def check_qkv(q: NDArray, k: NDArray, v: NDArray) -> tuple[int, ...]:
+    """Check ``q (..., n, d_k)``, ``k (..., m, d_k)``, ``v (..., m, d_v)``; return the batch shape."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape (..., length, dim), got shape {x.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q has d_k={q.shape[-1]} but k has d_k={k.shape[-1]} "
+            f"(q shape {q.shape}, k shape {k.shape})"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k has m={k.shape[-2]} keys but v has m={v.shape[-2]} values "
+            f"(k shape {k.shape}, v shape {v.shape})"
+        )
+    return broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]})
+
+
+# --- scalar options ---------------------------------------------------------------------------------
+
+def check_choice(name: str, value, choices: Iterable) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
+    choices = tuple(choices)
+    # ``value in choices`` would accept 1 for True; compare types too.
+    if not any(value is c or (type(value) is type(c) and value == c) for c in choices):
+        raise ValueError(f"{name} must be one of {choices!r}, got {value!r}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_positive_int(name: str, value) -> int:
+    """Raise ``ValueError`` unless ``value`` is an int >= 1 (bools refused)."""
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def check_non_negative_int(name: str, value) -> int:
+    """Raise ``ValueError`` unless ``value`` is an int >= 0 (a window, count or offset that may be 0)."""
+    if not _is_int(value) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return int(value)
+
+
+def check_bool(name: str, value) -> bool:
+    """Raise ``TypeError`` unless ``value`` is a bool (``1`` and ``"yes"`` are refused, not cast)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_sizes(n, m) -> tuple[int, int]:
+    """Validate the query count ``n`` and the optional key count ``m`` (default ``n``) of a pattern."""
+    m = n if m is None else m
+    return check_positive_int("n", n), check_positive_int("m", m)
+
+
+def causal_alignment(causal) -> str | None:
+    """Normalise ``causal``: ``None`` (no causal mask), "top-left" (``True``) or "bottom-right".
+
+    Every function with a ``causal`` argument takes the same four values: ``False``, ``True``
+    (= "top-left": query *i* sees keys *j* ≤ *i*) and "bottom-right" (the n queries are the last n
+    of the m positions: *j* ≤ *i* + m − n).
+    """
+    check_choice("causal", causal, (False, True, *ALIGNMENTS))
+    if causal is False:
+        return None
+    return "top-left" if causal is True else causal
+
+
+def default_scale(d_k: int) -> float:
+    """The paper's scale 1/√d_k, as a Python float (so it keeps float16/float32 computations).
+
+    Raises ``ValueError`` for ``d_k < 1`` (empty query/key vectors), where the default is undefined.
+    """
+    if d_k < 1:
+        raise ValueError(f"the default scale 1/sqrt(d_k) needs d_k >= 1, got d_k={d_k} (the last axis of q and k); "
+                         "pass scale= explicitly")
+    return 1.0 / float(np.sqrt(d_k))
+
+
+def check_scale(scale) -> float:
+    """Validate a user ``scale``: a finite real number."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+    if not np.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale!r}")
+    return float(scale)
+
+
+# --- seeded draws -----------------------------------------------------------------------------------
+
+def as_rng(rng) -> np.random.Generator:
+    """Return a ``numpy.random.Generator`` from a Generator or an int seed.
+
+    ``None`` is refused: a reference implementation never draws from an unseeded source, so that
+    the same call gives the same numbers on every machine.
+    """
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if _is_int(rng):
+        return np.random.default_rng(int(rng))
+    raise TypeError(
+        f"rng must be a numpy.random.Generator or an int seed, got {type(rng).__name__}"
+    )
+
+
+def glorot(rng: np.random.Generator, fan_in: int, fan_out: int) -> NDArray:
+    """A (fan_in, fan_out) matrix from Glorot/Xavier uniform, U(±√(6/(fan_in + fan_out)))."""
+    bound = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-bound, bound, size=(fan_in, fan_out))
+
+
+# --- masking by selection ---------------------------------------------------------------------------
+
+def weighted_values(
+    A: NDArray, v: NDArray, allowed: NDArray | None, empty: NDArray, fully_masked: str
+) -> NDArray:
+    """``A @ v``, except that a non-finite value reaches only the rows that may attend to it.
+
+    A plain matmul would spread a NaN in ``v[j]`` to every row, even those whose weight on key *j*
+    is an exact 0 because *j* is masked (0 · NaN = NaN). Here the finite part goes through the
+    matmul and each non-finite value is added, IEEE-style, to the rows that may use it.
+    """
+    if A.shape[-1] == 0:                                           # no key at all: every row is fully masked
+        fill = 0.0 if fully_masked == "zero" else np.nan           # "uniform" over no key is 0/0
+        return np.full((*A.shape[:-1], v.shape[-1]), fill, dtype=A.dtype)
+    finite = np.isfinite(v)
+    if finite.all():
+        return A @ v                                               # (..., n, d_v)
+    out = A @ np.where(finite, v, 0)
+    m = v.shape[-2]
+    used = np.ones(A.shape, dtype=bool) if allowed is None else np.broadcast_to(allowed, A.shape)
+    if fully_masked == "uniform":
+        used = used | empty                                        # uniform rows use every key
+    bad = np.flatnonzero(~finite.reshape(-1, m, v.shape[-1]).all(axis=(0, 2)))  # key indices
+    v_bad = v[..., bad, :]                                         # (..., b, d_v)
+    use = used[..., bad][..., None] & ~np.isfinite(v_bad)[..., None, :, :]  # (..., n, b, d_v)
+    with np.errstate(invalid="ignore"):                            # 0·inf where masked: dropped below
+        terms = A[..., bad][..., None] * v_bad[..., None, :, :]    # (..., n, b, d_v)  α_ij v_j
+    return out + np.sum(np.where(use, terms, 0), axis=-2)
