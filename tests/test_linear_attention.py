@@ -36,7 +36,7 @@ def naive_linear(q, k, v, phi, allowed=None):
 def test_quadratic_and_right_match_the_naive_loop(rng, n, m):
     q, k, v = qkv(rng, n, m)
     expected = naive_linear(q, k, v, elu_feature_map)
-    for method in ("quadratic", "right"):
+    for method in ("equation", "right"):
         np.testing.assert_allclose(linear_attention(q, k, v, elu_feature_map, method=method), expected, **TIGHT)
 
 
@@ -48,7 +48,7 @@ def test_scan_and_quadratic_match_the_naive_causal_loop(rng, n, m, alignment):
     allowed = causal_mask(n, m, alignment=alignment)
     sees = allowed.any(axis=1)
     expected = naive_linear(q[sees], k, v, elu_feature_map, allowed[sees])
-    for method in ("quadratic", "scan"):
+    for method in ("equation", "scan"):
         out = linear_attention(q, k, v, elu_feature_map, causal=causal, method=method)
         np.testing.assert_allclose(out[sees], expected, **TIGHT)
         np.testing.assert_array_equal(out[~sees], 0.0)            # fully masked: zero by default
@@ -72,7 +72,7 @@ def test_effective_weights_are_row_stochastic_and_reproduce_the_output(rng):
     np.testing.assert_allclose(A @ v, out, **TIGHT)
 
 
-@pytest.mark.parametrize("method", ["quadratic", "scan"])
+@pytest.mark.parametrize("method", ["equation", "scan"])
 def test_causal_outputs_ignore_the_future_even_nan(rng, method):
     # The quadratic path must mask by selection: A @ v would spread 0·NaN from future values.
     q, k, v = qkv(rng, 7, 7)
@@ -93,7 +93,7 @@ def test_rows_without_keys_follow_the_policy(rng, policy):
 def test_zero_denominator_is_an_error_not_a_silent_inf():
     # φ(x) = x can make φ(q)·Σφ(k) exactly 0: q = (1, −1), keys (1, 0) and (0, 1) sum to (1, 1).
     q, k, v = np.array([[1.0, -1.0]]), np.array([[1.0, 0.0], [0.0, 1.0]]), np.ones((2, 2))
-    for method in ("quadratic", "right"):
+    for method in ("equation", "right"):
         with pytest.raises(ZeroDivisionError, match=r"denominator .* is 0 at index \(0,\)"):
             linear_attention(q, k, v, lambda x: x, method=method)
     out = linear_attention(q, k, v, lambda x: x, eps=0.5)         # with eps the row is defined

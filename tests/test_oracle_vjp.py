@@ -368,7 +368,7 @@ LINEAR_CASES = [(False, 4, 6), (False, 6, 4), (True, 4, 6), (True, 6, 4),
                 ("bottom-right", 4, 6), ("bottom-right", 6, 4)]
 
 
-@pytest.mark.parametrize("method", ["quadratic", "scan"])
+@pytest.mark.parametrize("method", ["equation", "scan"])
 @pytest.mark.parametrize(("causal", "n", "m"), LINEAR_CASES)
 def test_linear_attention_vjp_matches_finite_differences(rng, method, causal, n, m):
     q, k, v = qkv(rng, n, m, batch=(2,))
@@ -397,7 +397,7 @@ def test_linear_attention_vjp_queries_that_see_nothing_have_zero_gradient(rng):
     n, m = 6, 2                                                   # bottom-right: queries 0 … 3 see no key
     q, k, v = qkv(rng, n, m)
     d_out = rng.standard_normal((n, 2))
-    for method in ("quadratic", "scan"):
+    for method in ("equation", "scan"):
         dq, _, _ = linear_attention_vjp(q, k, v, d_out, causal="bottom-right", method=method)
         np.testing.assert_array_equal(dq[:4], 0.0)
 
@@ -408,7 +408,7 @@ def test_linear_attention_vjp_future_garbage_does_not_leak(rng):
     d_out = rng.standard_normal((n, 2))
     k_bad, v_bad = k.copy(), v.copy()
     k_bad[4], v_bad[4] = np.nan, np.inf                           # the last key: only query 4 sees it
-    for method in ("quadratic", "scan"):
+    for method in ("equation", "scan"):
         clean = linear_attention_vjp(q, k, v, d_out, causal=True, method=method)
         dq, _, _ = linear_attention_vjp(q, k_bad, v_bad, d_out, causal=True, method=method)
         np.testing.assert_array_equal(dq[:4], clean[0][:4], err_msg=method)

@@ -27,13 +27,13 @@ PERFORMER = 'K. Choromanski et al., 2020, "Rethinking Attention with Performers"
 LINEAR_EQ = r"\frac{\phi(q_i) \sum_j \phi(k_j)^\top v_j}{\phi(q_i) \sum_j \phi(k_j)^\top}"
 
 
-def _apply_linear_elu(q, k, v, *, causal=False, rng=None, method="quadratic", eps=0.0):
+def _apply_linear_elu(q, k, v, *, causal=False, rng=None, method="equation", eps=0.0):
     out, A = linear_attention(q, k, v, elu_feature_map, causal=causal, method=method, eps=eps, return_weights=True)
     return AttentionResult(out, A)
 
 
 def _performer_door(kind: str) -> Callable:
-    def apply(q, k, v, *, causal=False, rng=None, method="quadratic", num_features=64, **options):
+    def apply(q, k, v, *, causal=False, rng=None, method="equation", num_features=64, **options):
         if rng is None and "omega" not in options:
             raise ValueError(f"performer_{kind} draws ω from rng: pass rng= (or omega=)")
         out, A = performer_attention(q, k, v, num_features=None if "omega" in options else num_features,

@@ -2,7 +2,7 @@ r"""Linearised attention (survey §3.2, Eq. 11–13): kernel feature maps and th
 
     α_ij = φ(q_i) φ(k_j)ᵀ / Σ_l φ(q_i) φ(k_l)ᵀ          (a kernel in place of exp(q_i k_jᵀ))
 
-    "quadratic"  (φ(Q) φ(K)ᵀ) V, row-normalised           O(n·m·F), and the effective matrix A
+    "equation"   (φ(Q) φ(K)ᵀ) V, row-normalised           O(n·m·F), and the effective matrix A
     "right"      φ(Q) (φ(K)ᵀ V) / φ(Q) (φ(K)ᵀ 1)          O((n + m)·F·d_v): associativity
     "scan"       S_j = S_{j−1} + φ(k_j) v_jᵀ, z_j = z_{j−1} + φ(k_j),
                  out_i = φ(q_i)ᵀ S_i / φ(q_i)ᵀ z_i         causal: an RNN with O(F·d_v) state
@@ -24,7 +24,7 @@ from ._common import check_denominators, features, safe_denominator
 
 __all__ = ["linear_attention"]
 
-METHODS = ("quadratic", "right", "scan")
+METHODS = ("equation", "right", "scan")
 
 
 def linear_attention(
@@ -35,7 +35,7 @@ def linear_attention(
     *,
     key_feature_map: Callable[[NDArray], NDArray] | None = None,
     causal: bool | str = False,
-    method: str = "quadratic",
+    method: str = "equation",
     eps: float = 0.0,
     fully_masked: str = "zero",
     return_weights: bool = False,
@@ -64,8 +64,8 @@ def linear_attention(
         per query row but over the whole key sequence). Default ``feature_map``.
     causal : {False, True, "top-left", "bottom-right"}, default False
         As in :func:`~refattn.scaled_dot_product_attention`.
-    method : {"quadratic", "right", "scan"}, default "quadratic"
-        "quadratic": the left product (φ(Q)φ(K)ᵀ)V, the definition and the source of the
+    method : {"equation", "right", "scan"}, default "equation"
+        "equation": the left product (φ(Q)φ(K)ᵀ)V, the definition and the source of the
         effective attention matrix. "right": φ(Q)(φ(K)ᵀV), non-causal only. "scan": the Numba
         recurrence, causal only.
     eps : float, default 0.0
@@ -75,7 +75,7 @@ def linear_attention(
         Output of a query that sees no key (bottom-right with n > m), as in sdpa.
     return_weights : bool, default False
         Also return the effective attention matrix :math:`A` ``(..., n, m)`` (computed by the
-        quadratic path whatever ``method`` is).
+        equation path whatever ``method`` is).
 
     Returns
     -------
@@ -124,9 +124,9 @@ def linear_attention(
     delta = {None: m, "top-left": 0, "bottom-right": m - n}[alignment]   # query i sees keys j <= i + delta
     sees_none = np.arange(n) + delta < 0                           # (n,)  rows with no key at all
 
-    if method == "quadratic" or return_weights:
+    if method == "equation" or return_weights:
         A, den_q, allowed = _quadratic_weights(phi_q, phi_k, alignment, eps)
-    if method == "quadratic":                                      # A V; masked-out values never enter
+    if method == "equation":                                      # A V; masked-out values never enter
         out, den = weighted_values(A, v, allowed, sees_none[:, None], "zero"), den_q   # (..., n, d_v)
     elif method == "right":
         KV = np.swapaxes(phi_k, -1, -2) @ v                        # (..., F, d_v)  φ(K)ᵀV

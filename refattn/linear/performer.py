@@ -351,7 +351,7 @@ def performer_attention(
     orthogonal: bool = True,
     norms: str = "chi",
     causal: bool | str = False,
-    method: str = "quadratic",
+    method: str = "equation",
     stabilize: bool = False,
     eps: float = 0.0,
     fully_masked: str = "zero",
@@ -394,7 +394,7 @@ def performer_attention(
         Row lengths of ω (:func:`draw_omega`); ignored when ``omega`` is given.
     causal : {False, True, "top-left", "bottom-right"}, default False
         As in :func:`~refattn.scaled_dot_product_attention`.
-    method : {"quadratic", "right", "scan"}, default "quadratic"
+    method : {"equation", "right", "scan"}, default "equation"
         Multiplication order (:func:`~refattn.linear.linear_attention`): the masked
         :math:`(Q'K'^\top)V`, the non-causal :math:`Q'(K'^\top V)` of Eq. (4), or the causal
         prefix-sum recurrence of App. B.1.
@@ -427,7 +427,7 @@ def performer_attention(
     Notes
     -----
     Time :math:`O((n + m_k) F d)` for "right"/"scan" (F features, :math:`m_k` keys), memory
-    :math:`O(F d_v)` beyond inputs; "quadratic" materialises the :math:`n \times m_k` matrix.
+    :math:`O(F d_v)` beyond inputs; "equation" materialises the :math:`n \times m_k` matrix.
 
     **Paper versus official code.** The paper's FAVOR+ (the default here) is positive features,
     orthogonal ω with :math:`\chi(d)` lengths, no stabiliser, no :math:`\epsilon`. The official

@@ -52,7 +52,7 @@ __all__ = [
     "softmax_vjp",
 ]
 
-LINEAR_METHODS = ("quadratic", "scan")
+LINEAR_METHODS = ("equation", "scan")
 
 
 class SdpaGrads(NamedTuple):
@@ -429,7 +429,7 @@ def linear_attention_vjp(
     d_out: ArrayLike,
     *,
     causal: bool | str = False,
-    method: str = "quadratic",
+    method: str = "equation",
     eps: float = 0.0,
 ) -> tuple[NDArray, NDArray, NDArray]:
     r"""Gradients of the Linear Transformer's attention (:math:`\phi = \operatorname{elu} + 1`).
@@ -475,8 +475,8 @@ def linear_attention_vjp(
     causal : {False, True, "top-left", "bottom-right"}, default False
         :math:`J_i` is every key, or :math:`j \le i` (+ :math:`m - n` for "bottom-right"). A
         query that sees no key has the constant output 0 and contributes nothing.
-    method : {"quadratic", "scan"}, default "quadratic"
-        "quadratic": differentiate the left product :math:`(\phi(Q)\phi(K)^\top)V` (masked for
+    method : {"equation", "scan"}, default "equation"
+        "equation": differentiate the left product :math:`(\phi(Q)\phi(K)^\top)V` (masked for
         ``causal``), :math:`O(n m F)`. "scan": the backward of the recurrence, :math:`O((n + m) F
         d_v)` time and :math:`O(F d_v)` state: a forward sweep over queries (:math:`S_i, z_i` →
         :math:`\overline{\phi(q_i)}`), then a reverse sweep over keys that folds in the queries that
@@ -529,7 +529,7 @@ def linear_attention_vjp(
     delta = {None: m, "top-left": 0, "bottom-right": m - n}[alignment]   # query i sees keys j <= i + delta
     sees_none = np.arange(n) + delta < 0                           # (n,)
 
-    if method == "quadratic":
+    if method == "equation":
         dphi_q, dphi_k, dv = _linear_quadratic_vjp(phi_q, phi_k, v, d_out, alignment, sees_none, float(eps))
     elif alignment is None:
         dphi_q, dphi_k, dv = _linear_right_vjp(phi_q, phi_k, v, d_out, float(eps))
