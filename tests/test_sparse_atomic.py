@@ -12,19 +12,27 @@ from refattn.sparse.random_edges import draw_random_keys, random_pattern
 from refattn.sparse.strided import strided_pattern
 
 SIZES = [(1, 1), (7, 7), (6, 10), (10, 6), (13, 13)]
+CAUSAL = [False, True, "top-left", "bottom-right"]
 
 
-def loop_mask(n, m, keep):
-    """The mask {(i, j) : keep(i, j)} by a double Python loop."""
-    return np.array([[bool(keep(i, j)) for j in range(m)] for i in range(n)]).reshape(n, m)
+def loop_mask(n, m, keep, causal=False):
+    """The mask {(i, j) : keep(p, j), and j <= p if causal} by a double Python loop.
+
+    p is query i's position: i, or i + m − n when the n queries are the last n of the m positions
+    (bottom-right).
+    """
+    offset = m - n if causal == "bottom-right" else 0
+    return np.array([[bool(keep(i + offset, j)) and (causal is False or j <= i + offset) for j in range(m)]
+                     for i in range(n)]).reshape(n, m)
 
 
 @pytest.mark.parametrize(("n", "m"), SIZES)
 @pytest.mark.parametrize("w", [0, 1, 3, 20])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", CAUSAL)
 def test_band(n, m, w, causal):
-    keep = (lambda i, j: 0 <= i - j <= w) if causal else (lambda i, j: abs(i - j) <= w)
-    np.testing.assert_array_equal(band_pattern(n, w, m=m, causal=causal).to_mask(), loop_mask(n, m, keep))
+    def keep(i, j):                                                # causal: 0 <= i − j <= w
+        return abs(i - j) <= w
+    np.testing.assert_array_equal(band_pattern(n, w, m=m, causal=causal).to_mask(), loop_mask(n, m, keep, causal))
 
 
 @pytest.mark.parametrize(("n", "m"), SIZES)
@@ -34,46 +42,49 @@ def test_band_wider_than_the_sequence_is_full_attention(n, m):
 
 @pytest.mark.parametrize(("n", "m"), SIZES)
 @pytest.mark.parametrize(("w", "d"), [(1, 2), (2, 3), (3, 1), (0, 4)])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", CAUSAL)
 def test_dilated(n, m, w, d, causal):
     def keep(i, j):
-        return abs(i - j) <= w * d and (i - j) % d == 0 and (j <= i or not causal)
-    np.testing.assert_array_equal(dilated_pattern(n, w, d, m=m, causal=causal).to_mask(), loop_mask(n, m, keep))
+        return abs(i - j) <= w * d and (i - j) % d == 0
+    np.testing.assert_array_equal(dilated_pattern(n, w, d, m=m, causal=causal).to_mask(),
+                                  loop_mask(n, m, keep, causal))
 
 
 @pytest.mark.parametrize(("n", "m"), SIZES)
 @pytest.mark.parametrize("w", [0, 2, 5])
 def test_dilation_one_is_the_band(n, m, w):
     assert dilated_pattern(n, w, 1, m=m) == band_pattern(n, w, m=m)
-    assert dilated_pattern(n, w, 1, m=m, causal=True) == band_pattern(n, w, m=m, causal=True)
+    for causal in CAUSAL[1:]:
+        assert dilated_pattern(n, w, 1, m=m, causal=causal) == band_pattern(n, w, m=m, causal=causal)
 
 
 @pytest.mark.parametrize(("n", "m"), SIZES)
 @pytest.mark.parametrize("s", [1, 2, 3, 5])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", CAUSAL)
 def test_strided(n, m, s, causal):
     def keep(i, j):
-        return (i - j) % s == 0 and (j <= i or not causal)
-    np.testing.assert_array_equal(strided_pattern(n, s, m=m, causal=causal).to_mask(), loop_mask(n, m, keep))
+        return (i - j) % s == 0
+    np.testing.assert_array_equal(strided_pattern(n, s, m=m, causal=causal).to_mask(), loop_mask(n, m, keep, causal))
 
 
 @pytest.mark.parametrize(("n", "m"), SIZES)
 @pytest.mark.parametrize("b", [1, 2, 4, 7])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", CAUSAL)
 def test_block_local(n, m, b, causal):
     def keep(i, j):
-        return i // b == j // b and (j <= i or not causal)
-    np.testing.assert_array_equal(block_local_pattern(n, b, m=m, causal=causal).to_mask(), loop_mask(n, m, keep))
+        return i // b == j // b
+    np.testing.assert_array_equal(block_local_pattern(n, b, m=m, causal=causal).to_mask(),
+                                  loop_mask(n, m, keep, causal))
 
 
 @pytest.mark.parametrize(("n", "m"), SIZES)
 @pytest.mark.parametrize("G", [[0], [0, 3], [2, 5, 6]])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", CAUSAL)
 def test_global(n, m, G, causal):
     G = [g for g in G if g < max(n, m)]
     def keep(i, j):
-        return (i in G or j in G) and (j <= i or not causal)
-    np.testing.assert_array_equal(global_pattern(n, G, m=m, causal=causal).to_mask(), loop_mask(n, m, keep))
+        return i in G or j in G
+    np.testing.assert_array_equal(global_pattern(n, G, m=m, causal=causal).to_mask(), loop_mask(n, m, keep, causal))
 
 
 @pytest.mark.parametrize(("n", "m", "r"), [(8, 8, 3), (5, 12, 4), (12, 5, 5), (6, 6, 6)])
@@ -84,10 +95,32 @@ def test_random_exact_count_and_determinism(n, m, r):
     assert random_pattern(n, r, m=m, keys=draw_random_keys(42, n, r, m=m)) == p
 
 
-def test_random_causal_counts():
-    p = random_pattern(9, 3, rng=np.random.default_rng(1), causal=True)
+@pytest.mark.parametrize("causal", CAUSAL[1:])
+def test_random_causal_counts(causal):
+    p = random_pattern(9, 3, rng=np.random.default_rng(1), causal=causal)
     np.testing.assert_array_equal(p.row_counts(), [1, 2, 3, 3, 3, 3, 3, 3, 3])
     assert np.all(p.indices <= p.row_ids())
+
+
+@pytest.mark.parametrize(("n", "m"), [(9, 5), (5, 9)])
+def test_random_bottom_right_draws_from_the_keys_up_to_the_query_position(n, m):
+    p = random_pattern(n, 3, m=m, rng=np.random.default_rng(1), causal="bottom-right")
+    position = np.arange(n) + m - n
+    np.testing.assert_array_equal(p.row_counts(), np.clip(position + 1, 0, 3))
+    assert np.all(p.indices <= position[p.row_ids()])
+    keys = draw_random_keys(2, n, 3, m=m, causal="bottom-right")
+    assert np.all((keys <= position[:, None]) | (keys == -1))           # -1 pads the rows with fewer candidates
+    np.testing.assert_array_equal((keys >= 0).sum(axis=1), np.clip(position + 1, 0, 3))
+
+
+@pytest.mark.parametrize(("n", "m"), SIZES)
+@pytest.mark.parametrize("causal", CAUSAL)
+def test_random_given_keys(n, m, causal):
+    keys = draw_random_keys(3, n, min(n, m), m=m)
+    def keep(i, j):                                               # the drawn keys of query i, whatever its position
+        return j in keys[i - (m - n if causal == "bottom-right" else 0)]
+    np.testing.assert_array_equal(random_pattern(n, m=m, keys=keys, causal=causal).to_mask(),
+                                  loop_mask(n, m, keep, causal))
 
 
 def test_random_draw_is_uniform_over_keys():
@@ -102,8 +135,8 @@ def test_random_draw_is_uniform_over_keys():
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: band_pattern(4, -1), ValueError, "w must be a non-negative int"),
     (lambda: band_pattern(0, 1), ValueError, "n must be a positive int"),
-    (lambda: dilated_pattern(4, 1, 0), ValueError, "dilation must be an int >= 1"),
-    (lambda: strided_pattern(4, 0), ValueError, "stride must be an int >= 1"),
+    (lambda: dilated_pattern(4, 1, 0), ValueError, "dilation must be a positive int, got 0"),
+    (lambda: strided_pattern(4, 0), ValueError, "stride must be a positive int, got 0"),
     (lambda: block_local_pattern(4, 0), ValueError, "block must be a positive int"),
     (lambda: global_pattern(4, [4]), ValueError, r"global_indices must lie in \[0, max\(n, m\)=4\)"),
     (lambda: global_pattern(4, [0.5]), TypeError, "global_indices must be a 1-D array of ints"),

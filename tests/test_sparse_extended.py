@@ -448,7 +448,8 @@ def test_csr_kernel_equals_equation_path(rng, name):
     (lambda: bp_transformer_pattern(0, 1), ValueError, "n must be a positive int, got 0"),
     (lambda: bp_transformer_pattern(8, 0), ValueError, "k must be a positive int, got 0"),
     (lambda: bp_transformer_pattern(8, 1.5), ValueError, "k must be a positive int, got 1.5"),
-    (lambda: bp_transformer_pattern(8, 2, causal="yes"), TypeError, "causal must be a bool, got 'yes'"),
+    (lambda: bp_transformer_pattern(8, 2, causal="yes"), ValueError,
+     r"causal must be one of \(False, True, 'top-left', 'bottom-right'\), got 'yes'"),
     (lambda: image_transformer_pattern(0, 4), ValueError, "height must be a positive int, got 0"),
     (lambda: image_transformer_pattern(4, -1), ValueError, "width must be a positive int, got -1"),
     (lambda: image_transformer_pattern(4, 4, query_block=3), TypeError, r"query_block must be a pair .* got 3"),
@@ -457,13 +458,15 @@ def test_csr_kernel_equals_equation_path(rng, name):
      r"memory_flange\[0\] must be a non-negative int, got -1"),
     (lambda: image_transformer_pattern(4, 4, flange="up"), ValueError, "flange must be one of"),
     (lambda: image_transformer_pattern(4, 4, causal=True, order="zigzag"), ValueError, "order must be one of"),
-    (lambda: image_transformer_pattern(4, 4, causal=1), TypeError, "causal must be a bool, got 1"),
+    (lambda: image_transformer_pattern(4, 4, causal=1), ValueError,
+     r"causal must be one of \(False, True, 'top-left', 'bottom-right'\), got 1"),
     (lambda: image_transformer_1d_pattern(8, 0), ValueError, "query_block must be a positive int, got 0"),
     (lambda: image_transformer_1d_pattern(8, 2, -3), ValueError, "memory_length must be a non-negative int, got -3"),
     (lambda: axial_pattern(3, 4, axis="diagonal"), ValueError, "axis must be one of"),
     (lambda: axial_pattern(3, 4, axis=0), ValueError, "axis must be one of"),
     (lambda: axial_pattern(0, 4, axis="row"), ValueError, "height must be a positive int, got 0"),
-    (lambda: axial_patterns(3, 4, causal="no"), TypeError, "causal must be a bool, got 'no'"),
+    (lambda: axial_patterns(3, 4, causal="no"), ValueError,
+     r"causal must be one of \(False, True, 'top-left', 'bottom-right'\), got 'no'"),
 ])
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):

@@ -1,4 +1,4 @@
-"""Sparse attention (survey §3.1): patterns in CSR form, their builders, and attention over them.
+"""Sparse attention (survey §4.1): patterns in CSR form, their builders, and attention over them.
 
 - Atomic patterns (Fig. 4): :func:`global_pattern`, :func:`band_pattern`, :func:`dilated_pattern`,
   :func:`strided_pattern`, :func:`random_pattern`, :func:`block_local_pattern`.

@@ -1,4 +1,4 @@
-r"""Axial attention: attend along one axis of a 2-D layout at a time (survey §3.1.1, Fig. 6c).
+r"""Axial attention: attend along one axis of a 2-D layout at a time (survey §4.1.1, Fig. 6c).
 
 Positions of an H × W layout, flattened row-major (position r·W + c):
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import check_choice, check_positive_int
+from ..common import causal_alignment, check_choice, check_positive_int
 from .pattern import SparsePattern
 
 __all__ = ["axial_pattern", "axial_patterns"]
@@ -20,7 +20,7 @@ __all__ = ["axial_pattern", "axial_patterns"]
 AXES = ("row", "column")
 
 
-def axial_pattern(height: int, width: int, *, axis: str, causal: bool = False) -> SparsePattern:
+def axial_pattern(height: int, width: int, *, axis: str, causal: bool | str = False) -> SparsePattern:
     r"""Row or column attention over an H × W layout flattened row-major.
 
     .. math::
@@ -40,10 +40,11 @@ def axial_pattern(height: int, width: int, *, axis: str, causal: bool = False) -
         "row": attend along the row, i.e. over the width axis (``attn_axis=2`` of a (B, H, W, D)
         tensor in the official code); "column": along the column, over the height axis
         (``attn_axis=1``).
-    causal : bool, default False
+    causal : {False, True, "top-left", "bottom-right"}, default False
         Masked axial attention: keep the keys at or before the query along the axis, diagonal
         included (the official ``mask = ts[:, None] >= ts[None, :]``). Both masked patterns are
-        causal in the raster order of the flattened layout.
+        causal in the raster order of the flattened layout: the unmasked pattern and ``j <= i``.
+        Self-attention (H·W queries and keys), so "bottom-right" is the same as "top-left".
 
     Returns
     -------
@@ -88,8 +89,7 @@ def axial_pattern(height: int, width: int, *, axis: str, causal: bool = False) -
     H = check_positive_int("height", height)
     W = check_positive_int("width", width)
     check_choice("axis", axis, AXES)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
+    causal = causal_alignment(causal) is not None
     i = np.arange(H * W, dtype=np.int64)
     r, c = np.divmod(i, W)
     if axis == "row":                                              # keys r·W + c', c' = 0 … W − 1 (or … c)
@@ -97,7 +97,9 @@ def axial_pattern(height: int, width: int, *, axis: str, causal: bool = False) -
     return SparsePattern.from_row_ranges(c, (i + 1) if causal else c + H * W, H * W, step=W)   # r'·W + c
 
 
-def axial_patterns(height: int, width: int, *, causal: bool = False) -> tuple[SparsePattern, SparsePattern]:
+def axial_patterns(
+    height: int, width: int, *, causal: bool | str = False
+) -> tuple[SparsePattern, SparsePattern]:
     r"""The row pattern and the column pattern of axial attention over an H × W layout.
 
     .. math::
@@ -111,7 +113,7 @@ def axial_patterns(height: int, width: int, *, causal: bool = False) -> tuple[Sp
         Number of rows *H*.
     width : int
         Number of columns *W*. Position (r, c) is index r·W + c.
-    causal : bool, default False
+    causal : {False, True, "top-left", "bottom-right"}, default False
         Masked row and masked column attention (see :func:`axial_pattern`).
 
     Returns

@@ -1,23 +1,21 @@
-r"""Band (sliding-window, local) attention (survey §3.1.1, Fig. 4b).
+r"""Band (sliding-window, local) attention (survey §4.1.1, Fig. 4b).
 
     J_i = { j : |i − j| ≤ w }            non-causal: w keys on each side plus i itself, 2w + 1 in all
     J_i = { j : 0 ≤ i − j ≤ w }          causal: i itself and the w keys before it
 
-The window is inclusive: query i always sees key i (for n != m, query and key positions are
-compared directly, top-left aligned, as ``causal=True`` in the vanilla core).
+The window is inclusive: query i always sees key i. For n != m query and key positions are
+compared directly (top-left), except with ``causal="bottom-right"``, where the n queries are the
+last n of the m positions (decoding with a key/value cache).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..common import check_non_negative_int, check_sizes
-from ._args import causal_flag
-from .pattern import SparsePattern
+from .pattern import SparsePattern, query_positions
 
 __all__ = ["band_pattern"]
 
 
-def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool = False) -> SparsePattern:
+def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool | str = False) -> SparsePattern:
     r"""Keys within distance ``w`` of the query's position.
 
     .. math::
@@ -33,8 +31,9 @@ def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool = False) 
         keeps everything.
     m : int, optional
         Number of keys; default ``n``.
-    causal : bool, default False
-        Keep only ``j <= i``.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Keep only ``j <= i`` (``True``, "top-left"); "bottom-right": the n queries are the last n of
+        the m positions, query *i* at position i + m − n, for the window as for ``j <= i + m − n``.
 
     Returns
     -------
@@ -56,7 +55,6 @@ def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool = False) 
            [0, 0, 0, 1, 1]])
     """
     n, m = check_sizes(n, m)
-    causal = causal_flag(causal)
+    i, alignment = query_positions(n, m, causal)                   # (n,) query positions
     w = check_non_negative_int("w", w)
-    i = np.arange(n)
-    return SparsePattern.from_row_ranges(i - w, i + 1 if causal else i + w + 1, m)
+    return SparsePattern.from_row_ranges(i - w, i + w + 1 if alignment is None else i + 1, m)

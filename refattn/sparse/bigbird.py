@@ -1,4 +1,4 @@
-r"""BigBird block-sparse attention, ITC form (Zaheer et al., 2020; survey §3.1.1, Fig. 5d).
+r"""BigBird block-sparse attention, ITC form (Zaheer et al., 2020; survey §4.1.1, Fig. 5d).
 
 The n tokens are cut into n_b = n / b blocks of b tokens. Block row I keeps the key blocks
 
@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_rng, check_choice, check_non_negative_int, check_positive_int, check_sizes
-from .pattern import SparsePattern, index_dtype
+from .pattern import SparsePattern, index_dtype, no_causal_form
 
 __all__ = ["bigbird_block_layout", "bigbird_pattern", "draw_bigbird_random_blocks"]
 
@@ -178,6 +178,7 @@ def bigbird_block_layout(
 def bigbird_pattern(
     n: int, *, block_size: int = 64, num_random_blocks: int = 3, num_global_blocks: int = 2,
     num_window_blocks: int = 3, rng=None, random_blocks: ArrayLike | None = None, candidates: str = "disjoint",
+    causal: bool | str = False,
 ) -> SparsePattern:
     r"""BigBird-ITC's token pattern: window, global and random blocks of ``block_size`` tokens.
 
@@ -208,6 +209,8 @@ def bigbird_pattern(
         none; global rows must be all ``-1``.
     candidates : {"disjoint", "official"}, default "disjoint"
         Which blocks a middle row may draw (see :func:`draw_bigbird_random_blocks`).
+    causal : {False}, default False
+        BigBird has no causal form (see Notes); any other value of ``causal`` is a ``ValueError``.
 
     Returns
     -------
@@ -245,6 +248,7 @@ def bigbird_pattern(
     True
     """
     n, _ = check_sizes(n, None)
+    no_causal_form(causal, "BigBird", "the paper uses it in encoders only")
     b = check_positive_int("block_size", block_size)
     if n % b:
         raise ValueError(f"n={n} must be a multiple of block_size={b} (BigBird works in whole blocks)")
@@ -312,8 +316,7 @@ def _expand_blocks(blocks: SparsePattern, b: int) -> SparsePattern:
 
 
 def _half_window(num_window_blocks) -> int:
-    if (not isinstance(num_window_blocks, (int, np.integer)) or isinstance(num_window_blocks, bool)
-            or num_window_blocks < 1 or num_window_blocks % 2 == 0):
+    if check_positive_int("num_window_blocks", num_window_blocks) % 2 == 0:
         raise ValueError(f"num_window_blocks must be an odd positive int (the block and w on each side), "
                          f"got {num_window_blocks!r}")
     return int(num_window_blocks) // 2

@@ -1,4 +1,4 @@
-r"""Block local attention (survey §3.1.1, Fig. 4e).
+r"""Block local attention (survey §4.1.1, Fig. 4e).
 
     J_i = { j : ⌊i / b⌋ = ⌊j / b⌋ }      (causal: and j ≤ i)
 
@@ -7,16 +7,13 @@ keys of its own block: the attention matrix is block-diagonal.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..common import check_positive_int, check_sizes
-from ._args import causal_flag
-from .pattern import SparsePattern
+from .pattern import SparsePattern, query_positions
 
 __all__ = ["block_local_pattern"]
 
 
-def block_local_pattern(n: int, block: int, *, m: int | None = None, causal: bool = False) -> SparsePattern:
+def block_local_pattern(n: int, block: int, *, m: int | None = None, causal: bool | str = False) -> SparsePattern:
     r"""Queries attend to the keys of their own block.
 
     .. math::
@@ -31,8 +28,10 @@ def block_local_pattern(n: int, block: int, *, m: int | None = None, causal: boo
         Block size *b* (the last block may be shorter).
     m : int, optional
         Number of keys; default ``n``.
-    causal : bool, default False
-        Keep only ``j <= i`` inside the block.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Keep only ``j <= i`` inside the block (``True``, "top-left"); "bottom-right": the n queries
+        are the last n of the m positions, query *i* at position i + m − n, for its block as for
+        ``j <= i + m − n``.
 
     Returns
     -------
@@ -53,7 +52,7 @@ def block_local_pattern(n: int, block: int, *, m: int | None = None, causal: boo
            [0, 0, 0, 0, 1]])
     """
     n, m = check_sizes(n, m)
-    causal = causal_flag(causal)
+    i, alignment = query_positions(n, m, causal)                   # (n,) query positions
     block = check_positive_int("block", block)
-    start = np.arange(n) // block * block
-    return SparsePattern.from_row_ranges(start, (np.arange(n) + 1) if causal else start + block, m)
+    start = i // block * block
+    return SparsePattern.from_row_ranges(start, start + block if alignment is None else i + 1, m)

@@ -1,4 +1,4 @@
-r"""BP-Transformer: attention over a binary partition tree of the sequence (survey §3.1.1, Fig. 6a).
+r"""BP-Transformer: attention over a binary partition tree of the sequence (survey §4.1.1, Fig. 6a).
 
     nodes        u_{0,i}  token i, i = 0 … n−1                                  (the leaves)
                  u_{l,p}  span node of the tokens [p·2^l, min((p+1)·2^l, n)),  l = 1 … L = ⌈log₂ n⌉
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import check_positive_int
+from ..common import causal_alignment, check_positive_int
 from .pattern import SparsePattern
 
 __all__ = ["bp_transformer_pattern", "bp_tree_spans"]
@@ -79,7 +79,7 @@ def bp_tree_spans(n: int) -> list[tuple[int, int, int]]:
             for level, size in enumerate(_level_sizes(n).tolist()) for p in range(size)]
 
 
-def bp_transformer_pattern(n: int, k: int, *, causal: bool = False) -> SparsePattern:
+def bp_transformer_pattern(n: int, k: int, *, causal: bool | str = False) -> SparsePattern:
     r"""The BP-Transformer graph over the tokens and span nodes of the binary partition of ``n`` tokens.
 
     .. math::
@@ -101,10 +101,13 @@ def bp_transformer_pattern(n: int, k: int, *, causal: bool = False) -> SparsePat
         Number of tokens (leaves of the tree).
     k : int
         Context nodes per level on each side, *k* in the paper (``step`` in the official code), >= 1.
-    causal : bool, default False
+    causal : {False, True, "top-left", "bottom-right"}, default False
         Drop the right-hand contextual edges (the official code's ``triu=True``, used for language
         modelling and decoders): a token then reads only nodes whose spans lie wholly at or before
-        it. Span nodes keep all their tokens; no token reads a span that reaches past it.
+        it. Span nodes keep all their tokens; no token reads a span that reaches past it. This
+        orders tokens, not node indices (span nodes come after every token), so it is not
+        ``j <= i`` on the N × N pattern. Self-attention over the nodes, so "bottom-right" is the
+        same as "top-left".
 
     Returns
     -------
@@ -169,8 +172,7 @@ def bp_transformer_pattern(n: int, k: int, *, causal: bool = False) -> SparsePat
     """
     n = check_positive_int("n", n)
     k = check_positive_int("k", k)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
+    causal = causal_alignment(causal) is not None
     sizes = _level_sizes(n)
     offset = np.concatenate([[0], np.cumsum(sizes)[:-1]])          # id of u_{l,0}
     N = int(sizes.sum())

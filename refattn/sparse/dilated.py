@@ -1,4 +1,4 @@
-r"""Dilated (sliding-window with gaps) attention (survey §3.1.1, Fig. 4c).
+r"""Dilated (sliding-window with gaps) attention (survey §4.1.1, Fig. 4c).
 
     J_i = { j : |i − j| ≤ w·w_d  and  (i − j) mod w_d = 0 }     w keys each side, every w_d-th position
 
@@ -7,16 +7,15 @@ keys. ``dilation=1`` is the band; a large dilation is the strided pattern restri
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ..common import check_non_negative_int, check_sizes
-from ._args import causal_flag
-from .pattern import SparsePattern
+from ..common import check_non_negative_int, check_positive_int, check_sizes
+from .pattern import SparsePattern, query_positions
 
 __all__ = ["dilated_pattern"]
 
 
-def dilated_pattern(n: int, w: int, dilation: int, *, m: int | None = None, causal: bool = False) -> SparsePattern:
+def dilated_pattern(
+    n: int, w: int, dilation: int, *, m: int | None = None, causal: bool | str = False
+) -> SparsePattern:
     r"""``w`` keys on each side of the query, ``dilation`` positions apart.
 
     .. math::
@@ -33,8 +32,9 @@ def dilated_pattern(n: int, w: int, dilation: int, *, m: int | None = None, caus
         Gap :math:`w_d \ge 1` between kept keys; 1 gives :func:`band_pattern`.
     m : int, optional
         Number of keys; default ``n``.
-    causal : bool, default False
-        Keep only ``j <= i``.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Keep only ``j <= i`` (``True``, "top-left"); "bottom-right": the n queries are the last n of
+        the m positions, query *i* at position i + m − n, for the window as for ``j <= i + m − n``.
 
     Returns
     -------
@@ -50,10 +50,9 @@ def dilated_pattern(n: int, w: int, dilation: int, *, m: int | None = None, caus
     [1, 3, 5]
     """
     n, m = check_sizes(n, m)
-    causal = causal_flag(causal)
+    i, alignment = query_positions(n, m, causal)                   # (n,) query positions
     w = check_non_negative_int("w", w)
-    if not isinstance(dilation, (int, np.integer)) or isinstance(dilation, bool) or dilation < 1:
-        raise ValueError(f"dilation must be an int >= 1, got {dilation!r}")
-    i = np.arange(n)
+    dilation = check_positive_int("dilation", dilation)
     reach = w * dilation
-    return SparsePattern.from_row_ranges(i - reach, (i + 1) if causal else (i + reach + 1), m, step=dilation)
+    return SparsePattern.from_row_ranges(i - reach, i + reach + 1 if alignment is None else i + 1, m,
+                                         step=dilation)

@@ -1,4 +1,4 @@
-r"""ETC global-local attention on [global tokens; long tokens] (survey §3.1.1, Fig. 5c).
+r"""ETC global-local attention on [global tokens; long tokens] (survey §4.1.1, Fig. 5c).
 
 g global tokens (positions 0 … g − 1) and L long tokens (positions g … g + L − 1); with a, b the
 long tokens' own indices (position g + a):
@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..common import check_non_negative_int, check_positive_int
+from ..common import check_bool, check_non_negative_int, check_positive_int
 from .band import band_pattern
 from .global_tokens import global_pattern
-from .pattern import SparsePattern
+from .pattern import SparsePattern, no_causal_form
 
 __all__ = ["etc_pattern"]
 
@@ -29,6 +29,7 @@ __all__ = ["etc_pattern"]
 def etc_pattern(
     num_global: int, num_long: int, radius: int, *,
     segment_ids: ArrayLike | None = None, hard_g2l: bool = False, hard_l2g: bool = False,
+    causal: bool | str = False,
 ) -> SparsePattern:
     r"""ETC's global-local attention as one pattern over the g + L concatenated tokens.
 
@@ -56,6 +57,9 @@ def etc_pattern(
     hard_l2g : bool, default False
         Long token *a* attends only to the global token ``segment_ids[a]`` (its l2l window is
         unchanged).
+    causal : {False}, default False
+        ETC is an encoder (global tokens read every long token), with no causal form; any other
+        value of ``causal`` is a ``ValueError``.
 
     Returns
     -------
@@ -107,9 +111,8 @@ def etc_pattern(
     g = check_non_negative_int("num_global", num_global)
     L = check_positive_int("num_long", num_long)
     r = check_non_negative_int("radius", radius)
-    for name, flag in (("hard_g2l", hard_g2l), ("hard_l2g", hard_l2g)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise TypeError(f"{name} must be a bool, got {flag!r}")
+    hard_g2l, hard_l2g = check_bool("hard_g2l", hard_g2l), check_bool("hard_l2g", hard_l2g)
+    no_causal_form(causal, "ETC", "an encoder whose global tokens read every long token")
     N = g + L
     if not (hard_g2l or hard_l2g):
         if segment_ids is not None:

@@ -1,10 +1,11 @@
-r"""Global attention (survey §3.1.1, Fig. 4a).
+r"""Global attention (survey §4.1.1, Fig. 4a).
 
     J_i = all keys           if i ∈ G         (a global query attends to everything)
     J_i ⊇ G                  for every i      (every query attends to the global keys)
 
 A few positions G act as hubs: any two tokens are at most two hops apart through them. G indexes
-positions shared by queries and keys (self-attention), top-left aligned when n != m.
+positions shared by queries and keys (self-attention): query i is at position i, also when n != m,
+except with ``causal="bottom-right"``, where the n queries are the last n of the m positions.
 """
 from __future__ import annotations
 
@@ -12,14 +13,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..common import check_sizes
-from ._args import causal_flag
-from .pattern import SparsePattern
+from .pattern import SparsePattern, query_positions
 
 __all__ = ["global_pattern"]
 
 
 def global_pattern(
-    n: int, global_indices: ArrayLike = (0,), *, m: int | None = None, causal: bool = False
+    n: int, global_indices: ArrayLike = (0,), *, m: int | None = None, causal: bool | str = False
 ) -> SparsePattern:
     r"""Global positions attend to all keys and are attended by all queries.
 
@@ -35,8 +35,10 @@ def global_pattern(
         The global positions *G* (e.g. ``[CLS]`` at 0); each must lie in ``[0, max(n, m))``.
     m : int, optional
         Number of keys; default ``n``.
-    causal : bool, default False
-        Keep only ``j <= i`` (a global token then sees its past, and is seen by its future).
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Keep only ``j <= i`` (a global token then sees its past, and is seen by its future);
+        "bottom-right": the n queries are the last n of the m positions, query *i* at position
+        i + m − n, which decides both whether it is global and which keys it may see.
 
     Returns
     -------
@@ -57,15 +59,15 @@ def global_pattern(
            [0, 1, 0, 0]])
     """
     n, m = check_sizes(n, m)
-    causal = causal_flag(causal)
+    i, alignment = query_positions(n, m, causal)                   # (n,) query positions
     G = np.asarray(global_indices)
     G = np.unique(G.astype(np.int64) if G.size == 0 else G)        # () is "no global token"
     if G.dtype.kind not in "iu" or G.ndim != 1:
         raise TypeError(f"global_indices must be a 1-D array of ints, got dtype {G.dtype} with shape {G.shape}")
     if G.size and (G.min() < 0 or G.max() >= max(n, m)):
         raise ValueError(f"global_indices must lie in [0, max(n, m)={max(n, m)}), got values in [{G.min()}, {G.max()}]")
-    g_rows, g_cols = G[G < n], G[G < m]
+    g_rows, g_cols = np.flatnonzero(np.isin(i, G)), G[G < m]      # queries at a global position; global keys
     rows = np.concatenate([np.repeat(g_rows, m), np.repeat(np.arange(n), len(g_cols))])
     cols = np.concatenate([np.tile(np.arange(m), len(g_rows)), np.tile(g_cols, n)])
     pattern = SparsePattern.from_pairs(rows, cols, n, m)
-    return pattern.causal() if causal else pattern
+    return pattern if alignment is None else pattern.causal(alignment)

@@ -1,4 +1,4 @@
-r"""Image Transformer local attention: query blocks attend to memory blocks (survey §3.1.1, Fig. 6b).
+r"""Image Transformer local attention: query blocks attend to memory blocks (survey §4.1.1, Fig. 6b).
 
 2-D local attention over an image of H × W positions, flattened row-major (position r·W + c):
 
@@ -23,19 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import check_choice, check_non_negative_int, check_positive_int
+from ..common import causal_alignment, check_choice, check_non_negative_int, check_positive_int
 from .pattern import SparsePattern
 
 __all__ = ["image_transformer_1d_pattern", "image_transformer_pattern"]
 
 FLANGES = ("past", "both")
 ORDERS = ("block-raster", "raster")
-
-
-def _check_flag(name: str, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
-    return bool(value)
 
 
 def _pair(name: str, value, check) -> tuple[int, int]:
@@ -53,7 +47,7 @@ def image_transformer_pattern(
     *,
     query_block: tuple[int, int] = (8, 16),
     memory_flange: tuple[int, int] = (8, 16),
-    causal: bool = False,
+    causal: bool | str = False,
     flange: str = "past",
     order: str = "block-raster",
 ) -> SparsePattern:
@@ -82,8 +76,9 @@ def image_transformer_pattern(
         :math:`(h_m, w_m)`: the memory block extends the query block by :math:`h_m` rows on top and
         :math:`w_m` columns on the left and on the right. Default from the official code
         (``memory_flange=(8, 16)``).
-    causal : bool, default False
+    causal : {False, True, "top-left", "bottom-right"}, default False
         Keep only the positions generated no later than the query, in the order given by ``order``.
+        Self-attention (H·W queries and keys), so "bottom-right" is the same as "top-left".
     flange : {"past", "both"}, default "past"
         "past": the flange extends upwards only, as in the paper (the memory block of size
         :math:`(h_q + h_m) \times (w_q + 2 w_m)`). "both": also :math:`h_m` rows below, as the official
@@ -148,7 +143,7 @@ def image_transformer_pattern(
     W = check_positive_int("width", width)
     h_q, w_q = _pair("query_block", query_block, check_positive_int)
     h_m, w_m = _pair("memory_flange", memory_flange, check_non_negative_int)
-    causal = _check_flag("causal", causal)
+    causal = causal_alignment(causal) is not None
     check_choice("flange", flange, FLANGES)
     check_choice("order", order, ORDERS)
 
@@ -179,7 +174,7 @@ def image_transformer_1d_pattern(
     query_block: int = 128,
     memory_length: int = 128,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     flange: str = "past",
 ) -> SparsePattern:
     r"""1-D local attention of the Image Transformer: query blocks of the raster-scanned image.
@@ -201,8 +196,9 @@ def image_transformer_1d_pattern(
     memory_length : int, default 128
         :math:`l_m`, the positions before the block that the memory block adds. The default
         :math:`l_m = l_q` is the official masked code's memory (the previous block and the current one).
-    causal : bool, default False
-        Keep only ``j <= i``.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Keep only ``j <= i``. Self-attention (n queries and keys), so "bottom-right" is the same as
+        "top-left".
     flange : {"past", "both"}, default "past"
         "past": :math:`l_m` positions before the block only, as in the paper. "both": also :math:`l_m`
         after it, as the official code's unmasked ``local_attention_1d`` (``filter_width`` on each
@@ -241,7 +237,7 @@ def image_transformer_1d_pattern(
     n = check_positive_int("n", n)
     l_q = check_positive_int("query_block", query_block)
     l_m = check_non_negative_int("memory_length", memory_length)
-    causal = _check_flag("causal", causal)
+    causal = causal_alignment(causal) is not None
     check_choice("flange", flange, FLANGES)
     i = np.arange(n, dtype=np.int64)
     b0 = i // l_q * l_q                                            # first position of the query block

@@ -1,4 +1,4 @@
-r"""Longformer attention: (dilated) sliding window plus symmetric global attention (survey §3.1.1, Fig. 5b).
+r"""Longformer attention: (dilated) sliding window plus symmetric global attention (survey §4.1.1, Fig. 5b).
 
     J_i = { j : |i − j| ≤ (w/2)·d,  (i − j) mod d = 0 }  ∪  G     if i ∉ G     window w, dilation d
     J_i = { 0, …, n − 1 }                                          if i ∈ G     global rows are full
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..common import check_non_negative_int, check_sizes
+from ..common import check_non_negative_int, check_positive_int, check_sizes
 from .dilated import dilated_pattern
 from .global_tokens import global_pattern
 from .pattern import SparsePattern
@@ -28,7 +28,7 @@ __all__ = ["longformer_pattern", "longformer_patterns"]
 
 
 def longformer_pattern(
-    n: int, window: int, *, dilation: int = 1, global_indices: ArrayLike = (), causal: bool = False
+    n: int, window: int, *, dilation: int = 1, global_indices: ArrayLike = (), causal: bool | str = False
 ) -> SparsePattern:
     r"""Longformer's sliding window of total size ``window`` (optionally dilated) plus global tokens.
 
@@ -49,8 +49,9 @@ def longformer_pattern(
     global_indices : array_like of int, default ()
         Positions *G* with symmetric global attention (e.g. ``[CLS]`` at 0, or the question
         tokens in QA): they attend to every key and every query attends to them.
-    causal : bool, default False
+    causal : {False, True, "top-left", "bottom-right"}, default False
         Keep only ``j <= i`` (the paper's autoregressive character LM, §4).
+        Self-attention (n queries, n keys), so "bottom-right" is the same as "top-left".
 
     Returns
     -------
@@ -99,12 +100,13 @@ def longformer_pattern(
     n, _ = check_sizes(n, None)
     half = _half_window(window)
     G = _global_indices(global_indices, n)
-    window_pattern = dilated_pattern(n, half, _dilation(dilation, "dilation"), causal=causal)
+    window_pattern = dilated_pattern(n, half, check_positive_int("dilation", dilation), causal=causal)
     return window_pattern | global_pattern(n, G, causal=causal) if G.size else window_pattern
 
 
 def longformer_patterns(
-    n: int, window: int, dilations: Sequence[int], *, global_indices: ArrayLike = (), causal: bool = False
+    n: int, window: int, dilations: Sequence[int], *, global_indices: ArrayLike = (),
+    causal: bool | str = False,
 ) -> list[SparsePattern]:
     r"""One Longformer pattern per head, head *h* with dilation ``dilations[h]``.
 
@@ -119,8 +121,9 @@ def longformer_patterns(
         and others reach further (§3.1, "multi-head attention" paragraph).
     global_indices : array_like of int, default ()
         Global positions, the same for every head.
-    causal : bool, default False
+    causal : {False, True, "top-left", "bottom-right"}, default False
         Keep only ``j <= i``.
+        Self-attention (n queries, n keys), so "bottom-right" is the same as "top-left".
 
     Returns
     -------
@@ -147,7 +150,7 @@ def longformer_patterns(
     half = _half_window(window)
     if isinstance(dilations, (str, bytes)) or not isinstance(dilations, Sequence) or len(dilations) == 0:
         raise TypeError(f"dilations must be a non-empty sequence of ints (one per head), got {dilations!r}")
-    dilations = [_dilation(d, f"dilations[{h}]") for h, d in enumerate(dilations)]
+    dilations = [check_positive_int(f"dilations[{h}]", d) for h, d in enumerate(dilations)]
     G = _global_indices(global_indices, n)
     windows = [dilated_pattern(n, half, d, causal=causal) for d in dilations]
     return [w | global_pattern(n, G, causal=causal) for w in windows] if G.size else windows
@@ -158,12 +161,6 @@ def _half_window(window) -> int:
     if window % 2:
         raise ValueError(f"window must be even (w/2 keys on each side of the token), got window={window}")
     return window // 2
-
-
-def _dilation(value, name: str) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return int(value)
 
 
 def _global_indices(global_indices, n: int):

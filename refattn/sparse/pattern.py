@@ -6,7 +6,7 @@ unique. Builders write this form directly, so a band of width 2·128 + 1 at n = 
 O(nnz) memory and never an n × m array; ``to_mask()`` materialises small patterns for plots and
 for the dense equation path.
 
-    pattern ↔ bipartite graph: an edge i → j for every kept (i, j)   (survey §3.1, Fig. 3)
+    pattern ↔ bipartite graph: an edge i → j for every kept (i, j)   (survey §4.1, Fig. 3)
 
 Patterns compose like boolean masks: ``a | b`` keeps the pairs of either (how the survey builds
 compound patterns from atomic ones), ``a & b`` the pairs of both.
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import ALIGNMENTS, check_choice
+from ..common import ALIGNMENTS, causal_alignment, check_choice, check_non_negative_int
 
-__all__ = ["SparsePattern"]
+__all__ = ["SparsePattern", "no_causal_form", "query_positions"]
 
 MAX_DENSE = 2**26          # to_mask() refuses larger n·m (64 Mi booleans) unless told otherwise
 
@@ -47,10 +47,7 @@ class SparsePattern:
 
     def __post_init__(self) -> None:
         for name in ("n", "m"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-            object.__setattr__(self, name, int(value))
+            object.__setattr__(self, name, check_non_negative_int(name, getattr(self, name)))
         indptr = np.ascontiguousarray(self.indptr, dtype=np.int64)
         indices = np.ascontiguousarray(self.indices, dtype=index_dtype(self.m))
         object.__setattr__(self, "indptr", indptr)
@@ -315,8 +312,7 @@ class SparsePattern:
         SparsePattern
             Of shape (count, m).
         """
-        if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 0:
-            raise ValueError(f"count must be a non-negative int, got {count!r}")
+        count = check_non_negative_int("count", count)
         if count <= self.n:
             start = self.indptr[self.n - count]
             return SparsePattern(self.indptr[self.n - count:] - start, self.indices[start:], count, self.m)
@@ -342,6 +338,48 @@ class SparsePattern:
 
     def __repr__(self) -> str:
         return f"SparsePattern(n={self.n}, m={self.m}, nnz={self.nnz}, density={self.density:.4g})"
+
+
+def query_positions(n: int, m: int, causal) -> tuple[NDArray, str | None]:
+    """Where a pattern builder's n queries sit among the m key positions, and its causal alignment.
+
+    ``causal`` takes the values of every ``causal`` argument (:func:`refattn.common.causal_alignment`):
+    ``False``, ``True`` = "top-left", or "bottom-right". Without a causal mask and top-left, query *i*
+    is at position *i*. Bottom-right, the n queries are the last n of the m positions: query *i* is
+    at *i* + m − n (negative when n > m: such a query comes before the first key and sees none). A
+    builder writes its pattern for these positions and, when the alignment is not ``None``, keeps
+    only the keys *j* <= position, so that its rows are the last n rows of its causal m × m pattern.
+
+    Parameters
+    ----------
+    n, m : int
+        Number of queries and keys.
+    causal : {False, True, "top-left", "bottom-right"}
+        The builder's ``causal`` argument.
+
+    Returns
+    -------
+    positions : (n,) ndarray of int64
+    alignment : {None, "top-left", "bottom-right"}
+    """
+    alignment = causal_alignment(causal)
+    offset = m - n if alignment == "bottom-right" else 0
+    return np.arange(n, dtype=np.int64) + offset, alignment
+
+
+def no_causal_form(causal, mechanism: str, reason: str) -> None:
+    """Refuse every ``causal`` value but ``False`` for a builder whose paper defines no causal form.
+
+    Parameters
+    ----------
+    causal : {False, True, "top-left", "bottom-right"}
+        The builder's ``causal`` argument; any other value is refused as by
+        :func:`refattn.common.causal_alignment`.
+    mechanism, reason : str
+        Who refuses and why, for the message.
+    """
+    if causal_alignment(causal) is not None:
+        raise ValueError(f"causal={causal!r}, but {mechanism} has no causal form ({reason}); pass causal=False")
 
 
 def _sorted_unique(keys: NDArray) -> NDArray:

@@ -1,6 +1,9 @@
-r"""Random attention (survey §3.1.1, Fig. 4d): ``r`` keys drawn at random for each query.
+r"""Random attention (survey §4.1.1, Fig. 4d): ``r`` keys drawn at random for each query.
 
     J_i = r keys drawn uniformly without replacement   (causal: from j ≤ i, min(r, i + 1) of them)
+
+With ``causal="bottom-right"`` the n queries are the last n of the m positions: query i draws
+from j ≤ i + m − n.
 
 Random edges make the attention graph an expander, so information crosses the sequence in few
 layers (BigBird, §2). The draw is explicit: :func:`draw_random_keys` returns it as an array that
@@ -11,14 +14,13 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, check_non_negative_int, check_sizes
-from ._args import causal_flag
-from .pattern import SparsePattern
+from ..common import as_rng, causal_alignment, check_non_negative_int, check_sizes
+from .pattern import SparsePattern, query_positions
 
 __all__ = ["draw_random_keys", "random_pattern"]
 
 
-def draw_random_keys(rng, n: int, r: int, *, m: int | None = None, causal: bool = False) -> NDArray:
+def draw_random_keys(rng, n: int, r: int, *, m: int | None = None, causal: bool | str = False) -> NDArray:
     r"""Draw ``r`` distinct keys per query, uniformly (every r-subset equally likely).
 
     Parameters
@@ -31,8 +33,9 @@ def draw_random_keys(rng, n: int, r: int, *, m: int | None = None, causal: bool 
         Keys per query; at most ``m`` (non-causal).
     m : int, optional
         Number of keys; default ``n``.
-    causal : bool, default False
-        Draw query *i*'s keys from ``j <= i`` only; rows with ``i + 1 <= r`` take all of them.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Draw query *i*'s keys from ``j <= i`` only (``True``, "top-left"), or from
+        ``j <= i + m − n`` ("bottom-right"); rows with no more than ``r`` candidates take all of them.
 
     Returns
     -------
@@ -47,10 +50,11 @@ def draw_random_keys(rng, n: int, r: int, *, m: int | None = None, causal: bool 
     """
     rng = as_rng(rng)
     n, m = check_sizes(n, m)
+    i, alignment = query_positions(n, m, causal)                   # (n,) query positions
     r = check_non_negative_int("r", r)
-    if not causal and r > m:
+    if alignment is None and r > m:
         raise ValueError(f"cannot draw r={r} distinct keys from m={m}")
-    limit = np.minimum(np.arange(n) + 1, m) if causal else np.full(n, m)    # candidates 0 … limit − 1
+    limit = np.full(n, m) if alignment is None else np.clip(i + 1, 0, m)   # candidates 0 … limit − 1
     keys = np.full((n, r), -1, dtype=np.int64)
     take_all = limit <= r
     keys[take_all] = np.where(np.arange(r) < limit[take_all, None], np.arange(r), -1)
@@ -68,7 +72,7 @@ def draw_random_keys(rng, n: int, r: int, *, m: int | None = None, causal: bool 
 
 
 def random_pattern(
-    n: int, r: int | None = None, *, m: int | None = None, causal: bool = False,
+    n: int, r: int | None = None, *, m: int | None = None, causal: bool | str = False,
     rng=None, keys: ArrayLike | None = None,
 ) -> SparsePattern:
     r"""Each query attends to ``r`` random keys, drawn from ``rng`` or given as ``keys``.
@@ -85,8 +89,10 @@ def random_pattern(
         Keys per query (required with ``rng``).
     m : int, optional
         Number of keys; default ``n``.
-    causal : bool, default False
-        Draw from ``j <= i`` only (with ``keys``: drop the keys after *i*).
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Draw from ``j <= i`` only (``True``, "top-left") or from ``j <= i + m − n``
+        ("bottom-right": the n queries are the last n of the m positions); with ``keys``, drop the
+        keys after that.
     rng : numpy.random.Generator or int, optional
         Source of the draw (see :func:`draw_random_keys`).
     keys : (n, r) array_like of int, optional
@@ -95,7 +101,7 @@ def random_pattern(
     Returns
     -------
     SparsePattern
-        Exactly ``r`` keys per row (``min(r, i + 1)`` if causal) when drawn from ``rng``.
+        Exactly ``r`` keys per row (``min(r, i + 1)`` if causal, top-left) when drawn from ``rng``.
 
     References
     ----------
@@ -107,7 +113,7 @@ def random_pattern(
     array([2, 2, 2, 2, 2, 2])
     """
     n, m = check_sizes(n, m)
-    causal = causal_flag(causal)
+    alignment = causal_alignment(causal)
     if (rng is None) == (keys is None):
         raise ValueError("random_pattern needs exactly one of rng= (to draw) and keys= (an explicit draw)")
     if keys is None:
@@ -128,4 +134,4 @@ def random_pattern(
     pattern = SparsePattern.from_pairs(rows[kept], keys[kept], n, m)
     if np.any(pattern.row_counts() != kept.sum(axis=1)):
         raise ValueError("keys repeats a key within a row")
-    return pattern.causal() if causal else pattern
+    return pattern if alignment is None else pattern.causal(alignment)

@@ -1,4 +1,4 @@
-r"""Sparse Transformer factorised attention, strided and fixed (Child et al., 2019; survey §3.1.1, Fig. 5e).
+r"""Sparse Transformer factorised attention, strided and fixed (Child et al., 2019; survey §4.1.1, Fig. 5e).
 
 Two heads m = 1, 2 each attend to a subset A⁽ᵐ⁾ᵢ of the keys; every j ≤ i is reachable in two
 hops. With stride l and, for "fixed", c summary positions per block (autoregressive: j ≤ i too):
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import check_choice, check_non_negative_int, check_sizes
+from ..common import causal_alignment, check_choice, check_non_negative_int, check_positive_int, check_sizes
 from .band import band_pattern
 from .block_local import block_local_pattern
 from .pattern import SparsePattern
@@ -31,7 +31,7 @@ LOCAL_WINDOWS = ("paper", "official")
 
 
 def sparse_transformer_pattern(
-    n: int, stride: int, *, kind: str = "strided", c: int = 1, part: int | None = None, causal: bool = True,
+    n: int, stride: int, *, kind: str = "strided", c: int = 1, part: int | None = None, causal: bool | str = True,
     local_window: str = "paper", subblock: int = 0,
 ) -> SparsePattern:
     r"""The Sparse Transformer's strided or fixed pattern: one factorised head, or their union.
@@ -59,10 +59,11 @@ def sparse_transformer_pattern(
         for l ∈ {128, 256}).
     part : {None, 1, 2}, default None
         1 or 2: the single head A⁽¹⁾ or A⁽²⁾. None: A⁽¹⁾ ∪ A⁽²⁾, one "merged" head (§5.2).
-    causal : bool, default True
+    causal : {False, True, "top-left", "bottom-right"}, default True
         Keep only ``j <= i``, as in the paper, which is autoregressive. ``False`` drops that
         condition from both sets: A⁽¹⁾ of "strided" becomes the band |i − j| ≤ l, A⁽²⁾ every key
-        at a multiple of l from i (resp. every summary column for "fixed").
+        at a multiple of l from i (resp. every summary column for "fixed"). Self-attention
+        (n queries, n keys), so "bottom-right" is the same as "top-left".
     local_window : {"paper", "official"}, default "paper"
         "strided" A⁽¹⁾ only. "paper": {max(0, i − l), …, i}, l + 1 keys. "official": the
         previous l − 1 keys and i, l keys, as in openai/sparse_attention (see Notes).
@@ -117,15 +118,12 @@ def sparse_transformer_pattern(
            [0, 1, 0, 1, 1, 1]])
     """
     n, _ = check_sizes(n, None)
-    if not isinstance(stride, (int, np.integer)) or isinstance(stride, bool) or stride < 1:
-        raise ValueError(f"stride must be an int >= 1, got {stride!r}")
-    l = int(stride)
+    l = check_positive_int("stride", stride)
     check_choice("kind", kind, KINDS)
     check_choice("part", part, PARTS)
     check_choice("local_window", local_window, LOCAL_WINDOWS)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
-    if not isinstance(c, (int, np.integer)) or isinstance(c, bool) or not 1 <= c <= l:
+    causal = causal_alignment(causal) is not None
+    if check_positive_int("c", c) > l:
         raise ValueError(f"c must be an int with 1 <= c <= stride={l}, got {c!r}")
     s = check_non_negative_int("subblock", subblock)
     if (s + 1) * c > l:

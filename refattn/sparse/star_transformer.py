@@ -1,4 +1,4 @@
-r"""Star-Transformer: a ring of satellite tokens around one relay node (survey §3.1.1, Fig. 5a).
+r"""Star-Transformer: a ring of satellite tokens around one relay node (survey §4.1.1, Fig. 5a).
 
 n satellites (positions 0 … n − 1, one per token) and one relay (position n), an (n + 1) × (n + 1)
 pattern:
@@ -13,17 +13,15 @@ of atomic patterns (the ring's wrap-around pair added explicitly):
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ..common import check_sizes
+from ..common import check_bool, check_sizes
 from .band import band_pattern
 from .global_tokens import global_pattern
-from .pattern import SparsePattern
+from .pattern import SparsePattern, no_causal_form
 
 __all__ = ["star_transformer_pattern"]
 
 
-def star_transformer_pattern(n: int, *, ring: bool = True) -> SparsePattern:
+def star_transformer_pattern(n: int, *, ring: bool = True, causal: bool | str = False) -> SparsePattern:
     r"""The Star-Transformer's ring and radial connections, relay node last.
 
     .. math::
@@ -40,6 +38,10 @@ def star_transformer_pattern(n: int, *, ring: bool = True) -> SparsePattern:
         ``True``: the paper's ring, satellites 0 and n − 1 are neighbours. ``False``: a path,
         the first and last satellites have one neighbour each (the neighbourhood that fastNLP's
         zero-padded ``unfold`` computes; see Notes).
+    causal : {False}, default False
+        The Star-Transformer is an encoder: every satellite reads both ring neighbours and the
+        relay reads all, so there is no causal form; any other value of ``causal`` is a
+        ``ValueError``.
 
     Returns
     -------
@@ -85,8 +87,8 @@ def star_transformer_pattern(n: int, *, ring: bool = True) -> SparsePattern:
     [0, 1, 4]
     """
     n, _ = check_sizes(n, None)
-    if not isinstance(ring, (bool, np.bool_)):
-        raise TypeError(f"ring must be a bool, got {ring!r}")
+    ring = check_bool("ring", ring)
+    no_causal_form(causal, "the Star-Transformer", "an encoder whose relay reads every satellite")
     relay = n
     pattern = band_pattern(n + 1, 1) | global_pattern(n + 1, [relay])   # path + radial edges
     if ring and n > 2:

@@ -1,4 +1,4 @@
-r"""Strided attention: every ``stride``-th position, at any distance (survey §3.1.1, dilation w_d ≫ 1).
+r"""Strided attention: every ``stride``-th position, at any distance (survey §4.1.1, dilation w_d ≫ 1).
 
     J_i = { j : (i − j) mod s = 0 }      (causal: and j ≤ i)
 
@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import check_sizes
-from ._args import causal_flag
-from .pattern import SparsePattern
+from ..common import check_positive_int, check_sizes
+from .pattern import SparsePattern, query_positions
 
 __all__ = ["strided_pattern"]
 
 
-def strided_pattern(n: int, stride: int, *, m: int | None = None, causal: bool = False) -> SparsePattern:
+def strided_pattern(n: int, stride: int, *, m: int | None = None, causal: bool | str = False) -> SparsePattern:
     r"""Keys whose distance to the query is a multiple of ``stride``.
 
     .. math::
@@ -30,8 +29,9 @@ def strided_pattern(n: int, stride: int, *, m: int | None = None, causal: bool =
         :math:`s \ge 1`; 1 keeps everything.
     m : int, optional
         Number of keys; default ``n``.
-    causal : bool, default False
-        Keep only ``j <= i``.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Keep only ``j <= i`` (``True``, "top-left"); "bottom-right": the n queries are the last n of
+        the m positions, query *i* at position i + m − n, for the window as for ``j <= i + m − n``.
 
     Returns
     -------
@@ -49,8 +49,6 @@ def strided_pattern(n: int, stride: int, *, m: int | None = None, causal: bool =
     [1, 4, 7]
     """
     n, m = check_sizes(n, m)
-    causal = causal_flag(causal)
-    if not isinstance(stride, (int, np.integer)) or isinstance(stride, bool) or stride < 1:
-        raise ValueError(f"stride must be an int >= 1, got {stride!r}")
-    i = np.arange(n)
-    return SparsePattern.from_row_ranges(i % stride, (i + 1) if causal else np.full(n, m), m, step=stride)
+    i, alignment = query_positions(n, m, causal)                   # (n,) query positions
+    stride = check_positive_int("stride", stride)
+    return SparsePattern.from_row_ranges(i % stride, np.full(n, m) if alignment is None else i + 1, m, step=stride)
