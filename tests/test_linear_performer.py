@@ -479,7 +479,7 @@ def test_bad_input_is_refused(rng):
         performer_attention(np.ones((4, 6), dtype=int), k, v, rng=0)
     with pytest.raises(ValueError, match="q has d_k=6 but k has d_k=5"):
         performer_attention(q, k[..., :5], v, rng=0)
-    with pytest.raises(TypeError, match="orthogonal must be a bool"):
+    with pytest.raises(TypeError, match="orthogonal must be True or False, got"):
         draw_omega(0, 4, 3, orthogonal=1)
     with pytest.raises(ValueError, match="eps must be a finite non-negative"):
         performer_attention(q, k, v, rng=0, eps=-1e-6)

@@ -429,7 +429,7 @@ def test_delta_zero_feature_sum_is_reported(rng):
     ({"v": np.ones((4, 4, 3))}, ValueError, "leading .batch. dimensions do not broadcast"),
     ({"q": np.ones((2, 4, 4), np.int64)}, TypeError, "q must be a real floating-point array"),
     ({"method": "loop"}, ValueError, "method must be one of"),
-    ({"normalize": 1}, TypeError, "normalize must be a bool"),
+    ({"normalize": 1}, TypeError, "normalize must be True or False, got 1"),
     ({"feature_map": lambda x: x.sum(axis=-1)}, ValueError, "feature_map turned q of shape"),
 ])
 def test_delta_bad_input(kwargs, error, match):

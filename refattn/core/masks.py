@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import ALIGNMENTS, causal_alignment, check_choice
+from ..common import ALIGNMENTS, causal_alignment, check_choice, check_non_negative_int
 
 __all__ = ["causal_mask", "padding_mask"]
 
@@ -58,10 +58,8 @@ def causal_mask(n: int, m: int | None = None, *, alignment: str = "top-left") ->
     array([[1, 1, 1, 0],
            [1, 1, 1, 1]])
     """
-    m = n if m is None else m
-    for name, size in (("n", n), ("m", m)):
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {size!r}")
+    n = check_non_negative_int("n", n)
+    m = n if m is None else check_non_negative_int("m", m)
     check_choice("alignment", alignment, ALIGNMENTS)
     delta = 0 if alignment == "top-left" else m - n
     i = np.arange(n)[:, None]                                      # (n, 1)
@@ -99,8 +97,7 @@ def padding_mask(lengths: ArrayLike, m: int) -> NDArray:
     lengths = np.asarray(lengths)
     if lengths.dtype.kind not in "iu":
         raise TypeError(f"lengths must be an integer array, got dtype {lengths.dtype}")
-    if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or m < 0:
-        raise ValueError(f"m must be a non-negative int, got {m!r}")
+    m = check_non_negative_int("m", m)
     if lengths.size and (lengths.min() < 0 or lengths.max() > m):
         raise ValueError(
             f"lengths must lie in [0, m={m}], got values in [{lengths.min()}, {lengths.max()}]"

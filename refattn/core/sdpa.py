@@ -17,6 +17,7 @@ from ..common import (
     broadcast_batch,
     causal_alignment,
     check_choice,
+    check_positive_int,
     check_qkv,
     check_scale,
     compute_dtype,
@@ -223,11 +224,9 @@ def check_block_size(block_size, d_k: int, d_v: int) -> tuple[int, int]:
     if block_size is None:
         return default_block_size(d_k, d_v)
     sizes = (block_size, block_size) if np.ndim(block_size) == 0 else tuple(block_size)
-    if len(sizes) != 2 or not all(
-        isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1 for b in sizes
-    ):
+    if len(sizes) != 2:
         raise ValueError(f"block_size must be a positive int or a pair of them, got {block_size!r}")
-    return int(sizes[0]), int(sizes[1])
+    return check_positive_int("block_size", sizes[0]), check_positive_int("block_size", sizes[1])
 
 
 def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, block_size, return_lse):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_choice, check_positive_int, glorot
+from ..common import as_float, as_rng, check_bool, check_choice, check_positive_int, glorot
 from ..kernels import kernel_rows
 from ._common import check_denominators, check_recurrence_inputs, features, sigmoid
 
@@ -236,8 +236,7 @@ def delta_rule_attention(
     0.0
     """
     check_choice("method", method, METHODS)
-    if not isinstance(normalize, (bool, np.bool_)):
-        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    normalize = check_bool("normalize", normalize)
     q, k, v, beta, batch = check_recurrence_inputs(q, k, v, beta, "beta", "delta_rule_attention")
     n = q.shape[-2]
     phi_q = _normalized_features(feature_map, q, "q", normalize)

@@ -25,7 +25,7 @@ from functools import partial
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_choice, check_positive_int, check_qkv
+from ..common import as_float, as_rng, check_bool, check_choice, check_positive_int, check_qkv
 from .attention import METHODS, linear_attention
 
 __all__ = ["draw_omega", "favor_features", "favor_mse", "performer_attention"]
@@ -123,7 +123,7 @@ def draw_omega(
     rng = as_rng(rng)
     m = check_positive_int("num_features", num_features)
     d = check_positive_int("d", d)
-    _check_bool("orthogonal", orthogonal)
+    check_bool("orthogonal", orthogonal)
     check_choice("norms", norms, NORMS)
     if not orthogonal:
         G = rng.standard_normal((m, d))                            # (m, d)  rows ~ N(0, I_d)
@@ -255,7 +255,7 @@ def favor_features(
     True
     """
     check_choice("kind", kind, KINDS)
-    _check_bool("stabilize", stabilize)
+    check_bool("stabilize", stabilize)
     x = as_float("x", x, min_ndim=2)
     omega = _check_omega(omega, x.shape[-1])
     eps = _check_eps(eps)
@@ -264,7 +264,7 @@ def favor_features(
     if stabilize and kind != "trig":
         if is_query is None:
             raise ValueError("stabilize=True needs is_query=True (max per row) or False (max over the sequence)")
-        _check_bool("is_query", is_query)
+        check_bool("is_query", is_query)
     m = omega.shape[-2]
 
     u = x @ np.swapaxes(omega, -1, -2)                             # (..., T, m)  ωᵢᵀx
@@ -459,8 +459,8 @@ def performer_attention(
     check_choice("kind", kind, KINDS)
     check_choice("norms", norms, NORMS)
     check_choice("method", method, METHODS)
-    _check_bool("orthogonal", orthogonal)
-    _check_bool("stabilize", stabilize)
+    check_bool("orthogonal", orthogonal)
+    check_bool("stabilize", stabilize)
     q, k, v = (as_float(name, a) for name, a in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
     d = q.shape[-1]
@@ -484,11 +484,6 @@ def performer_attention(
 
 def _default_num_features(d: int) -> int:
     return max(1, round(d * math.log(d)))
-
-
-def _check_bool(name: str, value) -> None:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
 
 
 def _check_eps(eps) -> float:
