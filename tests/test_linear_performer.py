@@ -34,7 +34,7 @@ PAIRS = {
 
 
 def single_feature_moments(x, y, kind, orders=4):
-    """E[Z^k], k = 1..orders, of one term Z of the estimate (1/m)·Σᵢ Zᵢ, exactly.
+    """E[Z^k], k = 1..orders, of one term Z of the estimate (1/r)·Σᵢ Zᵢ, exactly.
 
     With t = ωᵀ(x+y) ~ N(0, ‖x+y‖²) or s = ωᵀ(x−y) ~ N(0, ‖x−y‖²):
       positive    Z = Λ e^t        E[Z^k] = Λ^k e^{k²‖x+y‖²/2}
@@ -57,17 +57,17 @@ def single_feature_moments(x, y, kind, orders=4):
     return moments
 
 
-def estimate_moments(x, y, kind, m):
-    """Mean, variance and 4th central moment of the m-term estimate, from the exact moments of Z."""
+def estimate_moments(x, y, kind, r):
+    """Mean, variance and 4th central moment of the r-term estimate, from the exact moments of Z."""
     e1, e2, e3, e4 = single_feature_moments(x, y, kind)
     mu2 = e2 - e1**2
     mu4 = e4 - 4 * e3 * e1 + 6 * e2 * e1**2 - 3 * e1**4
-    return e1, mu2 / m, mu4 / m**3 + 3 * (m - 1) * mu2**2 / m**3   # mean of m i.i.d. terms
+    return e1, mu2 / r, mu4 / r**3 + 3 * (r - 1) * mu2**2 / r**3   # mean of r i.i.d. terms
 
 
-def iid_estimates(seed, R, m, kind, d=4):
-    """R independent estimates φ(x)ᵀφ(y) of every pair, each from its own m i.i.d. projections: (R, pairs)."""
-    omega = draw_omega(seed, R * m, d, orthogonal=False).reshape(R, m, d)   # R independent draws
+def iid_estimates(seed, R, r, kind, d=4):
+    """R independent estimates φ(x)ᵀφ(y) of every pair, each from its own r i.i.d. projections: (R, pairs)."""
+    omega = draw_omega(seed, R * r, d, orthogonal=False).reshape(R, r, d)   # R independent draws
     X = np.stack([x for x, _ in PAIRS.values()])
     Y = np.stack([y for _, y in PAIRS.values()])
     return np.sum(favor_features(X, omega, kind=kind) * favor_features(Y, omega, kind=kind), axis=-1)
@@ -83,19 +83,19 @@ def qkv(rng, n, m, d=8, d_v=3, batch=(), scale=0.5):
 
 @pytest.mark.parametrize("norms", ["chi", "sqrt_d"])
 def test_orthogonal_blocks_have_orthonormal_directions(norms):
-    d, m = 5, 13                                                   # blocks of 5, 5 and a truncated 3
-    omega = draw_omega(3, m, d, norms=norms)
-    assert omega.shape == (m, d)
+    d, r = 5, 13                                                   # blocks of 5, 5 and a truncated 3
+    omega = draw_omega(3, r, d, norms=norms)
+    assert omega.shape == (r, d)
     U = omega / np.linalg.norm(omega, axis=1, keepdims=True)
-    for start in range(0, m, d):
+    for start in range(0, r, d):
         block = U[start:start + d]
         np.testing.assert_allclose(block @ block.T, np.eye(len(block)), atol=1e-12, err_msg=f"block at {start}")
 
 
 def test_orthogonal_directions_are_the_gram_schmidt_factor_of_the_draws():
     # The sign fix makes Q the Gram–Schmidt factor (unique QR with diag(R) > 0), whatever LAPACK does.
-    d, m, seed = 4, 10, 11
-    U = draw_omega(seed, m, d, norms="sqrt_d") / np.sqrt(d)
+    d, r, seed = 4, 10, 11
+    U = draw_omega(seed, r, d, norms="sqrt_d") / np.sqrt(d)
     rng = np.random.default_rng(seed)
     expected = []
     for _ in range(3):                                             # ⌈10/4⌉ blocks, drawn in order
@@ -107,16 +107,16 @@ def test_orthogonal_directions_are_the_gram_schmidt_factor_of_the_draws():
                 w -= (Q[:, i] @ w) * Q[:, i]
             Q[:, j] = w / np.linalg.norm(w)
         expected.append(Q.T)
-    np.testing.assert_allclose(U, np.concatenate(expected)[:m], atol=1e-12)
+    np.testing.assert_allclose(U, np.concatenate(expected)[:r], atol=1e-12)
 
 
 def test_chi_lengths_are_the_norms_of_the_gaussian_vectors_drawn_after_the_blocks():
-    d, m, seed = 6, 15, 5
-    omega = draw_omega(seed, m, d)
+    d, r, seed = 6, 15, 5
+    omega = draw_omega(seed, r, d)
     rng = np.random.default_rng(seed)
     for _ in range(3):                                             # the ⌈15/6⌉ orthogonal blocks
         rng.standard_normal((d, d))
-    lengths = np.linalg.norm(rng.standard_normal((m, d)), axis=1)
+    lengths = np.linalg.norm(rng.standard_normal((r, d)), axis=1)
     np.testing.assert_allclose(np.linalg.norm(omega, axis=1), lengths, rtol=1e-14)
 
 
@@ -135,12 +135,12 @@ def test_iid_draw_is_the_gaussian_matrix_itself():
 
 @pytest.mark.parametrize("orthogonal", [True, False])
 def test_chi_rows_have_mean_squared_norm_d(orthogonal):
-    # Σᵢ‖ωᵢ‖² is exactly χ²(m·d) for chi lengths (independent of the directions, or Gaussian rows):
+    # Σᵢ‖ωᵢ‖² is exactly χ²(r·d) for chi lengths (independent of the directions, or Gaussian rows):
     # the central 1 − 1e-6 interval of that law is the acceptance region (false alarm 1e-6).
-    d, m = 8, 4000
-    total = np.sum(draw_omega(21, m, d, orthogonal=orthogonal) ** 2)
-    lo, hi = stats.chi2.ppf(5e-7, m * d), stats.chi2.isf(5e-7, m * d)
-    assert lo < total < hi, f"Σ‖ω‖² = {total:.1f} outside [{lo:.1f}, {hi:.1f}] (mean {m * d})"
+    d, r = 8, 4000
+    total = np.sum(draw_omega(21, r, d, orthogonal=orthogonal) ** 2)
+    lo, hi = stats.chi2.ppf(5e-7, r * d), stats.chi2.isf(5e-7, r * d)
+    assert lo < total < hi, f"Σ‖ω‖² = {total:.1f} outside [{lo:.1f}, {hi:.1f}] (mean {r * d})"
 
 
 def test_draws_are_reproducible_and_seeds_differ():
@@ -155,25 +155,25 @@ def test_draws_are_reproducible_and_seeds_differ():
 def test_features_match_the_paper_formulas_elementwise(rng):
     # Eq. (5) with Lemma 1's h and f, written as loops over rows and features.
     x, omega = rng.standard_normal((2, 3, 4)), 0.7 * rng.standard_normal((5, 4))
-    m = 5
+    r = 5
     for kind in KINDS:
         phi = favor_features(x, omega, kind=kind)
-        assert phi.shape == (2, 3, m if kind == "positive" else 2 * m)
+        assert phi.shape == (2, 3, r if kind == "positive" else 2 * r)
         for b in range(2):
             for t in range(3):
                 xv = x[b, t]
-                w = [omega[i] @ xv for i in range(m)]
+                w = [omega[i] @ xv for i in range(r)]
                 if kind == "positive":
-                    ref = [math.exp(-xv @ xv / 2) * math.exp(wi) / math.sqrt(m) for wi in w]
+                    ref = [math.exp(-xv @ xv / 2) * math.exp(wi) / math.sqrt(r) for wi in w]
                 elif kind == "hyperbolic":
-                    ref = [math.exp(-xv @ xv / 2) * math.exp(s * wi) / math.sqrt(2 * m) for s in (1, -1) for wi in w]
+                    ref = [math.exp(-xv @ xv / 2) * math.exp(s * wi) / math.sqrt(2 * r) for s in (1, -1) for wi in w]
                 else:
-                    ref = [math.exp(xv @ xv / 2) * f(wi) / math.sqrt(m) for f in (math.sin, math.cos) for wi in w]
+                    ref = [math.exp(xv @ xv / 2) * f(wi) / math.sqrt(r) for f in (math.sin, math.cos) for wi in w]
                 np.testing.assert_allclose(phi[b, t], ref, **TIGHT, err_msg=f"{kind} [{b}, {t}]")
 
 
 def test_feature_dot_products_are_the_lemma_estimators(rng):
-    # φ(x)ᵀφ(y) = Λ/m Σ e^{ωᵢᵀz} (positive), Λ/m Σ cosh ωᵢᵀz (hyperbolic), Λ⁻¹/m Σ cos ωᵢᵀ(x−y) (trig)
+    # φ(x)ᵀφ(y) = Λ/r Σ e^{ωᵢᵀz} (positive), Λ/r Σ cosh ωᵢᵀz (hyperbolic), Λ⁻¹/r Σ cos ωᵢᵀ(x−y) (trig)
     x, y, omega = 0.5 * rng.standard_normal(4), 0.5 * rng.standard_normal(4), rng.standard_normal((7, 4))
     lam = np.exp(-(x @ x + y @ y) / 2)
     expected = {"positive": lam * np.mean(np.exp(omega @ (x + y))),
@@ -185,7 +185,7 @@ def test_feature_dot_products_are_the_lemma_estimators(rng):
 
 
 def test_lemma2_equals_the_variance_from_exact_moments():
-    # Independent derivation: E[Z] = SM (Lemma 1) and Var[(1/m)ΣZᵢ] = Lemma 2's MSE (Eq. 8).
+    # Independent derivation: E[Z] = SM (Lemma 1) and Var[(1/r)ΣZᵢ] = Lemma 2's MSE (Eq. 8).
     for name, (x, y) in PAIRS.items():
         for kind in KINDS:
             mean, var, _ = estimate_moments(x, y, kind, 16)
@@ -197,16 +197,16 @@ def test_lemma2_equals_the_variance_from_exact_moments():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_estimates_are_unbiased(kind):
-    # Mean of R = 20000 independent estimates (m = 16 i.i.d. projections each) against exp(xᵀy),
+    # Mean of R = 20000 independent estimates (r = 16 i.i.d. projections each) against exp(xᵀy),
     # within Z·σ/√R with σ² the exact variance (Lemma 2, checked above). The grand mean is over
     # 320000 i.i.d. terms, log-normal-like with log-sd ≤ 0.92 (skewness ≤ 5), so its skewness is
     # ≤ 0.01 and the normal tail applies: false alarm ≈ 6e-7 per pair (distribution-free
     # Chebyshev: ≤ 1/Z² = 4 %).
-    R, m = 20_000, 16
-    est = iid_estimates(101, R, m, kind)
+    R, r = 20_000, 16
+    est = iid_estimates(101, R, r, kind)
     for i, (name, (x, y)) in enumerate(PAIRS.items()):
         sm = np.exp(x @ y)
-        sigma = np.sqrt(favor_mse(x, y, m, kind=kind))
+        sigma = np.sqrt(favor_mse(x, y, r, kind=kind))
         assert abs(est[:, i].mean() - sm) <= Z * sigma / np.sqrt(R), f"{kind} {name}: mean {est[:, i].mean()} vs {sm}"
 
 
@@ -217,12 +217,12 @@ def test_empirical_mse_matches_lemma2(kind):
     # ≤ 12 for these pairs, so ≤ 0.09 for the mean of R = 20000): by Cornish–Fisher the nominal 5 SE
     # bound sits ≥ 4.6 real SE out, false alarm ≲ 4e-6 per pair (over 100 seeds the z-scores had
     # sd 0.87–1.05, max |z| 4.0). Relative SE is 1–2 %, so the check resolves ±10 % of Eq. (8).
-    R, m = 20_000, 16
-    est = iid_estimates(202, R, m, kind)
+    R, r = 20_000, 16
+    est = iid_estimates(202, R, r, kind)
     for i, (name, (x, y)) in enumerate(PAIRS.items()):
         sm = np.exp(x @ y)
-        _, var, mu4 = estimate_moments(x, y, kind, m)
-        mse = favor_mse(x, y, m, kind=kind)
+        _, var, mu4 = estimate_moments(x, y, kind, r)
+        mse = favor_mse(x, y, r, kind=kind)
         se = np.sqrt((mu4 - var**2) / R)
         empirical = np.mean((est[:, i] - sm) ** 2)
         assert abs(empirical - mse) <= Z * se, f"{kind} {name}: {empirical:.4g} vs Lemma 2 {mse:.4g} ± {se:.2g}"
@@ -230,8 +230,8 @@ def test_empirical_mse_matches_lemma2(kind):
 
 def test_trig_is_worse_where_the_kernel_is_small_and_positive_where_it_is_large():
     # Lemma 2's ratios are ≈ 550 and ≈ 1/1600 here; the empirical MSEs (±2 % each) must show it.
-    R, m = 20_000, 16
-    mse = {kind: np.mean((iid_estimates(303, R, m, kind) - [np.exp(x @ y) for x, y in PAIRS.values()]) ** 2, axis=0)
+    R, r = 20_000, 16
+    mse = {kind: np.mean((iid_estimates(303, R, r, kind) - [np.exp(x @ y) for x, y in PAIRS.values()]) ** 2, axis=0)
            for kind in ("positive", "trig")}
     opposite, close = list(PAIRS).index("opposite"), list(PAIRS).index("close")
     assert mse["trig"][opposite] > 100 * mse["positive"][opposite]
@@ -239,50 +239,50 @@ def test_trig_is_worse_where_the_kernel_is_small_and_positive_where_it_is_large(
 
 
 def test_orthogonal_features_do_not_increase_the_mse():
-    # Theorem 2 (Eq. 10), m = d = 16: MSE_ort ≤ MSE_iid − 2(m−1)/(m(d+2))·(SM − Λ)². One-sided check
+    # Theorem 2 (Eq. 10), r = d = 16: MSE_ort ≤ MSE_iid − 2(r−1)/(r(d+2))·(SM − Λ)². One-sided check
     # of the empirical orthogonal MSE over R = 16000 independent orthogonal draws against that bound
     # plus Z·SE, SE the empirical sd of W = (Ŝ − SM)² over √R: the self-normalised mean (a t-statistic;
     # W has all moments) is asymptotically normal; with W's skewness ≈ 8 (→ 0.06 for the mean) the
     # one-sided false alarm is ≲ 2e-6 (over 20 seeds the z-scores were all < 0, as Theorem 2's gap
     # predicts). The i.i.d. MSE exceeds the bound by ≈ 10 SE, so features that were not orthogonal
     # would fail the second assertion.
-    d = m = 16
+    d = r = 16
     R = 16_000
     x, y = np.zeros(d), np.zeros(d)
     x[:4], y[:4] = [0.5, 0.3, -0.2, 0.1], [0.4, 0.1, 0.3, -0.2]
     sm, lam = np.exp(x @ y), np.exp(-(x @ x + y @ y) / 2)
-    omega = draw_omega(404, R * m, d).reshape(R, m, d)             # blocks of d rows: R independent draws
+    omega = draw_omega(404, R * r, d).reshape(R, r, d)             # blocks of d rows: R independent draws
     est = np.sum(favor_features(x[None], omega) * favor_features(y[None], omega), axis=-1)[:, 0]
     W = (est - sm) ** 2
-    bound = favor_mse(x, y, m) - 2 * (m - 1) / (m * (d + 2)) * (sm - lam) ** 2
+    bound = favor_mse(x, y, r) - 2 * (r - 1) / (r * (d + 2)) * (sm - lam) ** 2
     se = W.std(ddof=1) / np.sqrt(R)
     assert W.mean() <= bound + Z * se, f"orthogonal MSE {W.mean():.4g} > Theorem 2 bound {bound:.4g} + {Z} × {se:.2g}"
-    assert bound + Z * se < favor_mse(x, y, m)                     # the check has power against i.i.d.
+    assert bound + Z * se < favor_mse(x, y, r)                     # the check has power against i.i.d.
 
 
 def test_orthogonal_estimates_are_unbiased_along_the_axes():
     # Orthogonal rows must stay marginally N(0, I): without the sign fix LAPACK's Householder QR
     # gives every block a first direction with a negative first coordinate, and for x + y along e₁
     # the mean estimate falls to ≈ 1.01 instead of exp(xᵀy) ≈ 1.17 (d = 4), a ≈ 40 SE miss here.
-    # σ: by Theorem 2 the orthogonal variance is at most Lemma 2's i.i.d. variance (m = d), a
+    # σ: by Theorem 2 the orthogonal variance is at most Lemma 2's i.i.d. variance (r = d), a
     # conservative σ, so the false alarm is below the normal 6e-7 per pair.
-    d = m = 4
+    d = r = 4
     R = 20_000
-    omega = draw_omega(606, R * m, d).reshape(R, m, d)             # R independent orthogonal blocks
+    omega = draw_omega(606, R * r, d).reshape(R, r, d)             # R independent orthogonal blocks
     for x, y in [(np.array([0.4, 0, 0, 0]), np.array([0.4, 0, 0, 0])),
                  (np.array([0.0, -0.5, 0, 0]), np.array([0.0, -0.3, 0, 0])),
                  PAIRS["orthogonal"]]:
         est = np.sum(favor_features(x[None], omega) * favor_features(y[None], omega), axis=-1)[:, 0]
         sm = np.exp(x @ y)
-        assert abs(est.mean() - sm) <= Z * np.sqrt(favor_mse(x, y, m) / R), f"x={x}, y={y}: {est.mean()} vs {sm}"
+        assert abs(est.mean() - sm) <= Z * np.sqrt(favor_mse(x, y, r) / R), f"x={x}, y={y}: {est.mean()} vs {sm}"
 
 
 def test_eps_biases_the_estimate_by_two_eps_plus_eps_squared():
-    # φᵢ = (aᵢ + ε)/√m with E[aᵢ] = 1 ⇒ E[φ(x)ᵀφ(y)] = SM + 2ε + ε², exactly; the same draws
-    # with ε = 0 pin the difference per draw: (ε/m)Σ(aᵢ + bᵢ) + ε².
-    eps, R, m = 0.05, 20_000, 16
+    # φᵢ = (aᵢ + ε)/√r with E[aᵢ] = 1 ⇒ E[φ(x)ᵀφ(y)] = SM + 2ε + ε², exactly; the same draws
+    # with ε = 0 pin the difference per draw: (ε/r)Σ(aᵢ + bᵢ) + ε².
+    eps, R, r = 0.05, 20_000, 16
     for kind in ("positive", "hyperbolic"):
-        omega = draw_omega(505, R * m, 4, orthogonal=False).reshape(R, m, 4)
+        omega = draw_omega(505, R * r, 4, orthogonal=False).reshape(R, r, 4)
         x, y = PAIRS["orthogonal"]
         px, py = (favor_features(v[None], omega, kind=kind) for v in (x, y))
         px_e, py_e = (favor_features(v[None], omega, kind=kind, eps=eps) for v in (x, y))
@@ -370,7 +370,7 @@ def test_default_num_features_is_d_log_d(rng):
 
 def test_scores_estimate_softmax_of_qk_over_sqrt_d(rng):
     # The d^{-1/4} scaling: with many projections the weights approach softmax(qkᵀ/√d). With
-    # m = 2¹⁶ i.i.d. features each score has relative sd ≤ √(e^{‖z̃‖²}/m) ≤ 1.2 % (‖z̃‖² ≤ 2.1 here),
+    # r = 2¹⁶ i.i.d. features each score has relative sd ≤ √(e^{‖z̃‖²}/r) ≤ 1.2 % (‖z̃‖² ≤ 2.1 here),
     # a weight (a ratio of such means) ≲ 2 %, so rtol 10 % is > 5 σ (measured max 0.7 % over 5
     # seeds); with these inputs a wrong scaling (d^{-1/2} or none) misses by 19 % or 42 %.
     q, k, v = qkv(rng, 3, 4, d=8, scale=0.4)
@@ -381,15 +381,15 @@ def test_scores_estimate_softmax_of_qk_over_sqrt_d(rng):
 
 @pytest.mark.parametrize("kind", ["positive", "hyperbolic"])
 def test_error_against_softmax_falls_as_features_grow(rng, kind):
-    # RMS output error averaged over 40 feature seeds at m = 16, 64, 256, 1024. The estimate's sd
-    # scales as m^{-1/2} (Lemma 2), so each 4× step should about halve the error. Measured over 40
+    # RMS output error averaged over 40 feature seeds at r = 16, 64, 256, 1024. The estimate's sd
+    # scales as r^{-1/2} (Lemma 2), so each 4× step should about halve the error. Measured over 40
     # draws of (q, k, v): step ratios have mean 0.52–0.61, sd ≤ 0.08, max 0.92; the 16 → 1024 ratio
     # has mean 0.18, sd 0.026 (theory 0.125). Required: every step decreases (ratio < 1, > 5 sd from
     # the mean) and the whole grid gains 2.5× (ratio < 0.4, > 8 sd).
     q, k, v = qkv(rng, 10, 13)
     exact = scaled_dot_product_attention(q, k, v)
-    errors = [np.mean([np.sqrt(np.mean((performer_attention(q, k, v, num_features=m, rng=s, kind=kind) - exact) ** 2))
-                       for s in range(40)]) for m in (16, 64, 256, 1024)]
+    errors = [np.mean([np.sqrt(np.mean((performer_attention(q, k, v, num_features=r, rng=s, kind=kind) - exact) ** 2))
+                       for s in range(40)]) for r in (16, 64, 256, 1024)]
     assert all(fine < coarse for coarse, fine in zip(errors[:-1], errors[1:], strict=True)), f"errors {errors}"
     assert errors[-1] < 0.4 * errors[0], f"errors {errors}"
 

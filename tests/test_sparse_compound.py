@@ -309,11 +309,11 @@ def test_sparse_transformer_fixed_matches_the_paper_loop(n, l, c, s, part, causa
 @pytest.mark.parametrize("l", [2, 3, 4])
 @pytest.mark.parametrize("causal", [True, False])
 def test_sparse_transformer_heads_are_atomic_and_merged_is_their_union(n, l, causal):
-    strided = {m: sparse_transformer_pattern(n, l, part=m, causal=causal) for m in (1, 2)}
+    strided = {p: sparse_transformer_pattern(n, l, part=p, causal=causal) for p in (1, 2)}
     assert strided[1] == band_pattern(n, l, causal=causal)
     assert strided[2] == strided_pattern(n, l, causal=causal)
     assert sparse_transformer_pattern(n, l, causal=causal) == strided[1] | strided[2]
-    fixed = {m: sparse_transformer_pattern(n, l, kind="fixed", part=m, causal=causal) for m in (1, 2)}
+    fixed = {p: sparse_transformer_pattern(n, l, kind="fixed", part=p, causal=causal) for p in (1, 2)}
     assert fixed[1] == block_local_pattern(n, l, causal=causal)
     assert sparse_transformer_pattern(n, l, kind="fixed", causal=causal) == fixed[1] | fixed[2]
 
@@ -321,7 +321,7 @@ def test_sparse_transformer_heads_are_atomic_and_merged_is_their_union(n, l, cau
 @pytest.mark.parametrize("kind", ["strided", "fixed"])
 def test_sparse_transformer_every_past_key_is_within_two_hops(kind):
     # The factorisation's defining property (§4.2): every j ≤ i is reached through A⁽¹⁾, A⁽²⁾ or both in turn.
-    A1, A2 = (sparse_transformer_pattern(25, 5, kind=kind, part=m).to_mask().astype(int) for m in (1, 2))
+    A1, A2 = (sparse_transformer_pattern(25, 5, kind=kind, part=p).to_mask().astype(int) for p in (1, 2))
     reach = (A1 + A2 + A1 @ A2 + A2 @ A1) > 0
     np.testing.assert_array_equal(reach, np.tril(np.ones((25, 25), dtype=bool)))
 

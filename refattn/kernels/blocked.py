@@ -3,16 +3,16 @@ r"""Blocked scaled dot-product attention with an online softmax (FlashAttention,
 Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness",
 NeurIPS 2022, arXiv:2205.14135, Algorithm 1. Queries are cut into tiles of ``block_q`` rows and
 keys into tiles of ``block_k``; for each query row *i* the kernel keeps a running maximum
-:math:`m_i`, a running sum :math:`\ell_i` and an unnormalised output :math:`\mathrm{acc}_i`, and
-for every key tile *J*::
+:math:`\mu_i` (the paper's :math:`m_i`; *m* is the number of keys here), a running sum
+:math:`\ell_i` and an unnormalised output :math:`\mathrm{acc}_i`, and for every key tile *J*::
 
     s_j   = scale · q_i·k_j (+ b_ij)                     only for visible keys j ∈ J
-    m'    = max(m_i, max_j s_j)
-    ℓ_i   = ℓ_i · exp(m_i − m') + Σ_j exp(s_j − m')
-    acc_i = acc_i · exp(m_i − m') + Σ_j exp(s_j − m') v_j
-    m_i   = m'
+    μ'    = max(μ_i, max_j s_j)
+    ℓ_i   = ℓ_i · exp(μ_i − μ') + Σ_j exp(s_j − μ')
+    acc_i = acc_i · exp(μ_i − μ') + Σ_j exp(s_j − μ') v_j
+    μ_i   = μ'
 
-and at the end ``out_i = acc_i / ℓ_i``, ``lse_i = m_i + log ℓ_i``. Nothing of size n × m exists:
+and at the end ``out_i = acc_i / ℓ_i``, ``lse_i = μ_i + log ℓ_i``. Nothing of size n × m exists:
 the scratch of one task is a (block_k × block_q) score tile, a transposed query tile, the
 (block_q × d_v) product ``P_IJ V_J`` and the accumulator.
 
@@ -21,10 +21,10 @@ Visibility is decided by selection, key by key: causal (``j <= i + delta``), key
 visible is never used, neither its score nor its value, so NaN/Inf stored there cannot leak. Key
 tiles beyond the causal frontier of the query tile, or beyond the key length, are skipped.
 
-"No visible key yet" is the state ``m_i = -inf``: there ``exp(s_j − m_i)`` would be
+"No visible key yet" is the state ``μ_i = -inf``: there ``exp(s_j − μ_i)`` would be
 ``exp(−inf − (−inf)) = NaN``, so while the running maximum is still ``-inf`` (nothing seen, or only
 ``-inf`` scores) the weights subtract 0 instead, and every weight is ``exp(−inf) = 0``; when the
-first finite score arrives, the rescaling factor ``exp(−inf − m') = 0`` multiplies those zeros. A
+first finite score arrives, the rescaling factor ``exp(−inf − μ') = 0`` multiplies those zeros. A
 query whose maximum stays ``-inf`` follows the fully-masked policy (0 zero, 1 NaN, 2 uniform = the
 mean of all m values, ``vmean``) and gets ``lse = -inf``. NaN scores propagate into the running
 maximum, so a NaN in a visible score makes the row NaN, as in the equation path.
@@ -105,14 +105,14 @@ def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_in
         i0 = (t % n_tiles) * block_q
         i1 = min(n, i0 + block_q)
         rows = i1 - i0
-        run_max = np.full(rows, -np.inf)                           # m_i
+        run_max = np.full(rows, -np.inf)                           # μ_i
         run_sum = np.zeros(rows)                                   # ℓ_i
-        acc = np.zeros((rows, d_v))                                # Σ exp(s_j − m_i) v_j
+        acc = np.zeros((rows, d_v))                                # Σ exp(s_j − μ_i) v_j
         q_t = np.ascontiguousarray(q[b, i0:i1].T)                  # (d, rows): Q_Iᵀ, once per task
         s_t = np.empty((block_k, rows))                            # scores, then weights, transposed
         pv = np.empty((rows, d_v))                                 # P_IJ V_J
         tile_max = np.empty(rows)
-        shift = np.empty(rows)                                     # the m_i that weights subtract
+        shift = np.empty(rows)                                     # the μ_i that weights subtract
         j_stop = min(m, lengths[b])
         if causal:
             j_stop = min(j_stop, i1 + delta)                       # last row sees j <= i1 − 1 + delta
@@ -134,16 +134,16 @@ def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_in
                     st[c, r] = x
                     tile_max[r] = x if (x > tile_max[r] or x != x) else tile_max[r]   # NaN propagates
             for r in range(rows):                                  # rescale ℓ_i and acc_i to the new maximum
-                m_old = run_max[r]
-                m_new = m_old if (m_old != m_old or tile_max[r] <= m_old) else tile_max[r]
-                run_max[r] = m_new
-                shift[r] = 0.0 if m_new == -np.inf else m_new      # nothing visible yet: every weight is 0
-                if m_new != m_old:
-                    alpha = vexp(m_old - shift[r])                 # exp(−inf) = 0 on the first visible key
+                mu_old = run_max[r]
+                mu_new = mu_old if (mu_old != mu_old or tile_max[r] <= mu_old) else tile_max[r]
+                run_max[r] = mu_new
+                shift[r] = 0.0 if mu_new == -np.inf else mu_new    # nothing visible yet: every weight is 0
+                if mu_new != mu_old:
+                    alpha = vexp(mu_old - shift[r])                # exp(−inf) = 0 on the first visible key
                     run_sum[r] *= alpha
                     for e in range(d_v):
                         acc[r, e] *= alpha
-            for c in range(cols):                                  # p = exp(s − m_i); ℓ_i += Σ p
+            for c in range(cols):                                  # p = exp(s − μ_i); ℓ_i += Σ p
                 for r in range(rows):
                     p = vexp(st[c, r] - shift[r])
                     st[c, r] = p

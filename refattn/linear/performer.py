@@ -2,20 +2,22 @@ r"""Performer: FAVOR+ random features for softmax attention (Choromanski et al.,
 
     SM(x, y) = exp(xᵀy) = E_ω[φ(x)ᵀφ(y)],   ω ~ N(0, I_d)                      (Eq. 6–7)
 
-    positive    φ(x) = exp(−‖x‖²/2)/√m     · [exp(ω₁ᵀx) … exp(ω_mᵀx)]               F = m   (Lemma 1)
-    hyperbolic  φ(x) = exp(−‖x‖²/2)/√(2m)  · [exp(ωᵢᵀx) …, exp(−ωᵢᵀx) …]           F = 2m  (Lemma 1)
-    trig        φ(x) = exp(+‖x‖²/2)/√m     · [sin(ωᵢᵀx) …, cos(ωᵢᵀx) …]            F = 2m  (§2.3)
+    positive    φ(x) = exp(−‖x‖²/2)/√r     · [exp(ω₁ᵀx) … exp(ω_rᵀx)]               F = r   (Lemma 1)
+    hyperbolic  φ(x) = exp(−‖x‖²/2)/√(2r)  · [exp(ωᵢᵀx) …, exp(−ωᵢᵀx) …]           F = 2r  (Lemma 1)
+    trig        φ(x) = exp(+‖x‖²/2)/√r     · [sin(ωᵢᵀx) …, cos(ωᵢᵀx) …]            F = 2r  (§2.3)
 
-    MSE of the m-feature estimate, i.i.d. ω  (Lemma 2, Eq. 8), z = x + y, Δ = x − y:
-        trig        1/(2m) · exp(‖z‖²) · SM⁻² · (1 − exp(−‖Δ‖²))²
-        positive    1/m    · exp(‖z‖²) · SM²  · (1 − exp(−‖z‖²))
+    MSE of the r-projection estimate, i.i.d. ω  (Lemma 2, Eq. 8), z = x + y, Δ = x − y:
+        trig        1/(2r) · exp(‖z‖²) · SM⁻² · (1 − exp(−‖Δ‖²))²
+        positive    1/r    · exp(‖z‖²) · SM²  · (1 − exp(−‖z‖²))
         hyperbolic  ½ (1 − exp(−‖z‖²)) · MSE_positive
 
     Performer attention = linear attention with φ applied to q/d^{1/4} and k/d^{1/4}, so that
     φ(q̃)ᵀφ(k̃) estimates exp(qᵀk/√d), the unnormalised softmax score (Eq. 1, 4).
 
-ω is drawn by :func:`draw_omega` (i.i.d., or orthogonal blocks: §2.4 and App. B.2), from an explicit
-``rng`` or passed in as ``omega=`` so that another implementation can be fed the same draw.
+There are r = ``num_features`` random projections ω₁ … ω_r (the paper's m, a letter that here
+always counts keys) and F = r or 2r features. ω is drawn by :func:`draw_omega` (i.i.d., or
+orthogonal blocks: §2.4 and App. B.2), from an explicit ``rng`` or passed in as ``omega=`` so that
+another implementation can be fed the same draw.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def draw_omega(
     orthogonal: bool = True,
     norms: str = "chi",
 ) -> NDArray:
-    r"""Draw the random projections :math:`\omega_1, \dots, \omega_m \in \mathbb{R}^d` of FAVOR+.
+    r"""Draw the random projections :math:`\omega_1, \dots, \omega_r \in \mathbb{R}^d` of FAVOR+.
 
     .. math::
 
@@ -52,14 +54,14 @@ def draw_omega(
 
     where the directions :math:`u_i` are uniform on the unit sphere, either independent
     (``orthogonal=False``) or exactly orthogonal within each block of *d* consecutive rows
-    (``orthogonal=True``; the last block is truncated when *d* does not divide *m*).
+    (``orthogonal=True``; the last block is truncated when *d* does not divide *r*).
 
     Parameters
     ----------
     rng : numpy.random.Generator or int
         The source of every draw (an int is a seed).
     num_features : int
-        *m* in the paper: the number of random projections (rows).
+        *r*, the number of random projections (rows); *m* in the paper.
     d : int
         Dimension of queries and keys.
     orthogonal : bool, default True
@@ -80,12 +82,12 @@ def draw_omega(
     The draw order is part of the contract, so that another implementation can reproduce it with
     the same ``numpy.random.Generator``:
 
-    * ``orthogonal=True``: for each of the :math:`\lceil m/d \rceil` blocks, ``G =
+    * ``orthogonal=True``: for each of the :math:`\lceil r/d \rceil` blocks, ``G =
       rng.standard_normal((d, d))``, ``Q, R = numpy.linalg.qr(G)``, ``Q *= sign(diag(R))`` and the
       block's directions are the rows of ``Q.T`` (the columns of *Q*); then, for ``norms="chi"``,
-      the lengths are the row norms of ``rng.standard_normal((m, d))``. This is the official
+      the lengths are the row norms of ``rng.standard_normal((r, d))``. This is the official
       ``gaussian_orthogonal_random_matrix`` / ``create_projection_matrix`` construction.
-    * ``orthogonal=False``: ``G = rng.standard_normal((m, d))``; "chi" returns *G* itself,
+    * ``orthogonal=False``: ``G = rng.standard_normal((r, d))``; "chi" returns *G* itself,
       "sqrt_d" returns its rows rescaled to length :math:`\sqrt{d}`.
 
     The sign fix makes *Q* the Gram–Schmidt factor of *G* that the paper names (the QR
@@ -95,7 +97,7 @@ def draw_omega(
     with the Householder convention of LAPACK (:math:`R_{11}` of the sign opposite to
     :math:`G_{11}`; checked with NumPy's LAPACK) the first direction of every block has a negative
     first coordinate. Its rows are then not marginally isotropic and the estimate is biased: for
-    d = m = 4 and :math:`x = y = 0.4\,e_1`, a 20000-draw mean of :math:`\phi(x)^\top\phi(y)` is
+    d = r = 4 and :math:`x = y = 0.4\,e_1`, a 20000-draw mean of :math:`\phi(x)^\top\phi(y)` is
     1.010 against :math:`\exp(x^\top y) = 1.174` (about 40 standard errors). Across machines the
     result here is identical up to the rounding of the QR.
 
@@ -121,26 +123,26 @@ def draw_omega(
     True
     """
     rng = as_rng(rng)
-    m = check_positive_int("num_features", num_features)
+    num_features = check_positive_int("num_features", num_features)
     d = check_positive_int("d", d)
     check_bool("orthogonal", orthogonal)
     check_choice("norms", norms, NORMS)
     if not orthogonal:
-        G = rng.standard_normal((m, d))                            # (m, d)  rows ~ N(0, I_d)
+        G = rng.standard_normal((num_features, d))                 # (r, d)  rows ~ N(0, I_d)
         if norms == "chi":
             return G
         return G * (np.sqrt(d) / np.linalg.norm(G, axis=1, keepdims=True))
     blocks = []
-    for _ in range(-(-m // d)):                                    # ⌈m/d⌉ blocks
+    for _ in range(-(-num_features // d)):                         # ⌈r/d⌉ blocks
         G = rng.standard_normal((d, d))
         Q, R = np.linalg.qr(G)
         Q = Q * np.sign(np.diag(R))                                # unique QR: diag(R) > 0
         blocks.append(Q.T)                                         # rows: orthonormal directions
-    U = np.concatenate(blocks, axis=0)[:m]                         # (m, d)  ‖u_i‖ = 1
+    U = np.concatenate(blocks, axis=0)[:num_features]              # (r, d)  ‖u_i‖ = 1
     if norms == "chi":
-        lengths = np.linalg.norm(rng.standard_normal((m, d)), axis=1)   # (m,)  ℓ_i ~ χ(d)
+        lengths = np.linalg.norm(rng.standard_normal((num_features, d)), axis=1)   # (r,)  ℓ_i ~ χ(d)
     else:
-        lengths = np.full(m, np.sqrt(d))
+        lengths = np.full(num_features, np.sqrt(d))
     return U * lengths[:, None]
 
 
@@ -157,14 +159,14 @@ def favor_features(
 
     .. math::
 
-        \phi^{+}(x) &= \tfrac{1}{\sqrt{m}} e^{-\|x\|^2/2}
-            \big(e^{\omega_1^\top x}, \dots, e^{\omega_m^\top x}\big) \\
-        \phi^{\mathrm{hyp+}}(x) &= \tfrac{1}{\sqrt{2m}} e^{-\|x\|^2/2}
-            \big(e^{\omega_1^\top x}, \dots, e^{\omega_m^\top x},
-                 e^{-\omega_1^\top x}, \dots, e^{-\omega_m^\top x}\big) \\
-        \phi^{\mathrm{trig}}(x) &= \tfrac{1}{\sqrt{m}} e^{+\|x\|^2/2}
-            \big(\sin \omega_1^\top x, \dots, \sin \omega_m^\top x,
-                 \cos \omega_1^\top x, \dots, \cos \omega_m^\top x\big)
+        \phi^{+}(x) &= \tfrac{1}{\sqrt{r}} e^{-\|x\|^2/2}
+            \big(e^{\omega_1^\top x}, \dots, e^{\omega_r^\top x}\big) \\
+        \phi^{\mathrm{hyp+}}(x) &= \tfrac{1}{\sqrt{2r}} e^{-\|x\|^2/2}
+            \big(e^{\omega_1^\top x}, \dots, e^{\omega_r^\top x},
+                 e^{-\omega_1^\top x}, \dots, e^{-\omega_r^\top x}\big) \\
+        \phi^{\mathrm{trig}}(x) &= \tfrac{1}{\sqrt{r}} e^{+\|x\|^2/2}
+            \big(\sin \omega_1^\top x, \dots, \sin \omega_r^\top x,
+                 \cos \omega_1^\top x, \dots, \cos \omega_r^\top x\big)
 
     applied to *x* as given: Performer attention applies it to :math:`q/d^{1/4}` and
     :math:`k/d^{1/4}` (see :func:`performer_attention`).
@@ -173,18 +175,18 @@ def favor_features(
     ----------
     x : (..., T, d) array_like
         Rows to map (queries or keys).
-    omega : (m, d) or (..., m, d) array_like
-        Projections from :func:`draw_omega`; leading dims broadcast against those of *x* (for
+    omega : (r, d) or (..., r, d) array_like
+        The *r* projections from :func:`draw_omega`; leading dims broadcast against those of *x* (for
         instance one draw per head, or many independent draws in a Monte-Carlo study).
     kind : {"positive", "hyperbolic", "trig"}, default "positive"
-        :math:`\widehat{\mathrm{SM}}^{+}_m` (F = m), :math:`\widehat{\mathrm{SM}}^{\mathrm{hyp+}}_m`
-        (F = 2m) or :math:`\widehat{\mathrm{SM}}^{\mathrm{trig}}_m` (F = 2m).
+        :math:`\widehat{\mathrm{SM}}^{+}_r` (F = r), :math:`\widehat{\mathrm{SM}}^{\mathrm{hyp+}}_r`
+        (F = 2r) or :math:`\widehat{\mathrm{SM}}^{\mathrm{trig}}_r` (F = 2r).
     stabilize : bool, default False
         Subtract the official code's running maximum inside the exponential (see Notes). Off in
         the paper.
     eps : float, default 0.0
         The official ``numerical_stabilizer``: added to every exponential before the
-        :math:`1/\sqrt{m}` factor, :math:`\phi_i = (e^{\dots} + \epsilon)/\sqrt{m}`. Positive and
+        :math:`1/\sqrt{r}` factor, :math:`\phi_i = (e^{\dots} + \epsilon)/\sqrt{r}`. Positive and
         hyperbolic kinds only. Not in the paper: it biases the estimate (see Notes).
     is_query : bool, optional
         Whether *x* holds queries (maximum per row) or keys (maximum over the whole sequence).
@@ -202,7 +204,7 @@ def favor_features(
 
     .. math::
 
-        \phi_i(x) = \tfrac{1}{\sqrt{m}}\big(\exp(\omega_i^\top x - \|x\|^2/2 - c) + \epsilon\big),
+        \phi_i(x) = \tfrac{1}{\sqrt{r}}\big(\exp(\omega_i^\top x - \|x\|^2/2 - c) + \epsilon\big),
 
     with :math:`c = \max_i \omega_i^\top x` over the features of each query row
     (``is_query=True``), and :math:`c = \max_{j, i} \omega_i^\top k_j` over all features *and all
@@ -219,7 +221,7 @@ def favor_features(
       with :math:`\epsilon = 0` that still cancels, with :math:`\epsilon > 0` causal outputs then
       depend (slightly) on future keys.
     * :math:`\epsilon` adds :math:`\epsilon (a_i + b_i) + \epsilon^2` to each term
-      :math:`a_i b_i` of :math:`\phi(x)^\top\phi(y) = \tfrac{1}{m}\sum_i (a_i + \epsilon)(b_i + \epsilon)`;
+      :math:`a_i b_i` of :math:`\phi(x)^\top\phi(y) = \tfrac{1}{r}\sum_i (a_i + \epsilon)(b_i + \epsilon)`;
       without the stabiliser :math:`\mathrm{E}[a_i] = \mathrm{E}[b_i] = 1`, so
       :math:`\mathrm{E}[\phi(x)^\top\phi(y)] = \exp(x^\top y) + 2\epsilon + \epsilon^2`: biased, and the
       bias does not cancel in the normalisation (it pulls attention rows towards uniform). With the
@@ -265,20 +267,20 @@ def favor_features(
         if is_query is None:
             raise ValueError("stabilize=True needs is_query=True (max per row) or False (max over the sequence)")
         check_bool("is_query", is_query)
-    m = omega.shape[-2]
+    num_features = omega.shape[-2]
 
-    u = x @ np.swapaxes(omega, -1, -2)                             # (..., T, m)  ωᵢᵀx
+    u = x @ np.swapaxes(omega, -1, -2)                             # (..., T, r)  ωᵢᵀx
     half_sq = 0.5 * np.sum(x * x, axis=-1, keepdims=True)          # (..., T, 1)  ‖x‖²/2
     if kind == "trig":
         c = half_sq.max(axis=-2, keepdims=True) if stabilize else 0.0   # official per-sequence renormaliser
         h = np.exp(half_sq - c)                                    # (..., T, 1)  h(x) = e^{‖x‖²/2}
-        return h * np.concatenate([np.sin(u), np.cos(u)], axis=-1) / np.sqrt(m)   # (..., T, 2m)
+        return h * np.concatenate([np.sin(u), np.cos(u)], axis=-1) / np.sqrt(num_features)   # (..., T, 2r)
     if kind == "hyperbolic":
-        u = np.concatenate([u, -u], axis=-1)                       # (..., T, 2m)  [ωᵢᵀx, −ωᵢᵀx]
+        u = np.concatenate([u, -u], axis=-1)                       # (..., T, 2r)  [ωᵢᵀx, −ωᵢᵀx]
     c = 0.0
     if stabilize:
         c = u.max(axis=-1, keepdims=True) if is_query else u.max(axis=(-2, -1), keepdims=True)
-    return (np.exp(u - half_sq - c) + eps) / np.sqrt(u.shape[-1])  # e^{ωᵀx − ‖x‖²/2}/√m (or /√(2m))
+    return (np.exp(u - half_sq - c) + eps) / np.sqrt(u.shape[-1])  # e^{ωᵀx − ‖x‖²/2}/√r (or /√(2r))
 
 
 def favor_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, kind: str = "positive") -> NDArray:
@@ -286,22 +288,22 @@ def favor_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, kind: str = "pos
 
     .. math::
 
-        \mathrm{MSE}(\widehat{\mathrm{SM}}^{\mathrm{trig}}_m) &= \tfrac{1}{2m}\, e^{\|x+y\|^2}\,
+        \mathrm{MSE}(\widehat{\mathrm{SM}}^{\mathrm{trig}}_r) &= \tfrac{1}{2r}\, e^{\|x+y\|^2}\,
             \mathrm{SM}^{-2}(x, y)\, \big(1 - e^{-\|x-y\|^2}\big)^2 \\
-        \mathrm{MSE}(\widehat{\mathrm{SM}}^{+}_m) &= \tfrac{1}{m}\, e^{\|x+y\|^2}\,
+        \mathrm{MSE}(\widehat{\mathrm{SM}}^{+}_r) &= \tfrac{1}{r}\, e^{\|x+y\|^2}\,
             \mathrm{SM}^{2}(x, y)\, \big(1 - e^{-\|x+y\|^2}\big) \\
-        \mathrm{MSE}(\widehat{\mathrm{SM}}^{\mathrm{hyp+}}_m) &= \tfrac{1}{2}\big(1 - e^{-\|x+y\|^2}\big)\,
-            \mathrm{MSE}(\widehat{\mathrm{SM}}^{+}_m)
+        \mathrm{MSE}(\widehat{\mathrm{SM}}^{\mathrm{hyp+}}_r) &= \tfrac{1}{2}\big(1 - e^{-\|x+y\|^2}\big)\,
+            \mathrm{MSE}(\widehat{\mathrm{SM}}^{+}_r)
 
-    for *m* independent :math:`\omega_i \sim \mathcal{N}(0, I_d)` (the hyperbolic and trig maps
-    have F = 2m features from these *m* projections).
+    for *r* independent :math:`\omega_i \sim \mathcal{N}(0, I_d)` (the hyperbolic and trig maps
+    have F = 2r features from these *r* projections).
 
     Parameters
     ----------
     x, y : (..., d) array_like
         The two arguments (broadcast together).
     num_features : int
-        *m*, the number of projections.
+        *r*, the number of projections (*m* in the paper).
     kind : {"positive", "hyperbolic", "trig"}, default "positive"
 
     Returns
@@ -310,7 +312,7 @@ def favor_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, kind: str = "pos
 
     Notes
     -----
-    Orthogonal projections lower the positive MSE further (Theorem 2, Eq. 10, for m ≤ d).
+    Orthogonal projections lower the positive MSE further (Theorem 2, Eq. 10, for r ≤ d).
 
     References
     ----------
@@ -326,7 +328,7 @@ def favor_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, kind: str = "pos
     True
     """
     check_choice("kind", kind, KINDS)
-    m = check_positive_int("num_features", num_features)
+    num_features = check_positive_int("num_features", num_features)
     x, y = as_float("x", x, min_ndim=1), as_float("y", y, min_ndim=1)
     if x.shape[-1] != y.shape[-1]:
         raise ValueError(f"x has d={x.shape[-1]} but y has d={y.shape[-1]} (x shape {x.shape}, y shape {y.shape})")
@@ -334,8 +336,8 @@ def favor_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, kind: str = "pos
     zz = np.sum((x + y) ** 2, axis=-1)                             # ‖x + y‖²
     if kind == "trig":
         dd = np.sum((x - y) ** 2, axis=-1)                         # ‖x − y‖²
-        return np.exp(zz) / sm**2 * (-np.expm1(-dd)) ** 2 / (2 * m)
-    positive = np.exp(zz) * sm**2 * -np.expm1(-zz) / m
+        return np.exp(zz) / sm**2 * (-np.expm1(-dd)) ** 2 / (2 * num_features)
+    positive = np.exp(zz) * sm**2 * -np.expm1(-zz) / num_features
     return positive if kind == "positive" else 0.5 * -np.expm1(-zz) * positive
 
 
@@ -378,13 +380,13 @@ def performer_attention(
     v : (..., m, d_v) array_like
         Values.
     num_features : int, optional
-        *m* in the paper (random projections; the map has m or 2m features). Default
-        :math:`\max(1, \operatorname{round}(d \ln d))`, the paper's :math:`m = \Theta(d \log d)`
+        *r*, the number of random projections (*m* in the paper; the map has r or 2r features).
+        Default :math:`\max(1, \operatorname{round}(d \ln d))`, the paper's :math:`\Theta(d \log d)`
         (§3, before Theorem 4; App. B.3) with constant 1; d = 64 gives 266, close to the official
         default of 256 (App. A.3). Must equal ``omega.shape[-2]`` if both are given.
     rng : numpy.random.Generator or int, optional
         Source of the draw of ω (:func:`draw_omega`). Exactly one of ``rng`` and ``omega``.
-    omega : (m, d) or (..., m, d) array_like, optional
+    omega : (r, d) or (..., r, d) array_like, optional
         An explicit draw (e.g. to feed the same ω to another implementation).
     kind : {"positive", "hyperbolic", "trig"}, default "positive"
         The feature map (:func:`favor_features`).
@@ -426,8 +428,8 @@ def performer_attention(
 
     Notes
     -----
-    Time :math:`O((n + m_k) F d)` for "right"/"scan" (F features, :math:`m_k` keys), memory
-    :math:`O(F d_v)` beyond inputs; "equation" materialises the :math:`n \times m_k` matrix.
+    Time :math:`O((n + m) F d)` for "right"/"scan" (F features, *m* keys), memory
+    :math:`O(F d_v)` beyond inputs; "equation" materialises the :math:`n \times m` matrix.
 
     **Paper versus official code.** The paper's FAVOR+ (the default here) is positive features,
     orthogonal ω with :math:`\chi(d)` lengths, no stabiliser, no :math:`\epsilon`. The official
@@ -467,8 +469,9 @@ def performer_attention(
     if (rng is None) == (omega is None):
         raise ValueError("performer_attention needs exactly one of rng= (to draw ω) and omega= (an explicit draw)")
     if omega is None:
-        m = _default_num_features(d) if num_features is None else check_positive_int("num_features", num_features)
-        omega = draw_omega(rng, m, d, orthogonal=orthogonal, norms=norms)
+        if num_features is None:
+            num_features = _default_num_features(d)
+        omega = draw_omega(rng, num_features, d, orthogonal=orthogonal, norms=norms)
     else:
         omega = _check_omega(omega, d)
         if num_features is not None and check_positive_int("num_features", num_features) != omega.shape[-2]:

@@ -1,7 +1,8 @@
 r"""Sparse Transformer factorised attention, strided and fixed (Child et al., 2019; survey §4.1.1, Fig. 5e).
 
-Two heads m = 1, 2 each attend to a subset A⁽ᵐ⁾ᵢ of the keys; every j ≤ i is reachable in two
-hops. With stride l and, for "fixed", c summary positions per block (autoregressive: j ≤ i too):
+Two heads, parts p = 1, 2 (the paper's m), each attend to a subset A⁽ᵖ⁾ᵢ of the keys; every j ≤ i
+is reachable in two hops. With stride l and, for "fixed", c summary positions per block
+(autoregressive: j ≤ i too):
 
     strided:  A⁽¹⁾ᵢ = { t, t + 1, …, i },  t = max(0, i − l)        the previous l keys and i
               A⁽²⁾ᵢ = { j : (i − j) mod l = 0 }                    every l-th key back
@@ -129,12 +130,12 @@ def sparse_transformer_pattern(
     if (s + 1) * c > l:
         raise ValueError(f"subblock={s} needs (subblock + 1)·c <= stride, got ({s} + 1)·{c} > {l}")
 
-    def head(m: int) -> SparsePattern:                                 # A⁽ᵐ⁾ as an atomic pattern
+    def head(p: int) -> SparsePattern:                                 # A⁽ᵖ⁾ as an atomic pattern
         if kind == "strided":
-            if m == 1:
+            if p == 1:
                 return band_pattern(n, l if local_window == "paper" else l - 1, causal=causal)
             return strided_pattern(n, l, causal=causal)
-        if m == 1:
+        if p == 1:
             return block_local_pattern(n, l, causal=causal)
         return _summary_columns(n, l, range(l - (s + 1) * c, l - s * c), causal)
 
