@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from refattn import init_multi_head, multi_head_attention, padding_mask, scaled_dot_product_attention
 from refattn.core.sdpa import AUTO_BLOCKED_ENTRIES, resolve_method
 from refattn.kernels import POLICY_CODES
-from refattn.kernels.blocked import blocked_attention
+from refattn.kernels.blocked import Visibility, blocked_attention
 
 EXACT = {"rtol": 1e-13, "atol": 1e-13}
 BLOCKS = [1, 3, 16, 64, (3, 5)]
@@ -208,9 +208,9 @@ def test_kernel_py_func_equals_compiled(rng, masked):
     if not masked:
         mask, bias = np.zeros((0, 0, 0), dtype=bool), np.zeros((0, 0, 0))
     python_source = getattr(blocked_attention, "py_func", blocked_attention)   # no py_func when JIT is disabled
-    idx = np.zeros(2, dtype=np.int64)
-    args = (q, k, v, np.isfinite(v).all(axis=-1), 0.5, 2, True, mask, idx, bias, np.arange(2, dtype=np.int64),
-            np.array([9, 6]), v.mean(axis=1), POLICY_CODES["uniform"], 3, 4)
+    visibility = Visibility(True, 2, np.array([9, 6]), mask, np.zeros(2, dtype=np.int64), bias,
+                            np.arange(2, dtype=np.int64))
+    args = (q, k, v, 0.5, visibility, (POLICY_CODES["uniform"], v.mean(axis=1)), (3, 4))
     results = []
     for fn in (blocked_attention, python_source):
         out, lse = np.empty((2, 7, 3)), np.empty((2, 7))

@@ -96,7 +96,7 @@ def test_kernel_python_source_equals_compiled(rng):
     python_source = getattr(sparse_attention_csr, "py_func", sparse_attention_csr)    # no py_func when JIT is disabled
     for fn in (sparse_attention_csr, python_source):
         out, w = np.empty((2, 5, 3)), np.empty((2, p.nnz))
-        fn(q, k, v, p.indptr, p.indices, 0.5, POLICY_CODES["uniform"], out, w)
+        fn(q, k, v, (p.indptr, p.indices), 0.5, POLICY_CODES["uniform"], out, w)
         results.append((out, w))
     np.testing.assert_allclose(results[0][0], results[1][0], **TIGHT)
     np.testing.assert_allclose(results[0][1], results[1][1], **TIGHT)

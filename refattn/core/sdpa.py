@@ -232,7 +232,7 @@ def check_block_size(block_size, d_k: int, d_v: int) -> tuple[int, int]:
 def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, block_size, return_lse):
     """Flatten the batch, split ``mask`` into tiles' sources, run :func:`blocked_attention`."""
     from ..kernels import POLICY_CODES
-    from ..kernels.blocked import blocked_attention, finite_rows  # Numba loads on first use only
+    from ..kernels.blocked import Visibility, blocked_attention  # Numba loads on first use only
 
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     block_q, block_k = check_block_size(block_size, q.shape[-1], d_v)
@@ -261,10 +261,8 @@ def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, blo
         vmean = np.full((B, 1, m), 1.0 / m) @ flat[2] if m else np.zeros((B, 1, d_v))
         vmean = np.ascontiguousarray(vmean[:, 0, :])
     out, lse = np.empty((B, n, d_v)), np.empty((B, n))
-    v_row_finite = np.empty(flat[2].shape[:2], dtype=bool)         # (B, m), once instead of per tile pair,
-    finite_rows(flat[2], v_row_finite)                             # without a (B, m, d_v) temporary
-    blocked_attention(*flat, v_row_finite, scale, delta, alignment is not None, bool_mask, mask_index, bias,
-                      bias_index, lengths, vmean, POLICY_CODES[fully_masked], block_q, block_k, out, lse)
+    visibility = Visibility(alignment is not None, delta, lengths, bool_mask, mask_index, bias, bias_index)
+    blocked_attention(*flat, scale, visibility, (POLICY_CODES[fully_masked], vmean), (block_q, block_k), out, lse)
     out = out.reshape(*batch, n, d_v)
     return (out, lse.reshape(*batch, n)) if return_lse else out
 

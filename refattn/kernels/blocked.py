@@ -75,31 +75,50 @@ only its own row of the tile, whose scores are never selected.
 """
 from __future__ import annotations
 
-import numpy as np
+from typing import NamedTuple
 
-from .._jit import jit, jit_parallel, prange
+import numpy as np
+from numpy.typing import NDArray
+
+from .._jit import jit, jit_inline, jit_parallel, prange
 from .vexp import vexp
 
-__all__ = ["blocked_attention", "finite_rows"]
+__all__ = ["Visibility", "blocked_attention", "finite_rows"]
+
+
+class Visibility(NamedTuple):
+    """Which keys each query of a flattened batch row may see (Numba takes a NamedTuple of arrays).
+
+    An absent mask or bias is an empty array, so that one compiled kernel serves every case.
+    """
+
+    causal: bool             # query i sees keys j <= i + delta only
+    delta: int               # 0 top-left, m − n bottom-right
+    lengths: NDArray         # (B,) int64: row b sees keys j < lengths[b]
+    mask: NDArray            # (S_m, n, m) bool, True = may attend; (0, 0, 0) when absent
+    mask_index: NDArray      # (B,) int64: the mask slab of row b
+    bias: NDArray            # (S_b, n, m) float64, added to the scores, -inf masks; (0, 0, 0) when absent
+    bias_index: NDArray      # (B,) int64: the bias slab of row b
 
 
 @jit_parallel
-def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_index, bias, bias_index, lengths,
-                      vmean, policy, block_q, block_k, out, lse):  # pragma: no cover - jitted
+def blocked_attention(q, k, v, scale, visibility, fully_masked, tiles, out, lse):  # pragma: no cover - jitted
     """Blocked online-softmax attention over flattened batch rows.
 
-    q (B, n, d), k (B, m, d), v (B, m, d_v): C-contiguous float64; ``v_row_finite`` (B, m) bool:
-    value row j holds no NaN/Inf (computed once, not per tile pair). ``scale`` float; ``causal``
-    bool with ``delta`` int (query i sees keys j <= i + delta). ``mask`` (S_m, n, m) bool with
-    ``mask_index`` (B,) int64 naming row b's slab, or (0, 0, 0) when absent; ``bias`` (S_b, n, m)
-    float64 with ``bias_index`` (B,) likewise. ``lengths`` (B,) int64: row b sees keys j <
-    lengths[b]. ``vmean`` (B, d_v): the uniform policy's output (else (0, 0)). ``policy`` 0/1/2.
-    Writes ``out`` (B, n, d_v) and ``lse`` (B, n).
+    q (B, n, d), k (B, m, d), v (B, m, d_v): C-contiguous float64. ``scale`` float.
+    ``visibility``: a :class:`Visibility`. ``fully_masked`` = (policy, vmean): the policy code
+    0/1/2 and, for 2 (uniform), each row's mean value (B, d_v) (else (0, 0)). ``tiles`` =
+    (block_q, block_k). Writes ``out`` (B, n, d_v) and ``lse`` (B, n).
     """
     B, n, d = q.shape
     m, d_v = v.shape[1], v.shape[2]
+    causal, delta, lengths = visibility.causal, visibility.delta, visibility.lengths
+    policy, vmean = fully_masked
+    block_q, block_k = tiles
+    v_row_finite = np.empty((B, m), dtype=np.bool_)               # value row j holds no NaN/Inf: once,
+    finite_rows(v, v_row_finite)                                   # not per tile pair
     n_tiles = (n + block_q - 1) // block_q
-    per_pair = mask.shape[0] > 0 or bias.shape[0] > 0
+    per_pair = visibility.mask.shape[0] > 0 or visibility.bias.shape[0] > 0
     for t in prange(B * n_tiles):                                  # independent (batch row, query tile)
         b = t // n_tiles
         i0 = (t % n_tiles) * block_q
@@ -123,7 +142,7 @@ def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_in
             #                                                        key j spoils only row j of st, unselected
             diagonal = causal and not per_pair and j0 + cols - 1 > i0 + delta   # some pair in the future
             if per_pair:                                           # scaled, biased, -inf where not visible
-                _select_per_pair(st, scale, b, i0, j0, delta, causal, mask, mask_index, bias, bias_index)
+                _select_per_pair(st, scale, visibility, b, i0, j0)
             factor = 1.0 if per_pair else scale                    # (x · 1.0 is x, NaN and ±inf included)
             tile_max[:] = -np.inf                                  # one pass: scale, causal select, tile max
             for c in range(cols):
@@ -159,7 +178,7 @@ def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_in
             else:                                                  # selection: 0·NaN must not enter
                 for c in range(cols):
                     for r in range(rows):
-                        if _visible(b, i0 + r, j0 + c, delta, causal, mask, mask_index, bias, bias_index):
+                        if _visible(visibility, b, i0 + r, j0 + c):
                             for e in range(d_v):
                                 acc[r, e] += st[c, r] * v[b, j0 + c, e]
         for r in range(rows):
@@ -179,29 +198,30 @@ def blocked_attention(q, k, v, v_row_finite, scale, delta, causal, mask, mask_in
                     out[b, i, e] = acc[r, e] / run_sum[r]
 
 
-@jit
-def _visible(b, i, j, delta, causal, mask, mask_index, bias, bias_index):  # pragma: no cover - jitted
+@jit_inline
+def _visible(visibility, b, i, j):  # pragma: no cover - jitted
     """Query i of batch row b may attend to key j: causal, boolean mask, bias not -inf (lengths: by the caller)."""
-    ok = not causal or j <= i + delta
-    if ok and mask.shape[0] > 0:
-        ok = mask[mask_index[b], i, j]
-    if ok and bias.shape[0] > 0:
-        ok = bias[bias_index[b], i, j] != -np.inf
+    ok = not visibility.causal or j <= i + visibility.delta
+    if ok and visibility.mask.shape[0] > 0:
+        ok = visibility.mask[visibility.mask_index[b], i, j]
+    if ok and visibility.bias.shape[0] > 0:
+        ok = visibility.bias[visibility.bias_index[b], i, j] != -np.inf
     return ok
 
 
-@jit
-def _select_per_pair(st, scale, b, i0, j0, delta, causal, mask, mask_index, bias, bias_index):  # pragma: no cover
+@jit_inline
+def _select_per_pair(st, scale, visibility, b, i0, j0):  # pragma: no cover - jitted
     """Scaled scores, bias added, of the visible pairs; -inf for the others (st is (cols, rows), transposed).
 
     Row by row, so that the (n, m) mask and bias are read along their contiguous axis.
     """
     cols, rows = st.shape
+    bias, bias_index = visibility.bias, visibility.bias_index
     for r in range(rows):
         i = i0 + r
         for c in range(cols):
             x = st[c, r] * scale
-            if _visible(b, i, j0 + c, delta, causal, mask, mask_index, bias, bias_index):
+            if _visible(visibility, b, i, j0 + c):
                 if bias.shape[0] > 0:
                     x = x + bias[bias_index[b], i, j0 + c]
                 st[c, r] = x

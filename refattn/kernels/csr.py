@@ -19,8 +19,13 @@ __all__ = ["sparse_attention_csr"]
 
 
 @jit_parallel
-def sparse_attention_csr(q, k, v, indptr, indices, scale, policy, out, weights):  # pragma: no cover - jitted
-    """q (B, n, d), k (B, m, d), v (B, m, d_v), CSR (indptr, indices) → out (B, n, d_v), weights (B, nnz or 0)."""
+def sparse_attention_csr(q, k, v, pattern, scale, policy, out, weights):  # pragma: no cover - jitted
+    """q (B, n, d), k (B, m, d), v (B, m, d_v) → out (B, n, d_v) and weights (B, nnz), or (B, 0) to skip them.
+
+    ``pattern`` = (indptr, indices), the kept pairs in CSR form; ``policy``: the fully-masked policy
+    code 0/1/2.
+    """
+    indptr, indices = pattern
     B, n, d = q.shape
     m, d_v = v.shape[1], v.shape[2]
     keep_weights = weights.shape[1] > 0

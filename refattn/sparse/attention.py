@@ -113,7 +113,7 @@ def _csr(q, k, v, pattern, batch, *, scale, fully_masked, return_weights):
     B = flat[0].shape[0]
     out = np.empty((B, n, d_v))
     weights = np.empty((B, pattern.nnz if return_weights else 0))
-    sparse_attention_csr(*flat, pattern.indptr, pattern.indices, scale, POLICY_CODES[fully_masked], out, weights)
+    sparse_attention_csr(*flat, (pattern.indptr, pattern.indices), scale, POLICY_CODES[fully_masked], out, weights)
     out = out.reshape(*batch, n, d_v)
     return (out, weights.reshape(*batch, pattern.nnz)) if return_weights else out
 
