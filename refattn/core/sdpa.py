@@ -31,8 +31,8 @@ from .softmax import FULLY_MASKED_POLICIES, masked_softmax
 __all__ = ["scaled_dot_product_attention"]
 
 METHODS = ("equation", "blocked", "auto")
-AUTO_BLOCKED_ENTRIES = 2**21     # "auto": blocked once the score matrix batch·n·m exceeds this (16 MiB);
-# measured in the docstring of refattn.kernels.blocked ("When blocked is faster")
+AUTO_BLOCKED_ENTRIES = 2**21     # "auto": blocked once the score matrix batch·n·m exceeds this (16 MiB),
+# where blocked was faster alone and inside multi_head_attention (README, "Speed and memory")
 BLAS_ONE_THREAD_WORK = 2**18     # OpenBLAS runs a product of M·N·K <= this on the calling thread only
 
 
@@ -100,8 +100,8 @@ def scaled_dot_product_attention(
     block_size : int or (int, int), optional
         Query and key tile rows of the blocked kernel. Default: :func:`default_block_size`, ``(64, 64)``
         for ``d_k, d_v <= 64``. Tiles whose products exceed ``2**18`` multiply-adds let OpenBLAS start
-        threads inside Numba's, which is several times slower (measured in
-        :mod:`refattn.kernels.blocked`).
+        threads inside Numba's, which is several times slower (measured in the README, "Speed and
+        memory").
     dtype : float dtype, default float64
         Compute and output dtype. Inputs of any float precision are converted to it; float32 or
         float16 run the same equation in that precision (a same-dtype baseline).

@@ -38,36 +38,15 @@ within 1 ulp of ``np.exp`` (libm's scalar ``exp`` is a call LLVM cannot vectoris
 
 Parallel strategy: one level, ``prange`` over the independent (batch row × query tile) tasks;
 inside a task the two tile products ``K_J Q_Iᵀ`` and ``P_IJ V_J`` are ``np.dot`` into preallocated
-tiles (BLAS through SciPy, single-threaded because of their size, see below). Results do not
-depend on the thread count.
+tiles (BLAS through SciPy, single-threaded because of their size). Results do not depend on the
+thread count.
 
-Measured (2-core AMD EPYC Zen 4, AVX-512; ``python -m refattn bench sdpa``, 2 threads, q, k, v
-(8, 4096, 64) float64, torch 2.13.0 CPU sdpa in the same process; seconds, best of the rounds):
-
-    ====================================================  ==============  ==============
-    kernel                                                non-causal      causal
-    ====================================================  ==============  ==============
-    scores (queries, keys), libm exp, 64×32 tiles         1.27            0.56
-    transposed scores + vexp, 64×64 tiles (kept)          0.44-0.56       0.22-0.28
-    torch.nn.functional.scaled_dot_product_attention      0.55-0.71       0.31-0.38
-    ====================================================  ==============  ==============
-
-The products alone (no softmax) take 0.40 s at 64×64 tiles, so the softmax part went from about
-0.85 s to 0.05 s. (8, 32768, 64) causal: 67 s → 16.4 s, now on the n² line from 4096 (0.27 s).
-
-The thread fight is real: OpenBLAS runs a product of M·N·K <= 2**18 on the calling thread and
-starts its own threads above that, inside Numba's, which OpenBLAS itself warns about ("Detect
-OpenMP Loop") and which cost 3-4× (d = 256 with 64×64 tiles: 1.61 s vs 0.40 s at 32×32; d = 128
-with 64×128: 2.65 s vs 0.88 s). Hence square default tiles ``b·b·max(d_k, d_v) <= 2**18``
-(:func:`refattn.core.sdpa.default_block_size`): 64 for d <= 64, 32 up to 256. With d = 32, 64×128
-tiles were no faster than 64×64 (0.283 vs 0.282 s), so 64 is the cap.
-
-When blocked is faster (``method="auto"``): called alone, blocked beat the equation path at every
-size tried, from 1.1× at (1, 64, 64) to 8× (B·n·m = 2**12 … 2**23). Inside
-``multi_head_attention``, right after NumPy's threaded projections, it lost below 2**19 entries
-(n = 128, 8 heads: 16 ms vs 8 ms): NumPy's OpenBLAS threads keep spinning for a while after a
-product, Numba's threads then wait a scheduler time slice at their barrier. From 2**21 entries on
-it won in both settings (1.07-3.2× in multi-head), so "auto" switches there.
+Tiles are square, ``b·b·max(d_k, d_v) <= 2**18`` multiply-adds
+(:func:`refattn.core.sdpa.default_block_size`: 64 for d <= 64, 32 up to 256): OpenBLAS runs a
+product that small on the calling thread, and a larger one starts OpenBLAS threads inside Numba's
+("Detect OpenMP Loop"), which was several times slower. The measurements behind these choices
+are in the README's "Speed and memory" section; ``python -m refattn bench sdpa`` times the kernel
+against the equation path and torch's CPU sdpa on this machine.
 
 A value tile holding NaN/Inf is multiplied by explicit loops over the visible keys only (0 · NaN
 must not enter through the BLAS product); key garbage is harmless in ``K_J Q_Iᵀ``, since it spoils
