@@ -215,7 +215,7 @@ def decoder_layer(
         Extra self-attention mask (e.g. target padding), combined with ``causal``.
     memory_mask : (..., n, m) array_like of bool or float, optional
         Cross-attention mask, typically the source padding mask ``(..., 1, m)``.
-    causal : {True, "top-left", "bottom-right", False}, default True
+    causal : {False, True, "top-left", "bottom-right"}, default True
         Self-attention causality ("prevent leftward information flow", §3.2.3).
     norm_first : bool, default False
         Pre-LN instead of the paper's post-LN.
