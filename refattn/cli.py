@@ -90,12 +90,13 @@ def _list(args) -> int:
 
 
 def _figures(args) -> int:
-    from .figures import FIGURES, write_figures  # matplotlib only when drawing
+    from .figures import figure_names, write_figures  # matplotlib only when drawing
 
-    names = args.only or list(FIGURES)
-    unknown = [n for n in names if n not in FIGURES]
+    known = figure_names()
+    names = args.only or known
+    unknown = [n for n in names if n not in known]
     if unknown:
-        print(f"unknown figure(s): {', '.join(unknown)}; known: {', '.join(FIGURES)}", file=sys.stderr)
+        print(f"unknown figure(s): {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return 2
     write_figures(args.out, names, progress=True)
     return 0

@@ -1,6 +1,7 @@
 """Documentation stays true: README catalogue, docstring parameters, no work on the import path."""
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 import subprocess
@@ -9,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import refattn
 from refattn import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,9 +43,17 @@ def _documented_parameters(doc: str) -> list[str]:
     return names
 
 
-PUBLIC_FUNCTIONS = [getattr(module, n) for module in (refattn, refattn.sparse, refattn.linear, refattn.oracle)
-                    for n in module.__all__
-                    if inspect.isfunction(getattr(module, n))]
+def _documented_modules() -> list:
+    """The package APIs, and every module a registry record points into (its function's and its apply's), so
+    that no family can be left out by omission."""
+    names = {"refattn", "refattn.common", "refattn.oracle", "refattn.viz", "refattn.figures"}
+    for m in registry.all():
+        names |= {m.function.__module__} | ({m.apply.__module__} if m.apply is not None else set())
+    return [importlib.import_module(name) for name in sorted(names)]
+
+
+PUBLIC_FUNCTIONS = list({id(f): f for module in _documented_modules() for n in getattr(module, "__all__", ())
+                         if inspect.isfunction(f := getattr(module, n))}.values())
 
 
 @pytest.mark.parametrize("fn", PUBLIC_FUNCTIONS, ids=lambda f: f.__name__)

@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from refattn import scaled_dot_product_attention
-from refattn.core.masks import causal_mask, padding_mask
+from refattn import causal_mask, padding_mask, scaled_dot_product_attention
 from refattn.oracle.check import _sdpa_vjp_in, assert_close, check
 from refattn.oracle.tolerances import DEFAULT_MAX_ULPS, TABLES, table_tolerance
 from refattn.oracle.vjp import sdpa_vjp

@@ -18,94 +18,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import ALIGNMENTS, causal_alignment, check_choice
+from ..common import causal_alignment
+from .causal_mask import causal_mask
 
-__all__ = ["causal_mask", "padding_mask"]
-
-def causal_mask(n: int, m: int | None = None, *, alignment: str = "top-left") -> NDArray:
-    r"""Decoder (look-ahead) mask: ``True`` where query *i* may attend to key *j*.
-
-    .. math::
-
-        M_{ij} = [\, j \le i + \delta \,], \qquad
-        \delta = 0 \text{ (top-left)}, \quad \delta = m - n \text{ (bottom-right)}
-
-    Parameters
-    ----------
-    n : int
-        Number of queries.
-    m : int, optional
-        Number of keys. Default ``n``.
-    alignment : {"top-left", "bottom-right"}, default "top-left"
-        "top-left": query *i* sees keys ``j <= i`` (PyTorch ``is_causal``). "bottom-right": the
-        last query is aligned with the last key, ``j <= i + (m - n)`` (FlashAttention >= 2.1, and
-        what decoding with a key/value cache needs).
-
-    Returns
-    -------
-    mask : (n, m) ndarray of bool
-
-    References
-    ----------
-    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762v7, §3.2.3.
-
-    Examples
-    --------
-    >>> causal_mask(2, 4).astype(int)
-    array([[1, 0, 0, 0],
-           [1, 1, 0, 0]])
-    >>> causal_mask(2, 4, alignment="bottom-right").astype(int)
-    array([[1, 1, 1, 0],
-           [1, 1, 1, 1]])
-    """
-    m = n if m is None else m
-    for name, size in (("n", n), ("m", m)):
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {size!r}")
-    check_choice("alignment", alignment, ALIGNMENTS)
-    delta = 0 if alignment == "top-left" else m - n
-    i = np.arange(n)[:, None]                                      # (n, 1)
-    j = np.arange(m)[None, :]                                      # (1, m)
-    return j <= i + delta                                          # (n, m)
-
-
-def padding_mask(lengths: ArrayLike, m: int) -> NDArray:
-    r"""Key padding mask: ``True`` for the first ``lengths[b]`` keys of sequence *b*.
-
-    .. math::
-
-        M_{b,1,j} = [\, j < \ell_b \,]
-
-    Parameters
-    ----------
-    lengths : (...) array_like of int
-        Number of real (non-padding) keys per sequence, ``0 <= lengths <= m``.
-    m : int
-        Padded key length.
-
-    Returns
-    -------
-    mask : (..., 1, m) ndarray of bool
-        Broadcasts against scores ``(..., n, m)`` whose leading dims match ``lengths``'s shape. For
-        scores with a head axis ``(B, H, n, m)`` pass ``lengths[:, None]``.
-
-    Examples
-    --------
-    >>> padding_mask([3, 1], 4).astype(int)
-    array([[[1, 1, 1, 0]],
-    <BLANKLINE>
-           [[1, 0, 0, 0]]])
-    """
-    lengths = np.asarray(lengths)
-    if lengths.dtype.kind not in "iu":
-        raise TypeError(f"lengths must be an integer array, got dtype {lengths.dtype}")
-    if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or m < 0:
-        raise ValueError(f"m must be a non-negative int, got {m!r}")
-    if lengths.size and (lengths.min() < 0 or lengths.max() > m):
-        raise ValueError(
-            f"lengths must lie in [0, m={m}], got values in [{lengths.min()}, {lengths.max()}]"
-        )
-    return (np.arange(m) < lengths[..., None])[..., None, :]       # (..., 1, m)
+__all__ = ["attention_mask", "check_mask_shape"]
 
 
 def attention_mask(mask, causal, n: int, m: int, dtype) -> tuple[NDArray | None, NDArray | None]:

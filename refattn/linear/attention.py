@@ -25,6 +25,7 @@ from ._common import check_denominators, features, safe_denominator
 __all__ = ["linear_attention"]
 
 METHODS = ("equation", "right", "scan")
+LINEAR_EQUATION = r"\frac{\phi(q_i) \sum_j \phi(k_j)^\top v_j}{\phi(q_i) \sum_j \phi(k_j)^\top}"
 
 
 def linear_attention(

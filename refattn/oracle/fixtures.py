@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.masks import padding_mask
+from ..core.padding_mask import padding_mask
 from ..core.sdpa import scaled_dot_product_attention
 from .check import _groups, _swap, _ungroup, check
 from .report import Report

@@ -41,7 +41,7 @@ from ..core.multi_head import MultiHeadParams, head_shared, project_heads
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from ..linear._common import check_denominators, safe_denominator
-from ..linear.feature_maps import elu_feature_map
+from ..linear.linear_elu import elu_feature_map
 
 __all__ = [
     "MultiHeadGrads",

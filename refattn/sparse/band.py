@@ -11,7 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..common import check_non_negative_int, check_sizes
+from ..mechanism import FigureSpec, Mechanism
+from ..papers import LONGFORMER
 from ._args import causal_flag
+from .attention import pattern_apply
 from .pattern import SparsePattern
 
 __all__ = ["band_pattern"]
@@ -60,3 +63,22 @@ def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool = False) 
     w = check_non_negative_int("w", w)
     i = np.arange(n)
     return SparsePattern.from_row_ranges(i - w, i + 1 if causal else i + w + 1, m)
+
+
+def _band(n, m, causal, rng, w=2):
+    """w = 2"""
+    return band_pattern(n, w, m=m, causal=causal)
+
+
+RECORD = Mechanism(
+    id="band", title="Band (sliding-window) attention", family="sparse", section="4.1.1.1 (Fig. 4b)", paper=LONGFORMER,
+    equation=r"J_i = \{ j : |i - j| \le w \}",
+    time="O(n·w·d)", memory="O(n·w)", kind="attention",
+    function=band_pattern, apply=pattern_apply(_band, "band"),
+    causal=True, position_dependent=True, figure=FigureSpec(
+        title="Band (sliding-window) attention (Fig. 4b), w = 2, window inclusive", n=16, seed=21, panels=(
+        ("|i − j| ≤ w: 2w + 1 = 5 keys", {"w": 2}),
+        ("causal 0 ≤ i − j ≤ w: w + 1 = 3 keys", {"w": 2, "causal": True}),
+    )),
+    exact_options=lambda n, m: {"w": max(n, m)}, exact_limit="w ≥ max(n, m)",
+)

@@ -1,0 +1,90 @@
+r"""The causal (look-ahead) mask, in its two alignments, and the one mask polarity.
+
+Convention (used by every function in refattn): a boolean mask is ``True`` where query *i* **may
+attend** to key *j* (as PyTorch's ``scaled_dot_product_attention`` and JAX; note that
+``torch.nn.MultiheadAttention``'s ``key_padding_mask`` and boolean ``attn_mask`` use the opposite).
+A float mask is an additive bias; its ``-inf`` entries mask by selection, exactly like ``False``.
+
+Causal alignment, for ``n`` queries and ``m`` keys::
+
+    top-left     (causal=True)            j <= i            PyTorch is_causal, JAX
+    bottom-right (causal="bottom-right")  j <= i + (m - n)  FlashAttention >= 2.1, KV-cache decoding
+
+The two agree when ``n == m``. With bottom-right alignment and ``n > m`` the first ``n - m``
+queries see no key at all: they are fully masked rows (see ``fully_masked``).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..common import ALIGNMENTS, check_choice
+from ..mechanism import Mechanism
+from ..papers import VASWANI
+
+__all__ = ["causal_mask"]
+
+
+def causal_mask(n: int, m: int | None = None, *, alignment: str = "top-left") -> NDArray:
+    r"""Decoder (look-ahead) mask: ``True`` where query *i* may attend to key *j*.
+
+    .. math::
+
+        M_{ij} = [\, j \le i + \delta \,], \qquad
+        \delta = 0 \text{ (top-left)}, \quad \delta = m - n \text{ (bottom-right)}
+
+    Parameters
+    ----------
+    n : int
+        Number of queries.
+    m : int, optional
+        Number of keys. Default ``n``.
+    alignment : {"top-left", "bottom-right"}, default "top-left"
+        "top-left": query *i* sees keys ``j <= i`` (PyTorch ``is_causal``). "bottom-right": the
+        last query is aligned with the last key, ``j <= i + (m - n)`` (FlashAttention >= 2.1, and
+        what decoding with a key/value cache needs).
+
+    Returns
+    -------
+    mask : (n, m) ndarray of bool
+
+    References
+    ----------
+    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762v7, §3.2.3.
+
+    Examples
+    --------
+    >>> causal_mask(2, 4).astype(int)
+    array([[1, 0, 0, 0],
+           [1, 1, 0, 0]])
+    >>> causal_mask(2, 4, alignment="bottom-right").astype(int)
+    array([[1, 1, 1, 0],
+           [1, 1, 1, 1]])
+    """
+    m = n if m is None else m
+    for name, size in (("n", n), ("m", m)):
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {size!r}")
+    check_choice("alignment", alignment, ALIGNMENTS)
+    delta = 0 if alignment == "top-left" else m - n
+    i = np.arange(n)[:, None]                                      # (n, 1)
+    j = np.arange(m)[None, :]                                      # (1, m)
+    return j <= i + delta                                          # (n, m)
+
+
+def _apply(q, k, v, *, causal=True, rng=None, return_weights=False, scale=None):
+    """sdpa under the look-ahead mask; ``causal`` picks the alignment (True = top-left)."""
+    if causal is False:
+        raise ValueError("the causal_mask mechanism is causal by definition; pass causal=True or 'bottom-right'")
+    from .sdpa import RECORD as SDPA  # sdpa imports this module
+
+    return SDPA.apply(q, k, v, causal=causal, return_weights=return_weights, scale=scale)
+
+
+RECORD = Mechanism(
+    id="causal_mask", title="Decoder (look-ahead) mask, top-left and bottom-right", family="vanilla",
+    section="2 (Vaswani §3.2.3)", paper=VASWANI, equation=r"M_{ij} = [\,j \le i + \delta\,],\ \delta \in \{0,\ m - n\}",
+    time="O(n·m·d)", memory="O(n·m)", kind="mask", function=causal_mask, apply=_apply, noncausal=False, causal=True,
+    position_dependent=True, figure="refattn.figures.vanilla:causal_mask", exact_options={},
+    exact_limit="exact (sdpa with causal=True or 'bottom-right')",
+)
