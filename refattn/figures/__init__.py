@@ -31,6 +31,7 @@ SHEETS = {
     "sparse_compound": "refattn.figures.sparse:sparse_compound",
     "sparse_extended": "refattn.figures.sparse:sparse_extended",
     "linear_overview": "refattn.figures.linear:linear_overview",
+    "gallery": "refattn.figures.gallery:gallery",
 }
 
 

@@ -1,4 +1,4 @@
-r"""Linearised attention (survey §3.2, Eq. 11–13): kernel feature maps and the multiplication order.
+r"""Linearised attention (survey §4.2, Eq. 11–13): kernel feature maps and the multiplication order.
 
     α_ij = φ(q_i) φ(k_j)ᵀ / Σ_l φ(q_i) φ(k_l)ᵀ          (a kernel in place of exp(q_i k_jᵀ))
 

@@ -1,4 +1,4 @@
-r"""Deterministic feature maps φ for linearised attention (survey §3.2).
+r"""Deterministic feature maps φ for linearised attention (survey §4.2).
 
     sim(q, k) = φ(q) φ(k)ᵀ  ≥ 0,   so  softmax-like weights  α_ij = φ(q_i)φ(k_j)ᵀ / Σ_l φ(q_i)φ(k_l)ᵀ
 

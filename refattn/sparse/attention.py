@@ -1,4 +1,4 @@
-r"""Attention restricted to a sparsity pattern (survey §3.1, Eq. 9).
+r"""Attention restricted to a sparsity pattern (survey §4.1, Eq. 9).
 
     Â_ij = q_i k_jᵀ / √d   if (i, j) is kept,   −∞ otherwise
     out_i = Σ_{j kept} softmax(Â_i)_j v_j

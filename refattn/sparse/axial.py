@@ -1,4 +1,4 @@
-r"""Axial attention: attend along one axis of a 2-D layout at a time (survey §3.1.1, Fig. 6c).
+r"""Axial attention: attend along one axis of a 2-D layout at a time (survey §4.1.1, Fig. 6c).
 
 Positions of an H × W layout, flattened row-major (position r·W + c):
 

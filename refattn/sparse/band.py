@@ -1,4 +1,4 @@
-r"""Band (sliding-window, local) attention (survey §3.1.1, Fig. 4b).
+r"""Band (sliding-window, local) attention (survey §4.1.1, Fig. 4b).
 
     J_i = { j : |i − j| ≤ w }            non-causal: w keys on each side plus i itself, 2w + 1 in all
     J_i = { j : 0 ≤ i − j ≤ w }          causal: i itself and the w keys before it

@@ -1,4 +1,4 @@
-r"""BigBird block-sparse attention, ITC form (Zaheer et al., 2020; survey §3.1.1, Fig. 5d).
+r"""BigBird block-sparse attention, ITC form (Zaheer et al., 2020; survey §4.1.1, Fig. 5d).
 
 The n tokens are cut into n_b = n / b blocks of b tokens. Block row I keeps the key blocks
 

@@ -1,4 +1,4 @@
-r"""Block local attention (survey §3.1.1, Fig. 4e).
+r"""Block local attention (survey §4.1.1, Fig. 4e).
 
     J_i = { j : ⌊i / b⌋ = ⌊j / b⌋ }      (causal: and j ≤ i)
 

@@ -1,4 +1,4 @@
-r"""BP-Transformer: attention over a binary partition tree of the sequence (survey §3.1.1, Fig. 6a).
+r"""BP-Transformer: attention over a binary partition tree of the sequence (survey §4.1.1, Fig. 6a).
 
     nodes        u_{0,i}  token i, i = 0 … n−1                                  (the leaves)
                  u_{l,p}  span node of the tokens [p·2^l, min((p+1)·2^l, n)),  l = 1 … L = ⌈log₂ n⌉
@@ -206,7 +206,7 @@ def bp_transformer_pattern(n: int, k: int, *, causal: bool = False) -> SparsePat
 
 def _bp_transformer(n, m, causal, rng, k=1):
     """over the tree's nodes (tokens, then span nodes). Its causal option (the paper's, left context
-    only) orders tokens, not node indices, so the door offers no causal=True: span nodes, indexed
+    only) orders tokens, not node indices, so the registry entry offers no causal=True: span nodes, indexed
     after every token, would break j ≤ i."""
     return bp_transformer_pattern(_bp_tokens(n), k, causal=causal)
 

@@ -1,4 +1,4 @@
-r"""Dilated (sliding-window with gaps) attention (survey §3.1.1, Fig. 4c).
+r"""Dilated (sliding-window with gaps) attention (survey §4.1.1, Fig. 4c).
 
     J_i = { j : |i − j| ≤ w·w_d  and  (i − j) mod w_d = 0 }     w keys each side, every w_d-th position
 

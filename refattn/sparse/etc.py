@@ -1,4 +1,4 @@
-r"""ETC global-local attention on [global tokens; long tokens] (survey §3.1.1, Fig. 5c).
+r"""ETC global-local attention on [global tokens; long tokens] (survey §4.1.1, Fig. 5c).
 
 g global tokens (positions 0 … g − 1) and L long tokens (positions g … g + L − 1); with a, b the
 long tokens' own indices (position g + a):

@@ -1,4 +1,4 @@
-r"""Global attention (survey §3.1.1, Fig. 4a).
+r"""Global attention (survey §4.1.1, Fig. 4a).
 
     J_i = all keys           if i ∈ G         (a global query attends to everything)
     J_i ⊇ G                  for every i      (every query attends to the global keys)

@@ -1,4 +1,4 @@
-r"""Image Transformer local attention: query blocks attend to memory blocks (survey §3.1.1, Fig. 6b).
+r"""Image Transformer local attention: query blocks attend to memory blocks (survey §4.1.1, Fig. 6b).
 
 2-D local attention over an image of H × W positions, flattened row-major (position r·W + c):
 

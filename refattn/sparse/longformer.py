@@ -1,4 +1,4 @@
-r"""Longformer attention: (dilated) sliding window plus symmetric global attention (survey §3.1.1, Fig. 5b).
+r"""Longformer attention: (dilated) sliding window plus symmetric global attention (survey §4.1.1, Fig. 5b).
 
     J_i = { j : |i − j| ≤ (w/2)·d,  (i − j) mod d = 0 }  ∪  G     if i ∉ G     window w, dilation d
     J_i = { 0, …, n − 1 }                                          if i ∈ G     global rows are full

@@ -6,7 +6,7 @@ unique. Builders write this form directly, so a band of width 2·128 + 1 at n = 
 O(nnz) memory and never an n × m array; ``to_mask()`` materialises small patterns for plots and
 for the dense equation path.
 
-    pattern ↔ bipartite graph: an edge i → j for every kept (i, j)   (survey §3.1, Fig. 3)
+    pattern ↔ bipartite graph: an edge i → j for every kept (i, j)   (survey §4.1, Fig. 3)
 
 Patterns compose like boolean masks: ``a | b`` keeps the pairs of either (how the survey builds
 compound patterns from atomic ones), ``a & b`` the pairs of both.

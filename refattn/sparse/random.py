@@ -1,4 +1,4 @@
-r"""Random attention (survey §3.1.1, Fig. 4d): ``r`` keys drawn at random for each query.
+r"""Random attention (survey §4.1.1, Fig. 4d): ``r`` keys drawn at random for each query.
 
     J_i = r keys drawn uniformly without replacement   (causal: from j ≤ i, min(r, i + 1) of them)
 

@@ -1,4 +1,4 @@
-r"""Sparse Transformer factorised attention, strided and fixed (Child et al., 2019; survey §3.1.1, Fig. 5e).
+r"""Sparse Transformer factorised attention, strided and fixed (Child et al., 2019; survey §4.1.1, Fig. 5e).
 
 Two heads m = 1, 2 each attend to a subset A⁽ᵐ⁾ᵢ of the keys; every j ≤ i is reachable in two
 hops. With stride l and, for "fixed", c summary positions per block (autoregressive: j ≤ i too):

@@ -1,4 +1,4 @@
-r"""Star-Transformer: a ring of satellite tokens around one relay node (survey §3.1.1, Fig. 5a).
+r"""Star-Transformer: a ring of satellite tokens around one relay node (survey §4.1.1, Fig. 5a).
 
 n satellites (positions 0 … n − 1, one per token) and one relay (position n), an (n + 1) × (n + 1)
 pattern:

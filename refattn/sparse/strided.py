@@ -1,4 +1,4 @@
-r"""Strided attention: every ``stride``-th position, at any distance (survey §3.1.1, dilation w_d ≫ 1).
+r"""Strided attention: every ``stride``-th position, at any distance (survey §4.1.1, dilation w_d ≫ 1).
 
     J_i = { j : (i − j) mod s = 0 }      (causal: and j ≤ i)
 
