@@ -23,7 +23,8 @@ from .mechanism import AttentionResult, FigureSpec, Mechanism
 
 FAMILIES = {"vanilla": core.RECORDS, "sparse": sparse.RECORDS, "linear": linear.RECORDS}
 
-__all__ = ["FAMILIES", "AttentionResult", "FigureSpec", "Mechanism", "all", "catalogue_markdown", "get", "ids"]
+__all__ = ["FAMILIES", "AttentionResult", "FigureSpec", "Mechanism", "all", "catalogue_markdown", "get", "ids",
+           "update_readme_catalogue"]
 
 _MECHANISMS = tuple(record for records in FAMILIES.values() for record in records)
 _BY_ID = {m.id: m for m in _MECHANISMS}
@@ -64,3 +65,32 @@ def catalogue_markdown() -> str:
             f"{'yes' if m.causal else 'no'} | {m.exact_limit} |"
         )
     return "\n".join(lines) + "\n"
+
+
+CATALOGUE_START, CATALOGUE_END = "<!-- catalogue:start -->\n", "<!-- catalogue:end -->"
+
+
+def update_readme_catalogue(path) -> bool:
+    """Rewrite the catalogue table between the ``<!-- catalogue:start/end -->`` markers of the README at ``path``.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The README (Markdown) holding the two markers.
+
+    Returns
+    -------
+    bool
+        Whether the file changed.
+    """
+    from pathlib import Path
+
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if CATALOGUE_START not in text or CATALOGUE_END not in text:
+        raise ValueError(f"{path} has no {CATALOGUE_START.strip()} … {CATALOGUE_END} markers")
+    head, rest = text.split(CATALOGUE_START, 1)
+    new = head + CATALOGUE_START + catalogue_markdown() + CATALOGUE_END + rest.split(CATALOGUE_END, 1)[1]
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text

@@ -22,8 +22,20 @@ def test_readme_catalogue_is_current():
     assert start in text and end in text, "README lacks the catalogue markers"
     table = text.split(start)[1].split(end)[0]
     assert table == registry.catalogue_markdown(), (
-        "README catalogue is stale: regenerate it with `python -m refattn list --markdown`"
+        "README catalogue is stale: `python -m refattn figures` rewrites it (or `python -m refattn list --markdown`)"
     )
+
+
+def test_update_readme_catalogue_rewrites_only_the_table(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- catalogue:start -->\n| stale |\n<!-- catalogue:end -->\noutro\n", encoding="utf-8")
+    assert registry.update_readme_catalogue(readme) is True
+    text = readme.read_text(encoding="utf-8")
+    assert text == f"intro\n<!-- catalogue:start -->\n{registry.catalogue_markdown()}<!-- catalogue:end -->\noutro\n"
+    assert registry.update_readme_catalogue(readme) is False
+    (tmp_path / "bare.md").write_text("no markers", encoding="utf-8")
+    with pytest.raises(ValueError, match="has no <!-- catalogue:start -->"):
+        registry.update_readme_catalogue(tmp_path / "bare.md")
 
 
 def test_readme_embeds_figures_that_exist():

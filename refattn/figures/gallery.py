@@ -54,7 +54,7 @@ def gallery(records: list[Mechanism] | None = None, *, n: int = 12, seed: int = 
     rows = math.ceil(len(records) / cols)
     fig = figure((2.05 * cols + 0.4, 2.45 * rows + 0.5))
     panels = fig.subfigures(rows, cols, squeeze=False)
-    for sub, record in zip(panels.flat, records):
+    for sub, record in zip(panels.flat, records, strict=False):      # the last row may have empty slots
         _panel(sub, record, n, seed)
     fig.suptitle(f"Every registered attention mechanism: its weights on a seeded input ({len(records)} records, "
                  "catalogue order; grey = pair not allowed)")
