@@ -1,11 +1,7 @@
-r"""The causal (look-ahead) mask, in its two alignments, and the one mask polarity.
+r"""The causal (look-ahead) mask (Vaswani et al., 2017, §3.2.3), in its two alignments.
 
-Convention (used by every function in refattn): a boolean mask is ``True`` where query *i* **may
-attend** to key *j* (as PyTorch's ``scaled_dot_product_attention`` and JAX; note that
-``torch.nn.MultiheadAttention``'s ``key_padding_mask`` and boolean ``attn_mask`` use the opposite).
-A float mask is an additive bias; its ``-inf`` entries mask by selection, exactly like ``False``.
-
-Causal alignment, for ``n`` queries and ``m`` keys::
+``True`` = may attend, as every mask in refattn (see :mod:`refattn.core.masks`). Causal alignment,
+for ``n`` queries and ``m`` keys::
 
     top-left     (causal=True)            j <= i            PyTorch is_causal, JAX
     bottom-right (causal="bottom-right")  j <= i + (m - n)  FlashAttention >= 2.1, KV-cache decoding

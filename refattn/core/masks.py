@@ -1,17 +1,11 @@
-r"""Attention masks: the one polarity, the two causal alignments, key padding.
+r"""Masks as every function in refattn reads them: one polarity, masking by selection.
 
-Convention (used by every function in refattn): a boolean mask is ``True`` where query *i* **may
-attend** to key *j* (as PyTorch's ``scaled_dot_product_attention`` and JAX; note that
-``torch.nn.MultiheadAttention``'s ``key_padding_mask`` and boolean ``attn_mask`` use the opposite).
-A float mask is an additive bias; its ``-inf`` entries mask by selection, exactly like ``False``.
-
-Causal alignment, for ``n`` queries and ``m`` keys::
-
-    top-left     (causal=True)            j <= i            PyTorch is_causal, JAX
-    bottom-right (causal="bottom-right")  j <= i + (m - n)  FlashAttention >= 2.1, KV-cache decoding
-
-The two agree when ``n == m``. With bottom-right alignment and ``n > m`` the first ``n - m``
-queries see no key at all: they are fully masked rows (see ``fully_masked``).
+Convention: a boolean mask is ``True`` where query *i* **may attend** to key *j* (as PyTorch's
+``scaled_dot_product_attention`` and JAX; note that ``torch.nn.MultiheadAttention``'s
+``key_padding_mask`` and boolean ``attn_mask`` use the opposite). A float mask is an additive bias;
+its ``-inf`` entries mask by selection, exactly like ``False``. :func:`attention_mask` resolves a
+mask and a ``causal`` argument (:func:`refattn.common.causal_alignment`) into the allowed pairs and
+the bias; the mask builders are :mod:`refattn.core.causal_mask` and :mod:`refattn.core.padding_mask`.
 """
 from __future__ import annotations
 
