@@ -235,16 +235,26 @@ def project_heads(x: NDArray, w: NDArray, b: NDArray | None, num_heads: int) -> 
     y = x @ w.astype(x.dtype, copy=False)                          # (..., T, h·d_head)
     if b is not None:
         y = y + b.astype(x.dtype, copy=False)
-    y = y.reshape(*y.shape[:-1], num_heads, w.shape[1] // num_heads)  # (..., T, h, d_head)
-    return np.swapaxes(y, -2, -3)                                  # (..., h, T, d_head)
+    return split_heads(y, num_heads)                               # (..., h, T, d_head)
 
 
 def combine_heads(heads: NDArray, w_o: NDArray, b_o: NDArray | None) -> NDArray:
     """Concatenate heads and project: (..., h, T, d_v) → (..., T, h·d_v) @ Wᴼ (+ bᴼ)."""
-    concat = np.swapaxes(heads, -2, -3)                            # (..., T, h, d_v)
-    concat = concat.reshape(*concat.shape[:-2], -1)                # (..., T, h·d_v)  Concat(head_i)
+    concat = merge_heads(heads)                                    # (..., T, h·d_v)  Concat(head_i)
     out = concat @ w_o.astype(heads.dtype, copy=False)             # (..., T, d_model)
     return out if b_o is None else out + b_o.astype(heads.dtype, copy=False)
+
+
+def split_heads(y: NDArray, num_heads: int) -> NDArray:
+    """(..., T, h·d_head) → (..., h, T, d_head): head i takes columns i·d_head … (i+1)·d_head − 1."""
+    y = y.reshape(*y.shape[:-1], num_heads, y.shape[-1] // num_heads)   # (..., T, h, d_head)
+    return np.swapaxes(y, -2, -3)                                  # (..., h, T, d_head)
+
+
+def merge_heads(heads: NDArray) -> NDArray:
+    """(..., h, T, d_head) → (..., T, h·d_head), the inverse of :func:`split_heads` (Concat(head_i))."""
+    concat = np.swapaxes(heads, -2, -3)                            # (..., T, h, d_head)
+    return concat.reshape(*concat.shape[:-2], -1)                  # (..., T, h·d_head)
 
 
 def head_shared(mask: ArrayLike | None) -> ArrayLike | None:
