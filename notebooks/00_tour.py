@@ -13,7 +13,7 @@
 # |---|---|---|
 # | **Learners** | code you can read next to the paper, with the paper's symbols as variable names | `01_vanilla_transformer.ipynb`, then `refattn/core/*.py` |
 # | **Visual explorers** | attention matrices, heads, masks and decoding steps drawn with `refattn.viz` | `refattn.viz`, `figures/` |
-# | **Implementers** (PyTorch, JAX, CUDA, Rust, …) | float64 ground truth for the same inputs, plus a same-dtype baseline that sets the tolerance | §4 below |
+# | **Implementers** (PyTorch, JAX, CUDA, Rust, …) | float64 ground truth for the same inputs, plus a same-dtype baseline that sets the tolerance | section 4 below |
 #
 # What refattn is *not*: a training framework, or a source of trained weights. It is fast only where that
 # makes checking at real sizes possible: the blocked softmax core and the sparse and scan kernels. Every model in
@@ -94,6 +94,16 @@ for policy in ("zero", "nan", "uniform"):
     print(f"fully_masked={policy!r:9}  weights of rows 0-1: {A[:2].tolist()}")
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Whatever the input dtype, refattn computes in float64; `dtype=` runs the same equation in a lower
+#   precision on purpose, as a baseline.
+# - A boolean mask is `True` where a query may attend, and masked keys get exactly zero weight. With
+#   `n != m`, `causal=True` (top-left) and `causal="bottom-right"` are different masks.
+# - A query that may see no key returns what `fully_masked=` says (`"zero"` by default, `"nan"` or
+#   `"uniform"`), never an accident of the arithmetic.
+
+# %% [markdown]
 # ## 2. The catalogue
 #
 # `refattn.registry` is the single list of mechanisms. The command line, the figures, the README table,
@@ -114,12 +124,20 @@ display(Markdown("\n".join(rows)))
 print(len(registry.all()), "records; families:", sorted({mech.family for mech in registry.all()}))
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - The registry is the one list of mechanisms: the command line, the figures, the README table and
+#   the tests read it, so none of them keeps a list of its own.
+# - Each record says what kind of thing it is (attention, mask, component), whether it has a causal
+#   form, and where in its paper (or in the survey) it comes from.
+
+# %% [markdown]
 # ## 3. Two ways to call a mechanism
 #
-# Each mechanism has a **uniform door**, `registry.get(id).apply(q, k, v, *, causal=False, rng=None,
-# **options)`, which returns an `AttentionResult(output, weights)`. It also has its **own function** with
-# its natural parameters. Code that loops over the catalogue (tests, figures, error comparisons) uses
-# the door. People use the function. The two agree exactly:
+# Each mechanism has the registry's **uniform `apply`**, `registry.get(id).apply(q, k, v, *, causal=False,
+# rng=None, **options)`, which returns an `AttentionResult(output, weights)`. It also has its **own
+# function** with its natural parameters. Code that loops over the catalogue (tests, figures, error
+# comparisons) uses `apply`. People use the function. The two agree exactly:
 
 # %%
 sdpa = registry.get("sdpa")
@@ -144,15 +162,15 @@ viz.plot_attention(A, row_labels=[f"q{i}" for i in range(4)], col_labels=[f"k{j}
                    size=2.6, titles='causal="bottom-right", n=4, m=6')
 
 # %% [markdown]
-# > The door is uniform, so one loop can call every attention-like record. Records with learned
-# > parameters (multi-head, cross-attention) draw them from `rng`, and the padding mask draws its
-# > lengths from it. The `causal_mask` record is causal by definition, so it is called with an alignment.
+# > `apply` takes the same arguments everywhere, so one loop can call every attention-like record.
+# > Records with learned parameters (multi-head, cross-attention) draw them from `rng`, and the padding
+# > mask draws its lengths from it. The `causal_mask` record is causal by definition, so it is called with an alignment.
 
 # %%
 for mech in registry.all():
     if mech.apply is None:
         continue
-    # Records say what their door takes: two sequences (cross), or one sequence of a length at
+    # Records say what their apply takes: two sequences (cross), or one sequence of a length at
     # which the pattern exists (example_length); some are causal by definition.
     n, m = (4, 6) if mech.cross else (mech.example_length, mech.example_length)
     x = rng.standard_normal((n + m, 8))
@@ -160,6 +178,14 @@ for mech in registry.all():
     res = mech.apply(x[:n], x[n:], x[n:], causal=causal, rng=0)    # values = keys, so d_v = d_model = 8
     print(f"{mech.id:20} {mech.family:8} output {res.output.shape}  weights {res.weights.shape}")
 
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - Every attention-like mechanism has one call shape, `apply(q, k, v, causal=..., rng=...)`, returning
+#   the output and the weights; its own function, with its natural parameters, gives the same numbers.
+# - Any stack of weights, `(n, m)`, `(c, n, m)` or `(r, c, n, m)`, is drawn by `refattn.viz.plot_attention`
+#   on one colour scale.
 
 # %% [markdown]
 # ## 4. refattn as an oracle
@@ -227,6 +253,14 @@ report("candidate, P rounded to float16", candidate_attention(q, k, v, p_dtype=n
 # > `90_refattn_as_oracle.ipynb`.
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - A tolerance is set by a baseline, not by hand: the same equation run in the candidate's precision,
+#   compared with the float64 result. A candidate passes at up to twice the baseline's error.
+# - The hand-written float32 candidate passes, with an error no larger than the baseline's; the same
+#   code with its probabilities rounded to float16 fails by a factor of several hundred.
+
+# %% [markdown]
 # ## 5. Where each family lives
 #
 # The package layout follows the survey's taxonomy. Available now: the **vanilla Transformer core**
@@ -235,9 +269,10 @@ report("candidate, P rounded to float16", candidate_attention(q, k, v, p_dtype=n
 # encoder–decoder with greedy decoding), **position-based sparse attention** (`refattn/sparse/`,
 # notebook 02), **linearised attention** (`refattn/linear/`, notebook 03), the **Numba cores** for
 # them (`refattn/kernels/`: the blocked online-softmax core, the CSR sparse kernel and the causal scans) and the **oracle tools**
-# (`refattn/oracle/`, notebook 90). The compressed, low-rank, prior and multi-head-variant families
-# are planned in DESIGN.md and not available yet; a family only counts as available once its
-# mechanisms are in the registry. This cell reports what your copy has:
+# (`refattn/oracle/`, notebook 90). The survey's other families, query prototypes and compressed memory
+# (§4.3), low-rank attention (§4.4), attention with a prior (§4.5) and multi-head variants (§4.6), are
+# not available yet; a family only counts as available once its mechanisms are in the registry. This
+# cell reports what your copy has:
 
 # %%
 from collections import Counter
@@ -262,6 +297,13 @@ for module, (family, contents) in planned.items():
     print(f"{module:20} {on_disk:8} {count:>10}  {contents}")
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - The packages follow the survey's taxonomy: `core` (vanilla), `sparse` (§4.1), `linear` (§4.2), with
+#   the Numba kernels and the oracle tools beside them.
+# - What counts as available is what the registry holds, which this cell counts rather than states.
+
+# %% [markdown]
 # ## 6. Figures, tests and these notebooks
 #
 # From the repository root:
@@ -272,22 +314,32 @@ for module, (family, contents) in planned.items():
 # python -m refattn figures --only sdpa   # just one
 # python -m pytest                        # unit tests, doctests (--doctest-modules) and notebooks (--nbmake)
 # python -m pytest notebooks -q           # only the notebooks, executed headless
+# jupytext --sync notebooks/*.ipynb       # after editing a notebook or its .py twin: carry the inputs across
 # jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False \
-#     --ExecutePreprocessor.coalesce_streams=True notebooks/*.ipynb   # re-execute in place
+#     --Exporter.preprocessors='["nbconvert.preprocessors.CoalesceStreamsPreprocessor"]' notebooks/*.ipynb
 # ```
 #
-# The two options keep re-execution byte-stable. `record_timing=False` keeps execution timestamps out
-# of the files, and `coalesce_streams=True` merges printed output that the kernel happened to send in
-# several pieces.
+# The last command re-executes every notebook in place, and its two options keep that byte-stable.
+# `record_timing=False` keeps execution timestamps out of the files, and the `CoalesceStreamsPreprocessor`
+# merges printed output that the kernel happened to send in several pieces.
 #
-# The notebooks are committed executed, so they can be read on a code host without a kernel. Each one
-# is seeded and runs in a few seconds, so a re-run changes no output. The `list` command runs in-process
-# like this:
+# Each notebook `NAME.ipynb` has a twin, `NAME.py`, with the same cells as text (jupytext's py:percent
+# format): that is the file to read in a diff, and either half can be edited. The notebooks are committed
+# executed, so they can be read on a code host without a kernel. Each one is seeded and runs in a few
+# seconds, so a re-run changes no output. The `list` command runs in-process like this:
 
 # %%
 from refattn.cli import main
 
 main(["list"]);
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - The notebooks are seeded, and the re-execution command keeps timings and stream splits out of them,
+#   so re-executing an unchanged notebook writes the same bytes.
+# - `python -m pytest` runs the unit tests, the doctests and every notebook; a notebook and its `.py`
+#   twin must hold the same cells.
 
 # %% [markdown]
 # **Next:** `01_vanilla_transformer.ipynb` computes the vanilla Transformer from its equations step by

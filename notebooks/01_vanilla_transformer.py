@@ -110,6 +110,15 @@ print("z1 =", Z[0], " z2 =", Z[1])
 # > separator).
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Attention for one query is three steps: a score against every key, a softmax of the scaled
+#   scores, and the weighted sum of the values. For all queries at once it is
+#   $\operatorname{softmax}(QK^\top/\sqrt{d_k})\,V$, equal to refattn's result to $10^{-12}$.
+# - Nothing makes a token attend most to itself: $W^Q \neq W^K$, and here "Machines" gives more weight
+#   to "Thinking" than to itself.
+
+# %% [markdown]
 # ## (b) Scaled dot-product attention on a sentence
 #
 # "The input consists of queries and keys of dimension $d_k$, and values of dimension $d_v$. We compute
@@ -138,6 +147,14 @@ check(A, A_ref)
 # %%
 viz.plot_attention(A, row_labels=sentence, col_labels=sentence, size=4.2,
                    suptitle="softmax(QKᵀ/√d_k), random projections")
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - The same three lines serve a sentence of any length: one row per query, and each row is a
+#   probability distribution over the keys.
+# - With random projections the pattern carries no linguistic meaning; it shows the shape of the
+#   computation, not what a trained model attends to.
 
 # %% [markdown]
 # ## (c) Why divide by $\sqrt{d_k}$? Measured
@@ -206,6 +223,15 @@ fig
 # > scores, falls towards 0. With $1/\sqrt{d_k}$ the scores have unit variance for every $d_k$, and
 # > all three measures stay flat. The scale makes the softmax's operating point independent of the
 # > head width.
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - For queries and keys with independent unit-variance components, $\operatorname{Var}(q \cdot k) = d_k$
+#   (footnote 4), as measured here from $d_k = 4$ to 1024.
+# - Unscaled, the softmax saturates as $d_k$ grows: the rows become nearly one-hot and the Jacobian
+#   norm, which multiplies every gradient into the scores, falls towards 0. Scaled by $1/\sqrt{d_k}$,
+#   the largest weight, the entropy and the Jacobian norm stay nearly constant across $d_k$.
 
 # %% [markdown]
 # ## (d) Masks
@@ -318,6 +344,16 @@ viz.plot_attention(np.stack(weights), titles=[f'"{p}"' for p in policies], vmax=
                    size=2.4, suptitle='causal="bottom-right", n=5 > m=3: fully_masked=')
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Masking by selection gives masked keys exactly zero weight, and NaN stored in masked keys or values
+#   never reaches the output; adding $-10^9$ turned every output of the padded sequence into NaN.
+# - With $n \neq m$ the two causal alignments differ: bottom-right reproduces the last rows of full
+#   causal attention, as decoding with a key/value cache needs; top-left does not.
+# - A query that may see no key returns what `fully_masked=` says: zeros, NaN, or the uniform
+#   average that filling with $-10^9$ gives.
+
+# %% [markdown]
 # ## (e) Multi-head attention
 #
 # "Instead of performing a single attention function with $d_\text{model}$-dimensional keys, values and
@@ -330,7 +366,7 @@ viz.plot_attention(np.stack(weights), titles=[f'"{p}"' for p in policies], vmax=
 # > refattn stores the $h$ projections side by side: $W^Q$ is $d_\text{model} \times h d_k$, and head $i$
 # > owns columns $i d_k \dots (i+1) d_k - 1$. Splitting the rows of $W^O$ into blocks $W^O_i$
 # > ($d_v \times d_\text{model}$) shows that concatenating and then projecting is a **sum of
-# > re-parameterised heads** (the survey's Eq. 14, §3.6.3):
+# > re-parameterised heads** (the survey's §4.6.3, "multi-head with refined aggregation"):
 # >
 # > $$\operatorname{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\, W^O = \sum_{i=1}^h \mathrm{head}_i\, W^O_i
 # > = \sum_{i=1}^h \operatorname{softmax}\!\Big(\tfrac{Q W_i^Q (K W_i^K)^\top}{\sqrt{d_k}}\Big)\, V\, (W_i^V W^O_i)$$
@@ -365,6 +401,14 @@ print("concat-then-project == sum of heads; rank of each W_i^V W^O_i:", ranks, f
 # %%
 viz.plot_attention(A[None], titles=[f"head {i + 1}" for i in range(h)], row_labels=words,
                    col_labels=words, size=2.6, suptitle="multi_head_attention(..., return_weights=True)")
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - Multi-head attention is $h$ scaled dot-product attentions on column blocks of the projections,
+#   concatenated and projected by $W^O$; each head has its own attention matrix.
+# - Concatenating and projecting equals summing $\mathrm{head}_i W^O_i$ over the heads: each head writes
+#   into the output through its own matrix $W_i^V W^O_i$, of rank at most $d_v$.
 
 # %% [markdown]
 # ## (f) Positional encodings
@@ -446,17 +490,33 @@ print("concatenated == interleaved[:, perm];  same Gram matrix;  max |difference
       np.abs(pe_cat - pe).max().round(3))
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Each (sin, cos) pair of columns turns at its own frequency, so a shift by $k$ positions is one
+#   rotation, $PE_{pos+k} = PE_{pos} R_k$, the same for every position.
+# - The dot product of two encodings depends only on the offset $p - q$, and not on its sign.
+# - Interleaved and concatenated layouts are the same encoding with permuted columns: equal dot
+#   products, different vectors.
+
+# %% [markdown]
 # ## (g) Encoder and decoder layers
 #
 # "We employ a residual connection around each of the two sub-layers, followed by layer normalization.
 # That is, the output of each sub-layer is $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$, where
 # $\mathrm{Sublayer}(x)$ is the function implemented by the sub-layer itself." (§3.1)
 #
-# > That is **post-LN**, the paper's arrangement and refattn's default. Most models since GPT-2 use
-# > **pre-LN**, $x + \mathrm{Sublayer}(\mathrm{LN}(x))$ (`norm_first=True`; Xiong et al., 2020,
-# > arXiv:2002.04745), which trains without learning-rate warm-up. Below, both are written out
-# > from the equation and checked against `refattn.encoder_layer`, on the same input and parameters.
-# > The input rows are deliberately far from normalised (mean ≈ 3, std ≈ 2).
+# > That is **post-LN**, the paper's arrangement and refattn's default. The paper trains it with a
+# > learning rate that rises linearly over the first 4000 steps, a warm-up, and then decays (§5.3).
+# > **Pre-LN**, $x + \mathrm{Sublayer}(\mathrm{LN}(x))$ (`norm_first=True`), moves the layer norm to
+# > the input of each sub-layer, as GPT-2 does (A. Radford et al., 2019, §2.3). R. Xiong et al., "On
+# > Layer Normalization in the Transformer Architecture", ICML 2020,
+# > [arXiv:2002.04745](https://arxiv.org/abs/2002.04745), show that at initialisation a post-LN
+# > Transformer has large expected gradients for the parameters near its output, which is why the
+# > warm-up helps, while a pre-LN Transformer's gradients are well-behaved; in their experiments
+# > pre-LN Transformers trained without the warm-up stage reached results comparable to the
+# > baselines. Below, both arrangements are written out from the equation and checked against
+# > `refattn.encoder_layer`, on the same input and parameters. The input rows are deliberately far
+# > from normalised (mean ≈ 3, std ≈ 2).
 
 # %%
 n, d_model, h, d_ff = 6, 16, 2, 32
@@ -534,6 +594,16 @@ viz.plot_attention(A_self[None], titles=[f"decoder self-attention, head {i + 1}"
                    size=2.6)
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Post-LN normalises every row of a layer's output. Pre-LN normalises only the sub-layers' inputs, so
+#   its output keeps the input's scale, and a pre-LN stack ends with a final layer norm.
+# - Layer norm shares no statistic between positions: changing one row leaves the others unchanged,
+#   bit for bit.
+# - The decoder's causal mask is checked by behaviour: rewriting later inputs leaves the earlier
+#   outputs bit-identical.
+
+# %% [markdown]
 # ## (h) Greedy decoding with the key/value cache
 #
 # > A complete (tiny, random, untrained) encoder–decoder: $d_\text{model} = 16$, 2 heads, 2 layers in
@@ -589,7 +659,9 @@ print("step t = 4, 1 new query over 5 keys:", refattn.causal_mask(1, 5).astype(i
 # > step (press ▶; in a live kernel, `mode="widget"` gives a slider instead). Labels are `position:token`. Row $t$ is what the new query at step $t$ attends to.
 # > The rows above it were computed at earlier steps and do not change, which is why caching is exact.
 # > Grey rows have not been computed yet. This source has 5 real tokens padded to 7, so in the
-# > cross-attention player its last two positions get zero weight at every step.
+# > cross-attention player its last two positions get zero weight at every step. Under each player, a
+# > strip of three of its frames shows the same steps where the player cannot run (GitHub's notebook
+# > viewer drops its JavaScript).
 # >
 # > The cached decoding does not return its weights, so we rebuild them from the same layer's
 # > parameters: the decoder input (embedding $\cdot \sqrt{d_\text{model}}$ + PE, §3.4), causal
@@ -626,6 +698,13 @@ viz.step_through(growing(A_self[b, 0]), titles=step_titles, mode="html", interva
                  row_labels=labels, col_labels=labels, vmax=1.0, size=3.2)
 
 # %%
+# three of the player's frames, for viewers that drop its JavaScript
+shown = [1, T // 2, T - 1]
+viz.plot_attention(growing(A_self[b, 0])[shown], titles=[f"step {t}: next token {tokens[b, t + 1]}" for t in shown],
+                   row_labels=labels, col_labels=labels, vmax=1.0, size=2.6,
+                   suptitle="decoder self-attention (layer 1, head 1, sequence 2), frames of the player above")
+
+# %%
 # greedy_decode can return what each step attended to in the source: (layers, B, h, T, n_src).
 _, _, cross = refattn.greedy_decode(src, model, num_heads=h, bos=BOS, eos=EOS, max_len=8,
                                     src_lengths=src_lengths, return_weights=True)
@@ -634,6 +713,12 @@ src_labels = [f"{j}:{tok}" for j, tok in enumerate(src[b])]
 step_titles = [title.replace("self-attention", "cross-attention") for title in step_titles]
 viz.step_through(growing(cross[0, b, 0]), titles=step_titles, mode="html", interval=700,
                  row_labels=labels, col_labels=src_labels, xlabel="source position j", vmax=1.0, size=3.2)
+
+# %%
+# three of the player's frames, for viewers that drop its JavaScript
+viz.plot_attention(growing(cross[0, b, 0])[shown], titles=[f"step {t}: next token {tokens[b, t + 1]}" for t in shown],
+                   row_labels=labels, col_labels=src_labels, xlabel="source position j", vmax=1.0, size=2.6,
+                   suptitle="cross-attention (layer 1, head 1, sequence 2), frames of the player above")
 
 # %% [markdown]
 # ### Counting the attention work, with and without the cache
@@ -686,6 +771,15 @@ print(f"{'total':>6} {sum(per_step_cached):11d} {sum(per_step_full):9d}")
 # > re-projects all $t + 1$ positions (and the encoder memory) in every layer. The price is memory,
 # > $2 \cdot L \cdot h \cdot (t + 1) \cdot d_k$ numbers per sequence, which is what the later
 # > multi-query and grouped-query variants shrink.
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - Greedy decoding with the key/value cache gives the same logits as one teacher-forced pass over the
+#   decoded tokens, and a prefill followed by cached steps equals one pass over all positions.
+# - A cached step attends with bottom-right alignment: its new query is the last of $t + 1$ positions.
+# - With the cache, step $t$ computes one row of scores instead of $t + 1$; over the 8 steps here,
+#   736 query-key scores instead of 3648 (all layers, heads and sequences).
 
 # %% [markdown]
 # ## (i) Exercises

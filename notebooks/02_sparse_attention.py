@@ -3,8 +3,7 @@
 #
 # **T. Lin, Y. Wang, X. Liu, X. Qiu, "A Survey of Transformers", AI Open 2022,
 # [arXiv:2106.04554](https://arxiv.org/abs/2106.04554) (v2), §4.1 "Sparse Attention", Eq. (9), Figs. 4–6.**
-# S. Ghaderi's summary of the survey, *The Map of Transformers*, numbers the same material §3.1, and
-# refattn's catalogue follows that numbering. Each model paper is cited where its pattern appears.
+# Each model paper is cited where its pattern appears.
 #
 # $$
 # \hat A_{ij} =
@@ -20,25 +19,25 @@
 # Row $i$ keeps a set $J_i$ of keys, so $\operatorname{out}_i = \sum_{j \in J_i} \operatorname{softmax}_j(\hat A_{i,J_i})\, v_j$.
 # Eq. (9) of the survey writes $q_i k_j^\top$; refattn keeps the $1/\sqrt{d}$ of the vanilla Eq. (1).
 #
-# The plain text paraphrases the survey and the cited papers, with their section numbers (the
-# survey's wording could not be checked against the paper here, so nothing is put in its mouth).
-# Commentary is set apart as block quotes. Every derivation is checked against refattn to 1e-12, and every structural claim about a
-# pattern (a union, a limit, a tiling) is an `assert`.
+# The plain text paraphrases the survey and the cited papers, with their section numbers.
+# Commentary is set apart as block quotes. Every derivation is checked against refattn to 1e-12, and
+# every structural claim about a pattern (a union, a limit, a tiling) is an `assert`.
 #
 # > **Why sparse.** Dense attention scores all $n^2$ pairs. A *position-based* sparse pattern fixes,
 # > before seeing the data, which $(i, j)$ pairs are scored, so the work is the number of kept pairs
-# > (nnz), not $n^2$. The survey builds every such pattern from five *atomic* ones (Fig. 4), combines
-# > them into the *compound* patterns of published models (Fig. 5), and adds a few *extended* ones for
-# > trees and images (Fig. 6). H.-y. Lee's lecture on self-attention variants (NTU, *Machine
-# > Learning* 2022) walks the same path: local attention, then a stride, then global tokens, and, to
-# > the question of which one is best, the answer that different heads can use different patterns.
-# > Content-based sparse attention (Reformer, Routing Transformer), where the pattern depends on
-# > $q$ and $k$, is not covered here.
+# > (nnz), not $n^2$. The survey (§4.1.1) builds every such pattern from five *atomic* ones (§4.1.1.1,
+# > Fig. 4), combines them into the *compound* patterns of published models (§4.1.1.2, Fig. 5), and adds
+# > a few *extended* ones for trees and images (§4.1.1.3, Fig. 6). H.-y. Lee's lecture on
+# > self-attention variants (NTU, *Machine Learning* 2022) walks the same path: local attention, then
+# > a stride, then global tokens, and, to the question of which one is best, the answer that different
+# > heads can use different patterns.
+# > Content-based sparse attention (§4.1.2: Reformer, Routing Transformer), where the pattern depends
+# > on $q$ and $k$, is not covered here.
 #
-# **Contents.** (a) from the equation · (b) the five atomic patterns (Fig. 4) · (c) the bipartite
-# graph · (d) one row at a time, and the receptive field over layers · (e) compound patterns (Fig. 5)
-# · (f) extended patterns (Fig. 6) · (g) how much attention mass a pattern keeps · (h) cost versus
-# $n$ · (i) exercises
+# **Contents.** (a) from the equation · (b) the five atomic patterns (§4.1.1.1, Fig. 4) · (c) the
+# bipartite graph · (d) one row at a time, and the receptive field over layers · (e) compound patterns
+# (§4.1.1.2, Fig. 5) · (f) extended patterns (§4.1.1.3, Fig. 6) · (g) how much attention mass a
+# pattern keeps · (h) cost versus $n$ · (i) exercises
 
 # %%
 import time
@@ -116,11 +115,19 @@ fig
 # > 0). The other rows see a window of 5 keys (2 on each side and the token itself) plus key 0.
 
 # %% [markdown]
-# ## (b) The five atomic patterns (survey Fig. 4)
+# **Takeaways.**
+#
+# - Sparse attention is dense attention with $-\infty$ outside the pattern: a masked pair gets weight
+#   exactly 0, and each row's softmax runs over its kept keys only.
+# - The CSR path (`method="csr"`) visits only the kept pairs and returns one weight per pair; it equals
+#   the dense masked path, and the NumPy lines above, to $10^{-12}$.
+
+# %% [markdown]
+# ## (b) The five atomic patterns (survey §4.1.1.1, Fig. 4)
 #
 # - **Global.** To keep long-range dependencies, one can add some global nodes as the hub for
 #   information propagation between nodes: they attend to every node, and every node attends to them
-#   (survey §4.1.1, Fig. 4a; Longformer and BigBird call it global attention).
+#   (survey §4.1.1.1, Fig. 4a; Longformer and BigBird call it global attention).
 # - **Band** (a.k.a sliding window attention or local attention). Since most data come with a strong
 #   property of locality, it is natural to restrict each query to attend to its neighbor nodes
 #   (Fig. 4b).
@@ -183,6 +190,15 @@ for name, p in zip(atomic, patterns[False], strict=True):
 # > building a band at $n = 65536$ never allocates $n^2$ booleans (section (h)).
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Band, dilated, random and block local attention keep a bounded number of keys per row, so their
+#   nnz grows linearly in $n$; the global pattern's rows for global tokens span the whole sequence.
+# - The limits are exact and asserted: a band with $w \ge n$ is dense attention, dilation 1 is the
+#   band, an unlimited dilated window is strided attention, and each deterministic pattern's causal form
+#   is the non-causal one with $j \le i$ kept.
+
+# %% [markdown]
 # ## (c) Attention as a bipartite graph
 #
 # The survey's other view (§4.1): standard attention is a complete bipartite graph in which every
@@ -225,6 +241,14 @@ with styled():
 fig
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - A pattern is the biadjacency matrix of a bipartite graph from queries to keys, and its nnz is the
+#   number of edges; dense attention is the complete bipartite graph.
+# - A global hub puts any two tokens within two hops of each other, at the cost of one full row and
+#   one full column.
+
+# %% [markdown]
 # ## (d) One row at a time, and the receptive field over layers
 #
 # ### Stepping through BigBird's rows
@@ -235,7 +259,8 @@ fig
 # > blue, and in dark the keys that query $i$ keeps. Press ▶ (in a live kernel, `mode="widget"` gives a
 # > slider instead). Rows 0–1 and 22–23 are global and see everything. A middle row sees its 3 window
 # > blocks, the 2 global blocks and 1 random block: 12 keys, fewer next to the global blocks, where the
-# > window overlaps them. Both tokens of a block keep the same keys.
+# > window overlaps them. Both tokens of a block keep the same keys. The strip under the player shows
+# > four of its frames for viewers that drop its JavaScript (GitHub's notebook viewer).
 
 # %%
 n, b = 24, 2
@@ -248,6 +273,14 @@ titles = [f"query {i} (block {i // b}) keeps {bigbird24.row(i).size} keys\n"
 three_levels = ListedColormap(["white", "#b8c7e0", "#1b2a49"])   # not kept / kept by another row / kept by row i
 viz.step_through(frames, titles=titles, mode="html", interval=700, cmap=three_levels, vmax=1.0,
                  colorbar=False, size=3.3)
+
+# %%
+# four of the player's frames, for viewers that drop its JavaScript: a global row, a row next to a
+# global block, a middle row, the last global row
+shown = [0, 3, 12, 23]
+viz.plot_attention(frames[shown], titles=[f"query {i} (block {i // b}): {bigbird24.row(i).size} keys" for i in shown],
+                   cmap=three_levels, vmax=1.0, colorbar=False, size=2.6,
+                   suptitle=f"BigBird, n = {n}, b = {b}, r = 1: frames of the player above")
 
 
 # %% [markdown]
@@ -315,10 +348,18 @@ fig
 # > blocks). BigBird combines all three ingredients.
 
 # %% [markdown]
-# ## (e) Compound patterns (survey Fig. 5)
+# **Takeaways.**
+#
+# - After $L$ layers a token depends on every token within $L$ hops of the pattern's graph: a band with
+#   $w = 2$ needs 32 layers before every one of 64 tokens reaches every other.
+# - Two random keys per row connect all 64 tokens in 5 layers and one global token in 2: reach across
+#   layers is what the random and global parts of the compound patterns add.
+
+# %% [markdown]
+# ## (e) Compound patterns (survey §4.1.1.2, Fig. 5)
 #
 # Existing sparse attentions are often composed of more than one of the above atomic patterns
-# (§4.1.1). Each one below is built with refattn's model builder, and then **asserted equal to the union
+# (§4.1.1.2). Each one below is built with refattn's model builder, and then **asserted equal to the union
 # (`|`) of its atomic parts**, wherever the paper defines it that way.
 #
 # - **Star-Transformer** (Q. Guo et al., arXiv:1902.09113v3, §3.1): a ring of satellites (band of
@@ -411,12 +452,21 @@ viz.plot_pattern(np.array([p.to_mask() for p in heads]), titles=[f"head {h}: dil
                  enumerate(dilations)], size=2.2, suptitle="Longformer, one dilation per head (w = 4, G = {0})")
 
 # %% [markdown]
-# ## (f) Extended patterns (survey Fig. 6)
+# **Takeaways.**
+#
+# - The Star-Transformer, Longformer, ETC, BigBird and the Sparse Transformer are unions of atomic
+#   patterns, each asserted with `|`; BigBird's token pattern is its block layout expanded to $b \times b$
+#   tiles.
+# - Longformer's `window` is the paper's total $w$, $w/2$ keys on each side. Heads can use different
+#   patterns (here one dilation per head), and `sparse_attention` takes one pattern per head.
+
+# %% [markdown]
+# ## (f) Extended patterns (survey §4.1.1.3, Fig. 6)
 #
 # ### BP-Transformer: attention over a binary partition tree
 #
 # BP-Transformer builds a binary tree whose leaves are the tokens and whose internal nodes are span
-# nodes, each covering a contiguous run of tokens (survey §4.1.1; Z. Ye et al., arXiv:1911.04070v1, §3).
+# nodes, each covering a contiguous run of tokens (survey §4.1.1.3; Z. Ye et al., arXiv:1911.04070v1, §3).
 #
 # > The $n$ tokens are the leaves. Level $l$ has span nodes covering $2^l$ tokens. A token reads $k$
 # > nodes per level on each side: tokens near it, 2-token spans a little further away, 4-token spans
@@ -479,7 +529,7 @@ fig
 # ### Image Transformer: 2-D query blocks and memory blocks
 #
 # 2D block local attention, where query blocks and memory blocks are arranged directly in 2D plate
-# (§4.1.1; N. Parmar et al., arXiv:1802.05751v3, §3.3).
+# (§4.1.1.3; N. Parmar et al., arXiv:1802.05751v3, §3.3).
 #
 # > Pixels are positions $r W + c$ of an $H \times W$ image in raster order. The image is tiled into
 # > query blocks of $h_q \times w_q$ pixels. Each query block attends to a memory block that extends it
@@ -515,7 +565,7 @@ fig
 # %% [markdown]
 # ### Axial attention: rows, then columns
 #
-# Axial Transformer applies independent attention modules along each axis of the image (§4.1.1;
+# Axial Transformer applies independent attention modules along each axis of the image (§4.1.1.3;
 # J. Ho, N. Kalchbrenner, D. Weissenborn, T. Salimans, arXiv:1912.12180v1, §3).
 #
 # > One layer of row attention mixes each row and one layer of column attention each column. Each
@@ -549,6 +599,15 @@ fig = viz.plot_pattern(np.array([p.reshape(H, W) for p in panels.values()]), tit
 for ax in fig.axes:
     ax.plot(c, r, "o", color="C3", ms=6)
 fig
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - A BP-Transformer token reads tree nodes that tile the sequence exactly once, fine near it and coarse
+#   far away: $O(k \log(n/k))$ nodes per token.
+# - The Image Transformer's 2-D blocks and axial attention are patterns over pixels in raster order.
+#   One axial row layer and one column layer together reach the whole image; with causal masks they
+#   reach only the rectangle above and to the left.
 
 # %% [markdown]
 # ## (g) How much of the dense attention does a pattern keep?
@@ -641,7 +700,7 @@ fig
 # > position is privileged, and the error is large. It exceeds 1 because the dense output averages 256
 # > random values and is small, while a sparse row averages a few and is not. On the local input, the
 # > patterns with a contiguous window (band, Longformer, ETC, BigBird, the Sparse Transformer's band
-# > part, block local, the Image Transformer's 2-D block) keep 84–93 % of the mass. The
+# > part, block local, the Image Transformer's 2-D block) keep 83–93 % of the mass. The
 # > Star-Transformer keeps 60 % with only 5 keys per row. Dilation skips half of the nearest
 # > neighbours and keeps 53 %. Global tokens, random keys and strides keep little, because they were
 # > added for reach across layers (section (d)), not for mass in one layer. The walk is 1-D in the
@@ -682,6 +741,15 @@ fig
 # > On the local input a window of 8 keys on each side (6.5 % of the pairs) keeps about 90 % of the
 # > dense attention. On the iid input the kept mass follows the density line all the way. The error
 # > falls to exactly zero (to rounding) at $w = n - 1$, where the band is the full attention.
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - On inputs without structure a pattern keeps about its density of the dense attention mass, and the
+#   output error is large.
+# - On the local input the patterns with a contiguous window keep 83–93 % of the mass; global tokens,
+#   random keys and strides keep little in one layer, since they are there for reach across layers.
+# - The band's error falls to 0 (to rounding) at $w = n - 1$, its exact limit.
 
 # %% [markdown]
 # ## (h) Cost versus $n$
@@ -791,6 +859,16 @@ for n in (1024, 4096, 16384):
 assert seconds["dense", 4096] > seconds["csr", 4096]       # robust: about n²/nnz = 32 times less work
 lines.append(f"at n = 4096 the CSR kernel beat the dense masked path: {seconds['dense', 4096] > seconds['csr', 4096]}")
 print("\n".join(lines))                                   # one print: no timing-dependent stream splits
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - The cost of a pattern is its number of kept pairs. It grows linearly in $n$ for the band, block local,
+#   random, Longformer and BigBird patterns, like $n\sqrt n$ for the Sparse Transformer with $l = \sqrt n$
+#   and for axial attention, a little faster than linearly for BP-Transformer (its $\log n$ factor), and
+#   like $n^2$ for dense attention.
+# - Every pattern is built in CSR form without an $n \times n$ array, and the CSR kernel, doing 32 times
+#   less work, beats the dense masked path at $n = 4096$.
 
 # %% [markdown]
 # ## (i) Exercises

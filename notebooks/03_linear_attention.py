@@ -3,8 +3,6 @@
 #
 # **T. Lin, Y. Wang, X. Liu, X. Qiu, "A Survey of Transformers", AI Open 2022,
 # [arXiv:2106.04554](https://arxiv.org/abs/2106.04554) (v2), §4.2 "Linearized Attention", Eq. (11)–(13).**
-# S. Ghaderi's summary of the survey, *The Map of Transformers*, numbers the same material §3.2, and
-# refattn's catalogue follows that numbering.
 # **A. Katharopoulos, A. Vyas, N. Pappas, F. Fleuret, "Transformers are RNNs: Fast Autoregressive
 # Transformers with Linear Attention", ICML 2020, [arXiv:2006.16236](https://arxiv.org/abs/2006.16236) (v3).**
 # **K. Choromanski et al., "Rethinking Attention with Performers", ICLR 2021,
@@ -37,11 +35,10 @@
 # Shapes, as everywhere in refattn: $n$ queries, $m$ keys, $d$ the width of $q$ and $k$, $d_v$ the
 # width of $v$, $F$ the number of features $\phi$ returns.
 #
-# The plain text paraphrases the survey and the papers, with their section numbers. Their wording
-# could not be checked here, so nothing of theirs is put in quotation marks; the only quotations are
-# the titles and one printed result of two GitHub issues, in (h). Commentary is set apart as block
-# quotes. Every derivation is checked against refattn to 1e-12, and every limit and identity is an
-# `assert`.
+# The plain text paraphrases the survey and the papers, with their section numbers; the only
+# quotations are the titles and one printed result of two GitHub issues, in (h). Commentary is set
+# apart as block quotes. Every derivation is checked against refattn to 1e-12, and every limit and
+# identity is an `assert`.
 #
 # > **Why linear.** Softmax attention scores all $n \times m$ pairs, because $\exp(q^\top k)$ does
 # > not split into a function of $q$ times a function of $k$. A kernel $\phi(q)^\top\phi(k)$ does,
@@ -139,6 +136,15 @@ print(f"left  order: (φ(Q) φ(K)ᵀ) is {(phi_q @ phi_k.T).shape}, then times V
 print(f"right order: φ(K)ᵀV is {KV.shape} and φ(K)ᵀ1 is {z.shape}, then φ(Q) {phi_q.shape} times them")
 print("rows of A sum to", A.sum(axis=1).round(12), " min entry", A.min().round(3), "(φ > 0, so A > 0)")
 
+# %% [markdown]
+# **Takeaways.**
+#
+# - With a kernel $\phi(q)^\top\phi(k)$ in place of $\exp(q^\top k/\sqrt d)$ the products can be taken in
+#   either order: the left one forms an $n \times m$ matrix, the right one an $F \times d_v$ matrix, and
+#   the two agree to rounding.
+# - elu + 1 gives positive features, so the effective attention matrix is positive and its rows sum
+#   to 1, as softmax weights do.
+
 
 # %% [markdown]
 # ## (b) The cost of the two orders, counted
@@ -235,6 +241,14 @@ fig
 # > the right one an $F \times d_v$ matrix, whatever $N$ is. (Wall-clock times depend on the machine and
 # > on BLAS, so none are printed here; `python -m refattn bench linear` measures the causal scan
 # > against the quadratic path.)
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - Counted from the shapes, the left order costs $(F + d_v)N^2$ multiply-adds and the right one
+#   $2 F d_v N$; they cross at $N^\ast = 2 F d_v/(F + d_v)$, the harmonic mean of $F$ and $d_v$.
+# - Beyond $N^\ast$ the right order saves a factor $N/N^\ast$, and the matrix it stores,
+#   $F \times d_v$, does not grow with $N$.
 
 # %% [markdown]
 # ## (c) The kernel view: elu + 1 and Performer's random features
@@ -339,6 +353,15 @@ viz.plot_attention(A_grid, titles=[f"{name}\n" + ("exp(q·k/√d)" if name.start
 # > by about 10, and its attention is nearly uniform (the flat second panel). Its "errors" in the table
 # > measure how far another kernel is from softmax, not an estimation error; in a trained model the
 # > projections adapt to the kernel.
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - elu + 1 is another kernel, not an estimate of the softmax kernel; Performer's random features give
+#   unbiased estimates of $\exp(q^\top k/\sqrt d)$, and Performer attention is linear attention with
+#   those features.
+# - The trig features are the most accurate on the largest kernel values and the least on the smallest,
+#   the positive features the other way round; only the trig features give negative weights.
 
 # %% [markdown]
 # ## (d) Error versus the number of random features
@@ -469,6 +492,14 @@ fig
 # > the error approaches its $1/\sqrt m$ regime only at much larger $m$: section (h).
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Lemma 2's closed-form MSE agrees with 4000 independent draws at every $m$ and falls like $1/m$; the
+#   constant in front depends on the pair and differs by orders of magnitude between the estimators.
+# - On a whole attention layer the output error falls like $1/\sqrt m$, and orthogonal $\omega$ lower it
+#   once $m \ge d$.
+
+# %% [markdown]
 # ## (e) The RNN view, token by token
 #
 # With a causal mask the sums run over $j \le i$ (Katharopoulos et al., §3.3), and they
@@ -518,6 +549,15 @@ viz.step_through(states, mode="html", interval=900, cmap="RdBu_r", vmin=-lim, vm
                  row_labels=[f"φ{f}" for f in range(F)], col_labels=[str(c) for c in range(d_v)] + ["z"],
                  xlabel="value dim of S  |  z", ylabel="feature f")
 
+# %%
+# three of the player's frames, for viewers that drop its JavaScript
+shown = [0, n // 2 - 1, n - 1]
+viz.plot_attention(states[shown], cmap="RdBu_r", vmin=-lim, vmax=lim, size=2.2,
+                   titles=[f"after token {i}: [S_{i} | z_{i}]" for i in shown],
+                   row_labels=[f"φ{f}" for f in range(F)], col_labels=[str(c) for c in range(d_v)] + ["z"],
+                   xlabel="value dim of S  |  z", ylabel="feature f",
+                   suptitle="the state [S_i | z_i] of causal linear attention (elu + 1), frames of the player above")
+
 # %% [markdown]
 # > Each frame is the whole state after one more token: the $F \times d_v$ block is $S_i$, the last
 # > column is $z_i$. Every step adds the rank-one term $\phi(k_i)v_i^\top$ to $S$ and $\phi(k_i) > 0$
@@ -525,12 +565,18 @@ viz.step_through(states, mode="html", interval=900, cmap="RdBu_r", vmin=-lim, vm
 # > Nothing is ever removed: the memory of the plain sum rule forgets nothing and weighs all
 # > past tokens by their kernel value alone, which is what the gated and delta-rule memories of (f)
 # > change. The next player shows the same computation as rows of the effective matrix: at step $i$,
-# > row $i$ appears; earlier rows never change.
+# > row $i$ appears; earlier rows never change. Under each player, a strip of three of its frames
+# > shows the same steps for viewers that drop its JavaScript (GitHub's notebook viewer).
 
 # %%
 frames = np.where(np.arange(n)[None, :, None] <= np.arange(n)[:, None, None], A_causal[None], np.nan)
 viz.step_through(frames, mode="html", interval=900, vmax=1.0, size=2.8,
                  titles=[f"step {i}: row {i} = φ(q_{i})ᵀφ(k_j) / φ(q_{i})ᵀz_{i}" for i in range(n)])
+
+# %%
+# the same three steps of this player, for viewers that drop its JavaScript
+viz.plot_attention(frames[shown], vmax=1.0, size=2.4, titles=[f"step {i}: rows 0–{i}" for i in shown],
+                   suptitle="causal linear attention (elu + 1), the effective matrix row by row")
 
 # %%
 d_model = d_v_model = F_model = 64
@@ -545,6 +591,15 @@ for e in (8, 10, 12, 14, 16):
 # > the sequence; the linear-attention state is $F d_v + F$ numbers, fixed. That is the whole
 # > advantage at inference, and also its limit: a fixed-size state cannot hold an unbounded number of
 # > associations exactly, and with the sum rule every new write interferes with the old ones.
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - Causal linear attention is a recurrent network whose state $(S_i, z_i)$ has a fixed size,
+#   $F \times (d_v + 1)$: the five-line loop, the masked left product and the Numba scan agree, and no
+#   output depends on a later token.
+# - The sum rule only adds: $z$ grows at every step and nothing written is ever removed.
+# - Softmax decoding keeps a key/value cache that grows with $n$; the linear state does not.
 
 # %% [markdown]
 # ## (f) Gated and delta-rule memories
@@ -658,6 +713,15 @@ fig
 # > columns of earlier tokens fade fast and the minimum entry is printed above.
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Gated RFA scales older contributions by the gates, a learned recency bias. Its decay form with
+#   $g \equiv 1$ is causal linear attention, and its paper form with $g \equiv 0$ returns each token's value.
+# - The delta rule replaces what the memory holds for a key: when $\beta_i\|\phi(k_i)\|^2 = 1$, reading
+#   the key just written returns its value exactly. Its effective matrix is not row-stochastic and can
+#   have negative entries.
+
+# %% [markdown]
 # ## (g) Efficient Attention
 #
 # Z. Shen, M. Zhang, H. Zhao, S. Yi, H. Li, "Efficient Attention: Attention with Linear
@@ -675,7 +739,7 @@ fig
 # > matrix $A = \rho_q(Q)\rho_k(K)^\top$ has rows that sum to 1, since
 # > $\sum_j A_{ij} = \sum_c \rho_q(Q)_{ic}\sum_j\rho_k(K)_{jc} = \sum_c \rho_q(Q)_{ic} = 1$, and rank at most
 # > $d$. The column softmax runs over *all* positions, so there is no causal form: every output
-# > depends on every key, and the catalogue's uniform door refuses `causal=True`.
+# > depends on every key, and the registry's uniform `apply` refuses `causal=True`.
 
 # %%
 n, m, d, d_v = 12, 12, 4, 3
@@ -709,6 +773,14 @@ viz.plot_attention(np.array([A_soft, A_eff]), size=2.8,
 # > $d$ distributions over the keys, the columns of $\rho_k(K)$, which is why its rows look alike.
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Efficient Attention normalises $Q$ over its features and $K$ over the positions: its effective
+#   matrix is positive, row-stochastic and of rank at most $d$.
+# - It is a different function of $Q$ and $K$ from softmax attention, not an approximation of it, and
+#   it has no causal form.
+
+# %% [markdown]
 # ## (h) Why Performer's relative errors can be large
 #
 # Users of `lucidrains/performer-pytorch` have reported large errors against exact attention, for
@@ -726,9 +798,9 @@ viz.plot_attention(np.array([A_soft, A_eff]), size=2.8,
 # > about $\sqrt{e^{22.6}/1024} \approx 2.5 \cdot 10^3$. No practical $m$ fixes that: the number of
 # > features needed grows like $e^{\|x + y\|^2}$.
 # >
-# > And the 73 %? performer-pytorch's `softmax_kernel` (in the version read for this notebook) follows
-# > the official code: it subtracts a maximum inside the exponential and adds $\epsilon = 10^{-4}$ to
-# > every feature. refattn reproduces both with `stabilize=True, eps=1e-4` (see `favor_features`).
+# > And the 73 %? performer-pytorch's `softmax_kernel` follows the official code: it subtracts a
+# > maximum inside the exponential and adds $\epsilon = 10^{-4}$ to every feature. refattn reproduces
+# > both with `stabilize=True, eps=1e-4` (see `favor_features`).
 # > When the key features are tiny next to $\epsilon$, every key gets nearly the same features, and
 # > the output tends to the plain average of the values. Below, the issue's setting is measured
 # > three ways, with the issue's metric, $\operatorname{mean}|\text{fast} - \text{exact}| /
@@ -832,6 +904,15 @@ fig
 # > the estimate is good; a comparison on random unit-variance inputs is close to the worst case. If
 # > the layer must match softmax, keep $\|q\|, \|k\|$ small or use exact attention; if it need not, a
 # > deterministic map such as elu + 1 has no variance at all.
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - The relative error of one positive-feature kernel entry is $\sqrt{(e^{\|x + y\|^2} - 1)/m}$: it grows
+#   exponentially with the query and key norms, and standard normal inputs at $d = 128$ are far outside
+#   the range where 1024 features help.
+# - With the official code's $\epsilon$ the estimate collapses to the plain average of the values, the
+#   73 % error of the issue; here, from $\|x + y\|^2 \approx 2.5$ on, neither estimate beats that average.
 
 # %% [markdown]
 # ## (i) Exercises

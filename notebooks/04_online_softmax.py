@@ -32,8 +32,8 @@
 # memory that does not grow with the number of keys for one query, and their practical chunked
 # implementation needs $O(\sqrt n)$ for self-attention.
 #
-# The plain text paraphrases the papers, with their section and algorithm numbers. Their wording could not
-# be checked here, so nothing of theirs is put in quotation marks. Commentary is set apart as block quotes.
+# The plain text paraphrases the papers, with their section and algorithm numbers. Commentary is set apart
+# as block quotes.
 # Every derivation is an `assert` against refattn to $10^{-13}$.
 #
 # > In refattn the equation path, `scaled_dot_product_attention(..., method="equation")` (the default),
@@ -181,6 +181,14 @@ for block in [(4, 4), (2, 6), (8, 12), (3, 5), (5, 7), (1, 1), (16, 32)]:
           f"{np.abs(blocked - exact).max():20.1e}")
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Folding key tiles into a running maximum, a running sum and an unnormalised output is exact: the
+#   rescaling by $e^{m_\text{old} - m_\text{new}}$ only applies $e^{a + b} = e^a e^b$.
+# - For every tile size tried, dividing $n$ and $m$ or not, the NumPy loop and `method="blocked"` agree
+#   with the equation path to about $10^{-15}$, in the output and in the log-sum-exp.
+
+# %% [markdown]
 # ## (b) Tile by tile
 #
 # > One head, $n = 8$ queries, $m = 12$ keys, key tiles of 4: three steps. Each frame of the player shows
@@ -189,7 +197,8 @@ for block in [(4, 4), (2, 6), (8, 12), (3, 5), (5, 7), (1, 1), (16, 32)]:
 # > row sums to $\ell_i$. When a new tile holds a larger score, the whole row dims: that is the rescaling by
 # > $e^{m_\text{old} - m_\text{new}}$. The last frame divides by $\ell$ and is the softmax, equal to the
 # > equation path's weights. The titles give the largest error of the partial output $a_i / \ell_i$ against
-# > the final one.
+# > the final one. Under the player, its four frames side by side, for viewers that drop its JavaScript
+# > (GitHub's notebook viewer).
 
 # %%
 n, m, d, tile = 8, 12, 4, 4
@@ -221,6 +230,12 @@ viz.step_through(np.array(frames), titles=titles, mode="html", interval=1200, vm
                  xlabel="key j (tiles of 4)")
 
 # %%
+# the player's four frames side by side, for viewers that drop its JavaScript
+viz.plot_attention(np.array(frames), vmax=1.0, size=2.6, xlabel="key j (tiles of 4)",
+                   titles=[f"after tile {t + 1} of 3" for t in range(3)] + ["divided by ℓ: the softmax"],
+                   suptitle="e^(s − m) on the keys read so far (grey: not read yet), frames of the player above")
+
+# %%
 print("per query i (rows), after tiles 1, 2, 3 (columns)")
 for name, index in (("running max m_i", 0), ("running sum l_i", 1), ("|a_i / l_i - final_i|", 2)):
     print(f"\n{name}:\n", np.stack([step[index] for step in history], axis=1))
@@ -245,6 +260,13 @@ fig
 # > from the answer. Only after the last tile is it the attention over all keys, to rounding. The running sum
 # > can *fall* from one tile to the next: that happens when the maximum jumps, because $\ell$ is measured in
 # > units of $e^{m}$.
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - After each tile the state holds the exact attention over the keys read so far, which can be far from
+#   the final output; after the last tile it is the attention over all keys, to rounding.
+# - A row's running maximum never decreases, while its running sum can fall when the maximum jumps.
 
 # %% [markdown]
 # ## (c) Memory versus $n$
@@ -329,6 +351,14 @@ for n_ in (512, 1024, 2048, 4096):
 # > from $n = 512$ to $4096$. The blocked path's grows like $n$, because it is the output plus a constant
 # > scratch. The time is another matter and is not measured here: `python -m refattn bench sdpa` times
 # > both paths.
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - The equation path's peak memory is three $h \times n \times m$ float64 arrays and grows like $n^2$; one
+#   score matrix alone is 64 GiB at $n = 32768$ with 8 heads.
+# - The blocked path never forms the scores: beyond the output it needs a fixed scratch per running task,
+#   so its peak grows like $n$.
 
 # %% [markdown]
 # ## (d) The log-sum-exp merge
@@ -458,6 +488,16 @@ for n, m in ((5, 9), (9, 5)):
 # > The same $-\infty$ is the online softmax's starting state $m^{(0)}$, and the reason refattn's kernel
 # > treats "no key seen yet" separately: $e^{m_\text{old} - m_\text{new}}$ with both $-\infty$ would be
 # > $e^{\text{NaN}}$ (exercise 1).
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - Attention over two disjoint key sets combines from the two (output, log-sum-exp) pairs alone, and
+#   folding tiles in with `merge_attention` is the online-softmax step of (a).
+# - The merge is associative up to rounding, so split-KV decoding can merge its chunks in any order or
+#   tree.
+# - A part that sees no key carries lse $= -\infty$ and gets weight exactly 0, whatever its output holds;
+#   every split of a causal mask, with $n < m$ or $n > m$, merges to the full result.
 
 # %% [markdown]
 # ## (e) Exercises

@@ -21,9 +21,9 @@
 # with $c$ the implementation under test (the *candidate*), $o$ a high-precision reference and $b$ a
 # plain implementation run in the candidate's dtype (the *baseline*).
 #
-# The plain text paraphrases the papers, with their section numbers. The only words quoted are lines
-# of FlashAttention's test code, reproduced exactly as they appear there. Commentary is set apart as
-# block quotes. Every claim about a report is an `assert` on the report's fields or text.
+# The plain text paraphrases the papers, with their section numbers; the only quotations are lines of
+# FlashAttention's test code. Commentary is set apart as block quotes. Every claim about a report is
+# an `assert` on the report's fields or text.
 #
 # **Contents.** (a) what the oracle is for, and its three rules · (b) a correct float32 candidate
 # passes · (c) six typical bugs, each named by the report · (d) gradients · (e) the
@@ -152,6 +152,15 @@ for name, table in TABLES.items():
 
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - The default rule needs no hand-picked tolerance: a float64 oracle, a baseline that runs the same
+#   equations in the candidate's dtype, and a bound of twice the baseline's error (three times for
+#   gradients) plus a rounding-noise floor. The bound follows the dtype, the sizes and the logits.
+# - The table and ulp rules reproduce the fixed tolerances of other projects' tests (PyTorch, xFormers,
+#   JAX) when a check must match theirs.
+
+# %% [markdown]
 # ## (b) A correct float32 candidate passes under every rule
 #
 # > The candidate is written here, in a few NumPy lines, the way a port to another framework would
@@ -188,6 +197,14 @@ for rule, options in rules:
     assert report.passed
     print(f"{rule:5} {options.get('table', ''):13} pass   {report['out'].threshold}")
 
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - A correct float32 implementation that orders its operations differently passes under every rule,
+#   with an error about the size of the baseline's.
+# - Relative error says little at outputs close to 0, where sums cancel; the rules bound absolute error
+#   at the array's scale.
 
 # %% [markdown]
 # ## (c) Six typical bugs, each named by the report
@@ -420,6 +437,14 @@ for bug, report in named.items():
 
 
 # %% [markdown]
+# **Takeaways.**
+#
+# - Every bug fails the check, and each convention mix-up (causal alignment, mask polarity, the missing
+#   scale, input or output layout, the fully-masked policy) is named in a `matches if` line.
+# - Float16 running sums fail with no convention named: the error is arithmetic, and the report lists
+#   the conventions it tried.
+
+# %% [markdown]
 # ## (d) Gradients
 #
 # FlashAttention does not store the $n \times m$ weights for the backward pass; it recomputes them
@@ -486,7 +511,15 @@ print("dq error / |dq| of the oracle:", f"{np.max(np.abs(dq_c - grads.dq)) / np.
 # > fail by an error comparable to the gradients themselves. A gradient check that compared only the
 # > loss, or only `dv`, would have missed it. No convention explains it, so the report lists what it
 # > tried.
+
+# %% [markdown]
+# **Takeaways.**
 #
+# - Gradients are compared with `refattn.oracle.sdpa_vjp` under the factor 3. A backward pass without the
+#   row-sum term of the softmax's Jacobian passes on the output and `dv` and fails on `dq` and `dk`.
+# - A check of the output alone, or of `dv` alone, would have missed that bug.
+
+# %% [markdown]
 # ## (e) The extended-precision tier: who checks the oracle?
 #
 # A float64 oracle is only as good as its own error. For a float32 candidate the margin is
@@ -533,7 +566,16 @@ print(f"refattn's own distance to it:  max|refattn − mp| = {np.max(np.abs(out6
 # > candidate that rounds in another order, no room for a float64 candidate with a real bug. Without
 # > the 50-digit tier nobody could say whether refattn's last few bits are right, and an oracle
 # > whose error is unknown cannot set a float64 threshold.
+
+# %% [markdown]
+# **Takeaways.**
 #
+# - refattn's float64 attention is held to a 50-digit mpmath evaluation: the weights within a few ulps,
+#   the outputs within one or two ulps of the size of the terms they sum.
+# - That sets a float64 threshold that means something: the mpmath result passes it, and refattn's own
+#   error is a few dozen times smaller than it.
+
+# %% [markdown]
 # ## (f) Log-sum-exp and merging partial attentions
 #
 # With `return_lse=True`, `scaled_dot_product_attention` also returns $\ell_i = \log \sum_j e^{S_{ij}}$
@@ -577,7 +619,15 @@ print("two halves merged == full attention; four blocks merged online == full at
 # %% [markdown]
 # > A blocked candidate that also returns its log-sum-exp (FlashAttention's `softmax_lse`) can be
 # > compared with `full_lse` the same way; `check` itself compares outputs and gradients only.
+
+# %% [markdown]
+# **Takeaways.**
 #
+# - Attention over disjoint key sets combines exactly from the (output, log-sum-exp) pairs: two halves,
+#   or blocks folded in one at a time from the empty state.
+# - `return_lse=True` gives the log-sum-exp a blocked candidate can be compared with.
+
+# %% [markdown]
 # ## (g) Fixtures for other languages
 #
 # A CUDA kernel, a Rust crate or a JAX function cannot call refattn, but it can read a file.
@@ -654,7 +704,16 @@ with tempfile.TemporaryDirectory() as tmp:                        # nothing is w
 # > language can gate on the exit code and still show a reader the numbers. Write the fixture with
 # > `--layout bnhd` for an implementation that takes `(b, n, h, d)` arrays; the conventions travel
 # > in the file, so the check needs no flags.
+
+# %% [markdown]
+# **Takeaways.**
 #
+# - A fixture is an `.npz` with the inputs, the conventions and refattn's results; the other
+#   implementation adds its output, and `python -m refattn check` prints the same report as `check_file`
+#   and exits 0 (pass) or 1 (fail).
+# - A malformed file gets exit code 2 and a one-line error on stderr, never a traceback.
+
+# %% [markdown]
 # ## (h) Exercises
 #
 # 1. **Gradients through a file.** Extend `candidate_with_grads` of (d) to a causal mask (masked
