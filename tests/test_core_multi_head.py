@@ -300,7 +300,7 @@ def test_inputs_not_modified(rng):
 
 
 def test_bad_mask_shape_is_reported_as_given(rng):
-    # DESIGN.md: errors name the argument and the shapes *seen*; the user passed (2, 3, 4).
+    # The convention: errors name the argument and the shapes *seen*; the user passed (2, 3, 4).
     p = init_multi_head(rng, 4, 2)
     x, mem = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4))
     with pytest.raises(ValueError, match=r"mask has shape \(2, 3, 4\)"):
