@@ -123,9 +123,6 @@ class Mechanism:
     nonnegative : bool, default True
         The effective weights are >= 0 (trigonometric random features, for one, can weigh a key
         negatively).
-    needs : tuple of str, default ()
-        Options ``apply`` cannot do without when called on arbitrary q, k, v, with a value the shared
-        tests may use (e.g. padding_mask's ``lengths``) given by :meth:`example_options`.
     example_length : int, default 7
         A sequence length at which ``apply`` is defined (some patterns exist only at particular
         lengths: a multiple of a block size, the node count of a tree), used by the shared tests.

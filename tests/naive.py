@@ -263,7 +263,7 @@ def bp_token_reads(t, n, k):
     return reads
 
 
-def bp_keep(i, j, n, m, causal, k=1):
+def bp_keep(i, j, n, m, causal, nodes_per_level=1):
     """BP-Transformer over the nodes of ``bp_nodes`` (n of them): a token reads ``bp_token_reads``
     (contextual edges), a span node its own tokens (affiliated edges)."""
     tokens = next(t for t in range(1, n + 1) if len(bp_nodes(t)) == n)
@@ -271,7 +271,7 @@ def bp_keep(i, j, n, m, causal, k=1):
     (level_i, first_i, stop_i), (level_j, first_j, _) = nodes[i], nodes[j]
     if level_i > 0:
         return level_j == 0 and first_i <= first_j < stop_i
-    return (level_j, first_j) in bp_token_reads(first_i, tokens, k)
+    return (level_j, first_j) in bp_token_reads(first_i, tokens, nodes_per_level)
 
 
 def image_width(n):
@@ -560,8 +560,8 @@ NAIVE: dict[str, NaiveCase] = {
     "sparse_transformer": NaiveCase(pattern(sparse_transformer_keep), (
         DEFAULTS, fixed(kind="fixed", c=2), fixed(local_window="official", part=1),
         fixed(kind="fixed", stride=4, c=1, subblock=1, part=2))),
-    # BP's k (nodes per level) cannot reach apply: the option's name is apply's argument k, the keys.
-    "bp_transformer": NaiveCase(pattern(bp_keep), (DEFAULTS,), lengths=(6, 11)),
+    "bp_transformer": NaiveCase(pattern(bp_keep), (DEFAULTS, fixed(nodes_per_level=2), fixed(nodes_per_level=3)),
+                                lengths=(6, 11)),
     "image_transformer": NaiveCase(pattern(image_transformer_keep), (
         DEFAULTS, fixed(order="block-raster"), fixed(flange="both", query_block=(2, 3), memory_flange=(1, 0)),
         fixed(order="block-raster", query_block=(1, 3), memory_flange=(2, 1))), lengths=(12,)),

@@ -204,11 +204,12 @@ def bp_transformer_pattern(n: int, k: int, *, causal: bool = False) -> SparsePat
     return SparsePattern(indptr, indices, N, N)
 
 
-def _bp_transformer(n, m, causal, rng, k=1):
-    """over the tree's nodes (tokens, then span nodes). Its causal option (the paper's, left context
-    only) orders tokens, not node indices, so the registry entry offers no causal=True: span nodes, indexed
-    after every token, would break j ≤ i."""
-    return bp_transformer_pattern(_bp_tokens(n), k, causal=causal)
+def _bp_transformer(n, m, causal, rng, nodes_per_level=1):
+    """over the tree's nodes (tokens, then span nodes), k = nodes_per_level = 1 (the option is not called
+    k, which names the keys). Its causal option (the paper's, left context only) orders tokens, not node
+    indices, so the registry entry offers no causal=True: span nodes, indexed after every token, would
+    break j ≤ i."""
+    return bp_transformer_pattern(_bp_tokens(n), nodes_per_level, causal=causal)
 
 
 def _bp_tokens(nodes: int) -> int:
