@@ -7,28 +7,15 @@ bottom-right causal alignment, an explicit fully-masked-row policy) and explicit
 from __future__ import annotations
 
 from . import linear, oracle, registry, sparse
-from .core.encoder_decoder import (
-    DecoderCache,
-    DecoderLayerParams,
-    EncoderLayerParams,
-    decoder_layer,
-    decoder_layer_step,
-    encoder_layer,
-    init_decoder_layer,
-    init_encoder_layer,
-)
-from .core.layers import (
-    FeedForwardParams,
-    LayerNormParams,
-    feed_forward,
-    init_feed_forward,
-    init_layer_norm,
-    layer_norm,
-)
-from .core.masks import causal_mask, padding_mask
+from .core.causal_mask import causal_mask
+from .core.decoder_layer import DecoderCache, DecoderLayerParams, decoder_layer, decoder_layer_step, init_decoder_layer
+from .core.encoder_layer import EncoderLayerParams, encoder_layer, init_encoder_layer
+from .core.ffn import FeedForwardParams, feed_forward, init_feed_forward
+from .core.layer_norm import LayerNormParams, init_layer_norm, layer_norm
 from .core.multi_head import MultiHeadParams, init_multi_head, multi_head_attention
-from .core.positional import sinusoidal_positional_encoding, sinusoidal_rotation
+from .core.padding_mask import padding_mask
 from .core.sdpa import scaled_dot_product_attention
+from .core.sinusoidal_pe import sinusoidal_positional_encoding, sinusoidal_rotation
 from .core.softmax import softmax
 from .core.transformer import (
     TransformerParams,

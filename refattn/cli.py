@@ -2,7 +2,8 @@
 
 - ``list [--json | --markdown]``: the catalogue (one line per mechanism, a JSON list of records, or
   the README's Markdown table).
-- ``figures [--out DIR] [--only ID ...]``: regenerate the PNGs of ``figures/`` (seeded, byte-stable).
+- ``figures [--out DIR] [--only ID ...]``: regenerate the PNGs of ``figures/`` (seeded, byte-stable) and,
+  when writing the repository's own ``figures/``, the README's catalogue table.
 - ``bench FAMILY [...]``: speed and memory benchmarks, e.g. ``bench sparse``.
 - ``export --case NAME --out FILE.npz [--layout bnhd]`` / ``export --list``: write a fixture (inputs,
   conventions, refattn's outputs and gradients) for another implementation's tests.
@@ -21,6 +22,7 @@ from . import registry
 __all__ = ["main"]
 
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
+README = FIGURES_DIR.parent / "README.md"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     fmt.add_argument("--json", action="store_true", help="a JSON list of records")
     fmt.add_argument("--markdown", action="store_true", help="the README's catalogue table")
 
-    p_fig = sub.add_parser("figures", help="regenerate the figures (one PNG per mechanism)")
+    p_fig = sub.add_parser("figures", help="regenerate the figures (one PNG per mechanism) and, writing the "
+                           "repository's own figures/, the README's catalogue table")
     p_fig.add_argument("--out", type=Path, default=FIGURES_DIR, help=f"output folder (default {FIGURES_DIR})")
     p_fig.add_argument("--only", nargs="+", metavar="ID", help="only these mechanism ids or sheet names")
 
@@ -90,14 +93,17 @@ def _list(args) -> int:
 
 
 def _figures(args) -> int:
-    from .figures import FIGURES, write_figures  # matplotlib only when drawing
+    from .figures import figure_names, write_figures  # matplotlib only when drawing
 
-    names = args.only or list(FIGURES)
-    unknown = [n for n in names if n not in FIGURES]
+    known = figure_names()
+    names = args.only or known
+    unknown = [n for n in names if n not in known]
     if unknown:
-        print(f"unknown figure(s): {', '.join(unknown)}; known: {', '.join(FIGURES)}", file=sys.stderr)
+        print(f"unknown figure(s): {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return 2
     write_figures(args.out, names, progress=True)
+    if args.out.resolve() == FIGURES_DIR and README.is_file() and registry.update_readme_catalogue(README):
+        print(f"updated the catalogue table of {README}", file=sys.stderr)   # the repository's own figures
     return 0
 
 

@@ -38,7 +38,17 @@ _COMPUTE_DTYPES = (np.float16, np.float32, np.float64)
 # --- dtypes and arrays ------------------------------------------------------------------------------
 
 def compute_dtype(dtype) -> np.dtype:
-    """Return ``dtype`` as a NumPy float dtype, or raise ``TypeError`` naming it."""
+    """Return ``dtype`` as a NumPy float dtype, or raise ``TypeError`` naming it.
+
+    Parameters
+    ----------
+    dtype : numpy dtype or type
+        float16, float32 or float64.
+
+    Returns
+    -------
+    numpy.dtype
+    """
     dt = np.dtype(dtype)
     if dt.type not in _COMPUTE_DTYPES:
         raise TypeError(f"dtype must be float16, float32 or float64, got {dt}")
@@ -52,6 +62,21 @@ def as_float(name: str, x: ArrayLike, dtype=np.float64, *, min_ndim: int = 0) ->
     ``np.asarray``) are accepted. Booleans, integers and complex numbers are refused with a
     ``TypeError`` rather than silently cast: an integer array passed as queries is almost always a
     bug (token ids instead of embeddings), and attention over complex numbers is not defined here.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    x : array_like
+        Real floating-point values.
+    dtype : numpy dtype, default float64
+        The compute dtype (float16, float32 or float64).
+    min_ndim : int, default 0
+        ``ValueError`` for fewer dimensions.
+
+    Returns
+    -------
+    ndarray
     """
     arr = np.asarray(x)
     if arr.dtype.kind != "f":
@@ -65,7 +90,17 @@ def as_float(name: str, x: ArrayLike, dtype=np.float64, *, min_ndim: int = 0) ->
 
 
 def broadcast_batch(named_shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
-    """Broadcast the leading (batch) dims of several arrays, naming them if they clash."""
+    """Broadcast the leading (batch) dims of several arrays, naming them if they clash.
+
+    Parameters
+    ----------
+    named_shapes : dict of str to tuple of int
+        Each argument's name and its leading dimensions.
+
+    Returns
+    -------
+    tuple of int
+    """
     try:
         return np.broadcast_shapes(*named_shapes.values())
     except ValueError:
@@ -74,7 +109,18 @@ def broadcast_batch(named_shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]
 
 
 def check_qkv(q: NDArray, k: NDArray, v: NDArray) -> tuple[int, ...]:
-    """Check ``q (..., n, d_k)``, ``k (..., m, d_k)``, ``v (..., m, d_v)``; return the batch shape."""
+    """Check ``q (..., n, d_k)``, ``k (..., m, d_k)``, ``v (..., m, d_v)``; return the batch shape.
+
+    Parameters
+    ----------
+    q, k, v : ndarray
+        Queries, keys and values.
+
+    Returns
+    -------
+    tuple of int
+        Their broadcast leading dimensions.
+    """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape (..., length, dim), got shape {x.shape}")
@@ -94,7 +140,17 @@ def check_qkv(q: NDArray, k: NDArray, v: NDArray) -> tuple[int, ...]:
 # --- scalar options ---------------------------------------------------------------------------------
 
 def check_choice(name: str, value, choices: Iterable) -> None:
-    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
+    """Raise ``ValueError`` unless ``value`` is one of ``choices`` (compared by type too: 1 is not True).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    value : object
+        What was passed.
+    choices : iterable
+        The allowed values.
+    """
     choices = tuple(choices)
     # ``value in choices`` would accept 1 for True; compare types too.
     if not any(value is c or (type(value) is type(c) and value == c) for c in choices):
@@ -106,28 +162,76 @@ def _is_int(value) -> bool:
 
 
 def check_positive_int(name: str, value) -> int:
-    """Raise ``ValueError`` unless ``value`` is an int >= 1 (bools refused)."""
+    """Return ``value`` as an int, or raise ``ValueError`` unless it is an int >= 1 (bools refused).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    value : object
+        What was passed.
+
+    Returns
+    -------
+    int
+    """
     if not _is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return int(value)
 
 
 def check_non_negative_int(name: str, value) -> int:
-    """Raise ``ValueError`` unless ``value`` is an int >= 0 (a window, count or offset that may be 0)."""
+    """Return ``value`` as an int, or raise ``ValueError`` unless it is an int >= 0 (a window, count or offset).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    value : object
+        What was passed.
+
+    Returns
+    -------
+    int
+    """
     if not _is_int(value) or value < 0:
         raise ValueError(f"{name} must be a non-negative int, got {value!r}")
     return int(value)
 
 
 def check_bool(name: str, value) -> bool:
-    """Raise ``TypeError`` unless ``value`` is a bool (``1`` and ``"yes"`` are refused, not cast)."""
+    """Return ``value`` as a bool, or raise ``TypeError`` unless it is one (``1`` and ``"yes"`` are refused).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    value : object
+        What was passed.
+
+    Returns
+    -------
+    bool
+    """
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return bool(value)
 
 
 def check_sizes(n, m) -> tuple[int, int]:
-    """Validate the query count ``n`` and the optional key count ``m`` (default ``n``) of a pattern."""
+    """Validate the query count ``n`` and the optional key count ``m`` (default ``n``) of a pattern.
+
+    Parameters
+    ----------
+    n : int
+        Number of queries, >= 1.
+    m : int or None
+        Number of keys, >= 1; ``None`` for ``n``.
+
+    Returns
+    -------
+    (int, int)
+    """
     m = n if m is None else m
     return check_positive_int("n", n), check_positive_int("m", m)
 
@@ -138,6 +242,15 @@ def causal_alignment(causal) -> str | None:
     Every function with a ``causal`` argument takes the same four values: ``False``, ``True``
     (= "top-left": query *i* sees keys *j* ≤ *i*) and "bottom-right" (the n queries are the last n
     of the m positions: *j* ≤ *i* + m − n).
+
+    Parameters
+    ----------
+    causal : {False, True, "top-left", "bottom-right"}
+        The argument as given.
+
+    Returns
+    -------
+    str or None
     """
     check_choice("causal", causal, (False, True, *ALIGNMENTS))
     if causal is False:
@@ -148,7 +261,15 @@ def causal_alignment(causal) -> str | None:
 def default_scale(d_k: int) -> float:
     """The paper's scale 1/√d_k, as a Python float (so it keeps float16/float32 computations).
 
-    Raises ``ValueError`` for ``d_k < 1`` (empty query/key vectors), where the default is undefined.
+    Parameters
+    ----------
+    d_k : int
+        Width of the queries and keys; ``d_k < 1`` (empty vectors, where the default is undefined)
+        raises ``ValueError``.
+
+    Returns
+    -------
+    float
     """
     if d_k < 1:
         raise ValueError(f"the default scale 1/sqrt(d_k) needs d_k >= 1, got d_k={d_k} (the last axis of q and k); "
@@ -157,7 +278,17 @@ def default_scale(d_k: int) -> float:
 
 
 def check_scale(scale) -> float:
-    """Validate a user ``scale``: a finite real number."""
+    """Return a user ``scale`` as a float; ``TypeError``/``ValueError`` unless it is a finite real number.
+
+    Parameters
+    ----------
+    scale : float
+        The multiplier of the scores.
+
+    Returns
+    -------
+    float
+    """
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
         raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
     if not np.isfinite(scale):
@@ -172,6 +303,15 @@ def as_rng(rng) -> np.random.Generator:
 
     ``None`` is refused: a reference implementation never draws from an unseeded source, so that
     the same call gives the same numbers on every machine.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator or int
+        A generator (returned as it is) or a seed.
+
+    Returns
+    -------
+    numpy.random.Generator
     """
     if isinstance(rng, np.random.Generator):
         return rng
@@ -183,7 +323,19 @@ def as_rng(rng) -> np.random.Generator:
 
 
 def glorot(rng: np.random.Generator, fan_in: int, fan_out: int) -> NDArray:
-    """A (fan_in, fan_out) matrix from Glorot/Xavier uniform, U(±√(6/(fan_in + fan_out)))."""
+    """A (fan_in, fan_out) matrix from Glorot/Xavier uniform, U(±√(6/(fan_in + fan_out))).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        Source of the draw.
+    fan_in, fan_out : int
+        The matrix's shape.
+
+    Returns
+    -------
+    ndarray
+    """
     bound = np.sqrt(6.0 / (fan_in + fan_out))
     return rng.uniform(-bound, bound, size=(fan_in, fan_out))
 
@@ -198,6 +350,23 @@ def weighted_values(
     A plain matmul would spread a NaN in ``v[j]`` to every row, even those whose weight on key *j*
     is an exact 0 because *j* is masked (0 · NaN = NaN). Here the finite part goes through the
     matmul and each non-finite value is added, IEEE-style, to the rows that may use it.
+
+    Parameters
+    ----------
+    A : (..., n, m) ndarray
+        Attention weights (exact zeros where masked).
+    v : (..., m, d_v) ndarray
+        Values.
+    allowed : (..., n, m) ndarray of bool or None
+        The pairs each row may see (``None``: all).
+    empty : (..., n, 1) ndarray of bool
+        Rows that see no key (fully masked).
+    fully_masked : {"zero", "nan", "uniform"}
+        The policy for those rows; "uniform" rows use every key.
+
+    Returns
+    -------
+    (..., n, d_v) ndarray
     """
     if A.shape[-1] == 0:                                           # no key at all: every row is fully masked
         fill = 0.0 if fully_masked == "zero" else np.nan           # "uniform" over no key is 0/0

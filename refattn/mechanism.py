@@ -1,70 +1,129 @@
-"""The catalogue's record type: :class:`Mechanism`, and what every ``apply`` returns."""
+"""The catalogue's record type, :class:`Mechanism`; what every ``apply`` returns; how a record is drawn.
+
+A mechanism's record is declared in its own module, beside its maths, with keyword arguments;
+each family package lists its records in one tuple (``RECORDS`` in ``refattn/<family>/__init__.py``)
+and :mod:`refattn.registry` gathers the families. Everything else (the command line, the figures,
+the README's catalogue, the gallery, the registry-driven tests) iterates the records.
+"""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from numpy.typing import NDArray
 
-__all__ = ["KINDS", "AttentionResult", "Mechanism"]
+__all__ = ["KINDS", "AttentionResult", "FigureSpec", "Mechanism"]
 
 KINDS = ("attention", "mask", "component")
 
 
 class AttentionResult(NamedTuple):
-    """Output ``(..., n, d_v)`` and the effective attention matrix (or ``None``)."""
+    """What ``apply`` returns.
+
+    Attributes
+    ----------
+    output : (..., n, d_v) ndarray
+        The attention output.
+    weights : (..., [h,] n, m) ndarray or None
+        The effective dense attention matrix, only when ``apply`` was asked for it
+        (``return_weights=True``).
+    allowed : (..., [h,] n, m) ndarray of bool or None
+        The pairs (query *i*, key *j*) the mechanism lets each query see (its mask or sparsity
+        pattern, causal mask included), when it has one and ``return_weights=True``; ``None`` when
+        every pair may carry weight. Figures draw the pairs outside it in a neutral colour.
+    """
 
     output: NDArray
-    weights: NDArray | None
+    weights: NDArray | None = None
+    allowed: NDArray | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class FigureSpec:
+    """How the generic figure template draws a mechanism: its weights on seeded input, panel by panel.
+
+    Attributes
+    ----------
+    title : str
+        The figure's title.
+    panels : tuple of (str, dict)
+        One panel per entry: its title and the options passed to ``apply`` (``causal`` included).
+    n : int, default 16
+        Number of queries.
+    m : int, optional
+        Number of keys; default ``n``.
+    seed : int, default 0
+        Seed of q, k, v (and of ``rng`` for the mechanism's own draws).
+    """
+
+    title: str
+    panels: tuple[tuple[str, Mapping], ...]
+    n: int = 16
+    m: int | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Mechanism:
-    """One catalogue entry.
+    """One catalogue entry, declared in the mechanism's own module.
 
     Attributes
     ----------
     id : str
-        The id in MECHANISMS.md.
+        The catalogue id (``python -m refattn list``).
     title : str
         Human-readable name.
     family : str
         "vanilla", "sparse", "linear", "compressed", "lowrank", "prior", "heads", ...
     section : str
-        Section of the survey (seeds/000) or of the vanilla Transformer paper.
+        Section of the survey (T. Lin et al., arXiv:2106.04554, its own §4.x numbering) or of the
+        vanilla Transformer paper.
     paper : str
         Authors, year, title, arXiv id.
     equation : str
         LaTeX of the defining equation.
     time, memory : str
         Complexity for n queries, m keys, width d.
-    causal : bool
-        Supports causal use (``apply(..., causal=True)``).
     kind : {"attention", "mask", "component"}
         What ``apply`` computes; components have no ``apply``.
     function : callable
         The mechanism's own, natural function (with its own parameters).
     apply : callable or None
-        The uniform door, ``apply(q, k, v, *, causal=False, rng=None, **options)``.
+        The uniform entry, ``apply(q, k, v, *, causal=False, rng=None, return_weights=False,
+        **options) -> AttentionResult``.
+    figure : FigureSpec or str
+        How ``python -m refattn figures`` draws it: a :class:`FigureSpec` for the generic template,
+        or ``"module:function"`` naming a function that returns a matplotlib Figure (imported only
+        when the figure is drawn, so importing refattn loads no plotting).
+    exact_options : dict, callable or None
+        Options with which ``apply(q, k, v, causal=c, **exact_options)`` equals
+        ``scaled_dot_product_attention(q, k, v, causal=c)`` to 1e-12 in float64, for every causal
+        setting the record supports (and with n != m where it is ``cross``): a dict, or a function
+        of ``(n, m)`` returning one. ``None`` when no setting of the mechanism is exact attention.
     exact_limit : str
-        Where the mechanism equals exact attention, or "exact" when it is exact attention.
-    position_dependent : bool
-        ``apply``'s output depends on token positions (a fixed mask or pattern), so permuting the
-        queries does not simply permute the outputs.
-    cross : bool
-        ``apply`` accepts queries and keys of different lengths (n != m) with ``causal=False``;
-        self-attention-only patterns take n == m (and any n with ``causal="bottom-right"``).
-    incremental : bool
+        The exact limit in words ("exact" for exact attention); with ``exact_options=None``, why
+        there is none.
+    noncausal : bool, default True
+        ``apply`` takes ``causal=False`` (a causal recurrence does not).
+    causal : bool
+        ``apply`` takes ``causal=True`` (top-left alignment).
+    incremental : bool, default True
         With ``causal``, ``apply`` also takes n new queries as the last n of m positions
         (``causal="bottom-right"``, decoding with a key/value cache).
-    normalized : bool
+    position_dependent : bool, default False
+        ``apply``'s output depends on token positions (a fixed mask or pattern), so permuting the
+        queries does not simply permute the outputs.
+    cross : bool, default True
+        ``apply`` accepts queries and keys of different lengths (n != m) with ``causal=False``;
+        self-attention-only patterns take n == m (and any n with ``causal="bottom-right"``).
+    normalized : bool, default True
         Each row of the effective matrix sums to 1 (the fast-weight delta rule has no
         normaliser: its rows do not).
-    nonnegative : bool
+    nonnegative : bool, default True
         The effective weights are >= 0 (trigonometric random features, for one, can weigh a key
         negatively).
-    example_length : int
+    example_length : int, default 7
         A sequence length at which ``apply`` is defined (some patterns exist only at particular
         lengths: a multiple of a block size, the node count of a tree), used by the shared tests.
     """
@@ -77,31 +136,51 @@ class Mechanism:
     equation: str
     time: str
     memory: str
-    causal: bool
     kind: str
     function: Callable = field(repr=False)
     apply: Callable | None = field(default=None, repr=False)
-    exact_limit: str = "exact"
+    figure: FigureSpec | str
+    exact_options: Mapping | Callable[[int, int], Mapping] | None
+    exact_limit: str
+    noncausal: bool = True
+    causal: bool
+    incremental: bool = True
     position_dependent: bool = False
     cross: bool = True
-    incremental: bool = True
     normalized: bool = True
     nonnegative: bool = True
     example_length: int = 7
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+            raise ValueError(f"{self.id}: kind must be one of {KINDS}, got {self.kind!r}")
         if (self.apply is None) != (self.kind == "component"):
             raise ValueError(f"{self.id}: components, and only components, have apply=None")
+        if not isinstance(self.figure, (FigureSpec, str)) or (isinstance(self.figure, str) and ":" not in self.figure):
+            raise TypeError(f"{self.id}: figure must be a FigureSpec or 'module:function', got {self.figure!r}")
+        if self.exact_options is not None and self.apply is None:
+            raise ValueError(f"{self.id}: a component has no exact_options (it has no apply)")
         if self.incremental and not self.causal:
             object.__setattr__(self, "incremental", False)             # nothing to decode without causality
 
+    @property
+    def causal_settings(self) -> tuple:
+        """The ``causal`` values ``apply`` takes: False, True and "bottom-right" as supported."""
+        return ((False,) if self.noncausal else ()) + ((True,) if self.causal else ()) + \
+            (("bottom-right",) if self.incremental else ())
+
+    def exact(self, n: int, m: int) -> dict | None:
+        """The options of the exact limit at n queries and m keys (``None``: no exact limit)."""
+        if self.exact_options is None:
+            return None
+        return dict(self.exact_options(n, m) if callable(self.exact_options) else self.exact_options)
+
     def as_dict(self) -> dict:
         """The JSON-serialisable fields (everything but the callables)."""
-        fields = ("id", "title", "family", "section", "paper", "equation", "time", "memory",
-                  "causal", "kind", "exact_limit", "position_dependent", "cross", "incremental",
-                  "normalized", "nonnegative", "example_length")
+        fields = ("id", "title", "family", "section", "paper", "equation", "time", "memory", "kind",
+                  "exact_limit", "noncausal", "causal", "incremental", "position_dependent", "cross", "normalized",
+                  "nonnegative", "example_length")
         return {name: getattr(self, name) for name in fields} | {
-            "function": f"{self.function.__module__}.{self.function.__qualname__}"
+            "function": f"{self.function.__module__}.{self.function.__qualname__}",
+            "has_exact_options": self.exact_options is not None,
         }

@@ -1,13 +1,25 @@
-"""Naive oracles: loops transcribed from the papers' sums, one scalar at a time.
+"""Naive oracles: loops transcribed from the papers' sums, one scalar at a time, and ``NAIVE``, their table by id.
 
-They share no code with refattn (no vectorised softmax, no matmul), so agreement with them is
-evidence, not tautology. Use them on small shapes only.
+They share no code with refattn (no vectorised softmax, no pattern builder, no feature map, no scan), so
+agreement with them is evidence, not tautology. Use them on small shapes only.
+
+``NAIVE[id]`` is the naive twin of the registry's mechanism ``id``: ``fn(q, k, v, causal, **options)`` returns
+the (n, d_v) output for one sequence, and each of its ``options`` makes one setting: the options passed to both
+``apply`` and ``fn``, every random draw among them (random keys and blocks, ω, gates, β, projections), so that
+the two sides see the same draw. ``causal="bottom-right"`` makes the n queries the last n of the m positions;
+queries before the first key are zero rows.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
+
+from refattn import MultiHeadParams
+
+# ------------------------------------------------------------------------------ softmax attention and masks
 
 
 def naive_sdpa(q, k, v, allowed=None, bias=None, scale=None):
@@ -46,3 +58,524 @@ def naive_causal_allowed(n, m, alignment="top-left"):
     """Python loop version of the causal mask: j <= i (+ m − n for bottom-right)."""
     delta = 0 if alignment == "top-left" else m - n
     return np.array([[j <= i + delta for j in range(m)] for i in range(n)], dtype=bool).reshape(n, m)
+
+
+def loop_mask(n, m, keep):
+    """The (n, m) mask {(i, j) : keep(i, j)} by a double Python loop."""
+    return np.array([[bool(keep(i, j)) for j in range(m)] for i in range(n)], dtype=bool).reshape(n, m)
+
+
+def causal_allowed(n, m, causal):
+    """The pairs ``causal`` (False, True or "bottom-right") lets query i see, or None for all."""
+    if causal is False:
+        return None
+    return naive_causal_allowed(n, m, "bottom-right" if causal == "bottom-right" else "top-left")
+
+
+def both(a, b):
+    """The pairs two optional masks both allow (None allows every pair)."""
+    return b if a is None else a if b is None else a & b
+
+
+def sdpa(q, k, v, causal, mask=None, scale=None):
+    """Vaswani et al. Eq. 1 under the causal mask (§3.2.3) and a boolean mask."""
+    return naive_sdpa(q, k, v, allowed=both(causal_allowed(len(q), len(k), causal), mask), scale=scale)[0]
+
+
+def padding_mask(q, k, v, causal, lengths=None, scale=None):
+    """Keys j ≥ ℓ are padding (Vaswani §3.2.3); refattn's demonstration default is ℓ = m − ⌊m/3⌋."""
+    m = len(k)
+    lengths = m - m // 3 if lengths is None else lengths
+    padding = loop_mask(len(q), m, lambda i, j: j < lengths)
+    return naive_sdpa(q, k, v, allowed=both(causal_allowed(len(q), m, causal), padding), scale=scale)[0]
+
+
+def random_params(rng, d_model, num_heads, d_k, d_v=None):
+    """Parameters with random, non-zero weights *and* biases (init gives zero biases)."""
+    d_v = d_k if d_v is None else d_v
+    h = num_heads
+    return MultiHeadParams(
+        w_q=rng.standard_normal((d_model, h * d_k)) / np.sqrt(d_model),
+        w_k=rng.standard_normal((d_model, h * d_k)) / np.sqrt(d_model),
+        w_v=rng.standard_normal((d_model, h * d_v)) / np.sqrt(d_model),
+        w_o=rng.standard_normal((h * d_v, d_model)) / np.sqrt(h * d_v),
+        b_q=rng.standard_normal(h * d_k),
+        b_k=rng.standard_normal(h * d_k),
+        b_v=rng.standard_normal(h * d_v),
+        b_o=rng.standard_normal(d_model),
+    )
+
+
+def per_head_loop(x_q, x_kv, params, num_heads, x_v=None, allowed=None):
+    """MultiHead(Q, K, V) for one sequence (no batch dims), head by head with naive_sdpa.
+
+    W_iᵠ = w_q[:, i·d_k:(i+1)·d_k] etc.; heads concatenated, then Wᴼ, then bᴼ. Returns
+    (out (n, d_model), weights (h, n, m), heads list).
+    """
+    x_v = x_kv if x_v is None else x_v
+    d_k = params.w_q.shape[1] // num_heads
+    d_v = params.w_v.shape[1] // num_heads
+    heads, weights = [], []
+    for i in range(num_heads):
+        qs = ks = slice(i * d_k, (i + 1) * d_k)
+        vs = slice(i * d_v, (i + 1) * d_v)
+        Q_i = x_q @ params.w_q[:, qs] + params.b_q[qs]
+        K_i = x_kv @ params.w_k[:, ks] + params.b_k[ks]
+        V_i = x_v @ params.w_v[:, vs] + params.b_v[vs]
+        head, A = naive_sdpa(Q_i, K_i, V_i, allowed=allowed)
+        heads.append(head)
+        weights.append(A)
+    out = np.concatenate(heads, axis=-1) @ params.w_o + params.b_o
+    return out, np.stack(weights), heads
+
+
+def multi_head(q, k, v, causal, params, num_heads=2, mask=None):
+    """Vaswani §3.2.2: Concat(head_1, …, head_h) Wᴼ, head_i = Attention(Q W_iᵠ, K W_iᴷ, V W_iⱽ)."""
+    allowed = both(causal_allowed(len(q), len(k), causal), mask)
+    return per_head_loop(q, k, params, num_heads, x_v=v, allowed=allowed)[0]
+
+
+# ------------------------------------------------------------------------------ sparse patterns (survey §4.1)
+# keep(i, j, n, m, causal, **options): does query i see key j, by the paper's definition of the set? causal is
+# a bool here; pattern() turns "bottom-right" into row i + m − n of the m × m causal pattern. The keyword
+# defaults are the small demonstration defaults of each record's apply.
+
+
+def global_keep(i, j, n, m, causal, global_indices=(0,)):
+    """Longformer §3.1, BigBird §2: a global token attends to every token and every token to it."""
+    return (i in global_indices or j in global_indices) and (not causal or j <= i)
+
+
+def band_keep(i, j, n, m, causal, w=2):
+    """Longformer §3.1 sliding window: |i − j| ≤ w (causal: 0 ≤ i − j ≤ w)."""
+    return abs(i - j) <= w and (not causal or j <= i)
+
+
+def dilated_keep(i, j, n, m, causal, w=2, dilation=2):
+    """Longformer §3.1 dilated window: w keys each side, ``dilation`` apart: |i − j| ≤ w·d, d | i − j."""
+    return abs(i - j) <= w * dilation and (i - j) % dilation == 0 and (not causal or j <= i)
+
+
+def strided_keep(i, j, n, m, causal, stride=3):
+    """Child et al. §4.2, A⁽²⁾: every ``stride``-th key, (i − j) mod l = 0."""
+    return (i - j) % stride == 0 and (not causal or j <= i)
+
+
+def random_keep(i, j, n, m, causal, keys):
+    """BigBird §2: query i attends to its drawn keys ``keys[i]``."""
+    return j in keys[i] and (not causal or j <= i)
+
+
+def block_local_keep(i, j, n, m, causal, block=3):
+    """Survey §4.1.1 (Image Transformer 1-D blocks): the keys of the query's own block, ⌊i/b⌋ = ⌊j/b⌋."""
+    return i // block == j // block and (not causal or j <= i)
+
+
+def star_keep(i, j, n, m, causal, ring=True):
+    """Guo et al. §3.1: satellites 0 … n − 2 read h_{i−1}, h_i, h_{i+1} (a ring) and the relay n − 1; the
+    relay reads everything."""
+    relay, s = n - 1, n - 1
+    if i == relay or j == relay or i == j:
+        return True
+    return (i - j) % s in (1, s - 1) if ring else abs(i - j) == 1
+
+
+def longformer_keep(i, j, n, m, causal, window=4, dilation=1, global_indices=(0,)):
+    """Longformer §3.1: w/2 keys each side of i, ``dilation`` apart, plus symmetric global attention."""
+    in_window = abs(i - j) <= window // 2 * dilation and (i - j) % dilation == 0
+    return (in_window or i in global_indices or j in global_indices) and (not causal or j <= i)
+
+
+def etc_keep(i, j, n, m, causal, num_global=2, radius=1, segment_ids=None, hard_g2l=False, hard_l2g=False):
+    """Ainslie et al. §3.2 on [global; long]: g2g, g2l, l2g full (§3.4 hard masks: a global token and the
+    long tokens of its segment only), l2l within the radius."""
+    g = num_global
+    if i < g and j < g:
+        return True                                                  # g2g
+    if i < g:
+        return segment_ids[j - g] == i if hard_g2l else True           # g2l
+    if j < g:
+        return segment_ids[i - g] == j if hard_l2g else True           # l2g
+    return abs(i - j) <= radius                                      # l2l
+
+
+def _bigbird_global(I, nb, g):
+    """ITC global blocks: the first ⌈g/2⌉ and the last ⌊g/2⌋ (g = 2: the first and the last)."""
+    return I < (g + 1) // 2 or I >= nb - g // 2
+
+
+def bigbird_keep(i, j, n, m, causal, block_size=2, num_random_blocks=1, num_global_blocks=2,
+                 num_window_blocks=3, random_blocks=None):
+    """Zaheer et al. §2, App. D: block I sees the window |I − J| ≤ (w_b − 1)/2, the global blocks, its random
+    blocks R_I; global blocks see everything."""
+    b, nb = block_size, n // block_size
+    I, J = i // b, j // b
+    return (_bigbird_global(I, nb, num_global_blocks) or _bigbird_global(J, nb, num_global_blocks)
+            or abs(I - J) <= (num_window_blocks - 1) // 2 or (random_blocks is not None and J in random_blocks[I]))
+
+
+def sparse_transformer_keep(i, j, n, m, causal, stride=3, kind="strided", c=1, part=None, local_window="paper",
+                            subblock=0):
+    """Child et al. §4.2–4.3: strided A⁽¹⁾ = {i − l, …, i} (the official code: l − 1 back), A⁽²⁾ every l-th key;
+    fixed A⁽¹⁾ the query's block of l, A⁽²⁾ the c summary keys per block (head ``subblock`` from the end)."""
+    l = stride
+    if kind == "strided":
+        a1 = abs(i - j) <= (l if local_window == "paper" else l - 1)
+        a2 = (i - j) % l == 0
+    else:
+        a1 = i // l == j // l
+        a2 = l - (subblock + 1) * c <= j % l < l - subblock * c
+    return {None: a1 or a2, 1: a1, 2: a2}[part] and (not causal or j <= i)
+
+
+def bp_nodes(n):
+    """Ye et al. §3.1: the binary partition of n tokens, node (level, first token, one past the last).
+
+    Tokens first, then each level's spans left to right, level l halving level l − 1 (a lone last node
+    keeps its single child's span), the root last."""
+    nodes = [(0, t, t + 1) for t in range(n)]
+    level, count = 0, n
+    while count > 1:
+        level, count = level + 1, (count + 1) // 2
+        nodes += [(level, p * 2**level, min((p + 1) * 2**level, n)) for p in range(count)]
+    return nodes
+
+
+def bp_token_reads(t, n, k):
+    """The nodes (level, first token) token t reads (Ye et al. §3.1): itself, and on each side k nodes per
+    level, finest next to t, tiling that side once (a level-l step that does not start on a multiple of 2^l
+    takes the level-(l − 1) node first)."""
+    reads = {(0, t)}
+    start = t + 1                                                    # right: tile [t + 1, n) left to right
+    for level in range(n.bit_length() + 1):
+        for _ in range(k):
+            if start < n:
+                size = 2**level if start % 2**level == 0 else 2 ** (level - 1)
+                reads.add((size.bit_length() - 1, start))
+                start += size
+    end = t                                                          # left: tile [0, t) right to left
+    for level in range(n.bit_length() + 1):
+        for _ in range(k):
+            if end > 0:
+                size = 2**level if end % 2**level == 0 else 2 ** (level - 1)
+                reads.add((size.bit_length() - 1, end - size))
+                end -= size
+    return reads
+
+
+def bp_keep(i, j, n, m, causal, nodes_per_level=1):
+    """BP-Transformer over the nodes of ``bp_nodes`` (n of them): a token reads ``bp_token_reads``
+    (contextual edges), a span node its own tokens (affiliated edges)."""
+    tokens = next(t for t in range(1, n + 1) if len(bp_nodes(t)) == n)
+    nodes = bp_nodes(tokens)
+    (level_i, first_i, stop_i), (level_j, first_j, _) = nodes[i], nodes[j]
+    if level_i > 0:
+        return level_j == 0 and first_i <= first_j < stop_i
+    return (level_j, first_j) in bp_token_reads(first_i, tokens, nodes_per_level)
+
+
+def image_width(n):
+    """The most square image of n positions: the widest divisor of n with width² ≤ n."""
+    return max(w for w in range(1, n + 1) if n % w == 0 and w * w <= n)
+
+
+def image_transformer_keep(i, j, n, m, causal, width=None, query_block=(2, 2), memory_flange=(1, 1), order="raster",
+                           flange="past"):
+    """Parmar et al. §3.3 2-D local attention, raster-scanned: the query block of (r, c) plus h_m rows above and
+    w_m columns either side ("both": h_m rows below too); causal in raster or block-raster generation order."""
+    W = image_width(n) if width is None else width
+    (r, c), (rj, cj) = divmod(i, W), divmod(j, W)
+    (h_q, w_q), (h_m, w_m) = query_block, memory_flange
+    a, b = r // h_q, c // w_q
+    below = h_m if flange == "both" else 0
+    in_memory = a * h_q - h_m <= rj < (a + 1) * h_q + below and b * w_q - w_m <= cj < (b + 1) * w_q + w_m
+    if not causal:
+        return in_memory
+    if order == "raster":
+        return in_memory and j <= i
+    return in_memory and (rj // h_q, cj // w_q, rj, cj) <= (a, b, r, c)   # blocks in raster order, then in-block
+
+
+def pattern(keep):
+    """Sparse attention (survey §4.1, Eq. 9): naive_sdpa over {(i, j) : keep}; bottom-right query i is
+    position i + m − n of the causal m × m pattern (none before the first key)."""
+    def fn(q, k, v, causal, **options):
+        n, m = len(q), len(k)
+        if causal == "bottom-right":
+            shift = m - n
+            allowed = loop_mask(n, m, lambda i, j: i + shift >= 0 and keep(i + shift, j, m, m, True, **options))
+        else:
+            allowed = loop_mask(n, m, lambda i, j: keep(i, j, n, m, causal is not False, **options))
+        return naive_sdpa(q, k, v, allowed=allowed)[0]
+
+    fn.__doc__ = keep.__doc__
+    return fn
+
+
+def axial(q, k, v, causal, width=None):
+    """Ho et al. §3: attention along the row (c' ≤ c if masked), then along the column (r' ≤ r) over its output."""
+    n = len(q)
+    W = image_width(n) if width is None else width
+    row = loop_mask(n, n, lambda i, j: j // W == i // W and (causal is False or j <= i))
+    column = loop_mask(n, n, lambda i, j: j % W == i % W and (causal is False or j <= i))
+    return naive_sdpa(q, k, naive_sdpa(q, k, v, allowed=row)[0], allowed=column)[0]
+
+
+# ------------------------------------------------------------------------------ linearised attention (survey §4.2)
+
+
+def elu_plus_one(x):
+    """Katharopoulos et al. §3.2.1: φ(x) = elu(x) + 1, component by component."""
+    return [t + 1.0 if t > 0 else math.exp(t) for t in x]
+
+
+def naive_linear(q, k, v, phi, allowed=None):
+    """V'_i = Σ_j sim_ij v_j / Σ_j sim_ij with sim_ij = φ(q_i)·φ(k_j), by Python loops (Katharopoulos Eq. 2)."""
+    n, m = len(q), len(k)
+    out = np.zeros((n, v.shape[1]))
+    for i in range(n):
+        pq = phi(q[i])
+        sims = {j: float(sum(a * b for a, b in zip(pq, phi(k[j]), strict=True)))
+                for j in range(m) if allowed is None or allowed[i, j]}
+        total = sum(sims.values())
+        for j, s in sims.items():
+            out[i] += s / total * v[j]
+    return out
+
+
+def linear_elu(q, k, v, causal):
+    """Katharopoulos et al. Eq. 2 with φ = elu + 1 (causal: Eq. 8, j ≤ i)."""
+    return naive_linear(q, k, v, elu_plus_one, causal_allowed(len(q), len(k), causal))
+
+
+def naive_efficient(q, k, v):
+    """out_i = Σ_c ρ_q(Q)_ic Σ_j ρ_k(K)_jc v_j, softmaxes written out with math.exp (Shen et al., §3)."""
+    n, d = q.shape
+    m = k.shape[0]
+    rho_q = [[math.exp(q[i, c]) / sum(math.exp(q[i, e]) for e in range(d)) for c in range(d)] for i in range(n)]
+    rho_k = [[math.exp(k[j, c]) / sum(math.exp(k[l, c]) for l in range(m)) for c in range(d)] for j in range(m)]
+    out = np.zeros((n, v.shape[1]))
+    A = np.zeros((n, m))
+    for i in range(n):
+        for j in range(m):
+            A[i, j] = sum(rho_q[i][c] * rho_k[j][c] for c in range(d))
+            out[i] += A[i, j] * v[j]
+    return out, A
+
+
+def performer(kind):
+    """Choromanski et al. Eq. 4 with the FAVOR features of Lemma 1 / §2.3 (Eq. 5), r = len(omega) projections:
+
+        positive  φ(x) = e^{−‖x‖²/2}/√r · [e^{ω_1·x}, …, e^{ω_r·x}]
+        trig      φ(x) = e^{+‖x‖²/2}/√r · [sin ω_1·x, …, sin ω_r·x, cos ω_1·x, …, cos ω_r·x]
+
+    applied to q/d^{1/4} and k/d^{1/4}, as refattn's performer_attention says it does (Q' = φ(Q/d^{1/4}),
+    K' = φ(K/d^{1/4})), so that φ(q̃)·φ(k̃) estimates exp(q·k/√d), the softmax score; then the naive
+    linear-attention loop.
+    """
+    def fn(q, k, v, causal, omega):
+        d, r = q.shape[1], len(omega)
+
+        def phi(x):
+            x = [t / d**0.25 for t in x]
+            half_sq = sum(t * t for t in x) / 2
+            u = [sum(w[c] * x[c] for c in range(d)) for w in omega]                   # ω_i·x
+            if kind == "positive":
+                return [math.exp(u_i - half_sq) / math.sqrt(r) for u_i in u]
+            return [math.exp(half_sq) * f(u_i) / math.sqrt(r) for f in (math.sin, math.cos) for u_i in u]
+
+        return naive_linear(q, k, v, phi, causal_allowed(len(q), len(k), causal))
+
+    return fn
+
+
+def naive_rfa(q, k, v, g, phi, coupled=True):
+    """Peng et al. Eq. 7 step by step for one sequence: S_t = g_t S_{t−1} + (1 − g_t) φ(k_t) ⊗ v_t, ...
+
+    The n queries read after the last n of the m = len(k) steps (n = m: query t after step t; bottom-right
+    otherwise, and queries before the first step are zero rows).
+    """
+    n, m, d_v = len(q), len(k), v.shape[1]
+    F = len(phi(k[0]))
+    S = [[0.0] * d_v for _ in range(F)]
+    z = [0.0] * F
+    out = np.zeros((n, d_v))
+    for t in range(m):
+        pk = phi(k[t])
+        w = 1.0 - g[t] if coupled else 1.0
+        for f in range(F):
+            z[f] = g[t] * z[f] + w * pk[f]
+            for c in range(d_v):
+                S[f][c] = g[t] * S[f][c] + w * pk[f] * v[t, c]
+        i = t - (m - n)                                              # the query that reads after step t
+        if i < 0:
+            continue
+        pq = phi(q[i])
+        den = sum(pq[f] * z[f] for f in range(F))
+        for c in range(d_v):
+            out[i, c] = sum(pq[f] * S[f][c] for f in range(F)) / den
+    return out
+
+
+def naive_rfa_weights(q, k, g, phi):
+    """A_ij = c_ij φ(q_i)·φ(k_j) / Σ_l c_il φ(q_i)·φ(k_l), c_ij = (1 − g_j) Π_{l=j+1..i} g_l, by explicit products."""
+    n = len(q)
+    A = np.zeros((n, n))
+    for i in range(n):
+        row = []
+        for j in range(i + 1):
+            c = 1.0 - g[j]
+            for l in range(j + 1, i + 1):
+                c *= g[l]
+            row.append(c * float(phi(q[i]) @ phi(k[j])))
+        A[i, : i + 1] = np.array(row) / sum(row)
+    return A
+
+
+def rfa(q, k, v, causal, gates, gate_form="paper"):
+    """Peng et al. Eq. 7 with φ = elu + 1 (refattn's default map); "decay": S_t = g_t S_{t−1} + φ(k_t) ⊗ v_t."""
+    return naive_rfa(q, k, v, gates, elu_plus_one, coupled=gate_form == "paper")
+
+
+def naive_delta(q, k, v, beta, phi, normalize=True):
+    """Schlag et al. §4.2 step by step for one sequence, W as a list of rows (d_v × F).
+
+    The n queries read after the last n of the m = len(k) steps, as in :func:`naive_rfa`.
+    """
+    def feat(x):
+        f = phi(x)
+        return [t / sum(f) for t in f] if normalize else f
+
+    n, m, d_v = len(q), len(k), v.shape[1]
+    F = len(feat(k[0]))
+    W = [[0.0] * F for _ in range(d_v)]
+    out = np.zeros((n, d_v))
+    for t in range(m):
+        pk = feat(k[t])
+        v_bar = [sum(W[c][f] * pk[f] for f in range(F)) for c in range(d_v)]        # v̄ = W φ(k)
+        for c in range(d_v):
+            for f in range(F):
+                W[c][f] += beta[t] * (v[t, c] - v_bar[c]) * pk[f]                  # W += β(v − v̄) ⊗ φ(k)
+        i = t - (m - n)
+        if i < 0:
+            continue
+        pq = feat(q[i])
+        for c in range(d_v):
+            out[i, c] = sum(W[c][f] * pq[f] for f in range(F))                     # y = W φ(q)
+    return out
+
+
+def delta_rule(q, k, v, causal, beta, normalize=True):
+    """Schlag et al. §4.2 with φ = elu + 1 normalised by its sum (refattn's default map)."""
+    return naive_delta(q, k, v, beta, elu_plus_one, normalize)
+
+
+# ------------------------------------------------------------------------------ the table
+
+
+@dataclass(frozen=True)
+class NaiveCase:
+    """The naive twin of one registered mechanism.
+
+    Attributes
+    ----------
+    fn : callable
+        ``fn(q, k, v, causal, **options) -> (n, d_v)`` for one sequence (``causal`` as ``apply`` takes it).
+    options : tuple of callables
+        One per setting tried: ``options(rng, n, m, d, causal) -> dict``, passed to ``apply`` and ``fn``.
+    lengths : tuple of int
+        Self-attention lengths tried besides the record's ``example_length`` (edge cases of the definition).
+    value_width_d : bool
+        v has q's width d (multi-head's value-side input has d_model columns).
+    """
+
+    fn: Callable[..., np.ndarray]
+    options: tuple[Callable[..., dict], ...]
+    lengths: tuple[int, ...] = ()
+    value_width_d: bool = False
+
+
+def fixed(**options):
+    """A setting without draws: the same options at every shape."""
+    return lambda rng, n, m, d, causal: dict(options)
+
+
+DEFAULTS = fixed()
+
+
+def _keys(rng, n, m, causal, r):
+    """r distinct keys per row, drawn uniformly; bottom-right draws the rows of the m × m pattern."""
+    rows = m if causal == "bottom-right" else n
+    return np.array([np.sort(rng.choice(m, size=r, replace=False)) for _ in range(rows)])
+
+
+def _random_blocks(rng, n, block_size=2, num_random_blocks=1, num_global_blocks=2, num_window_blocks=3):
+    """BigBird's R_I: r blocks per non-global row, outside its window and the global blocks (-1 for none)."""
+    nb = n // block_size
+    R = np.full((nb, num_random_blocks), -1)
+    for I in range(nb):
+        if not _bigbird_global(I, nb, num_global_blocks):
+            pool = [J for J in range(nb) if not _bigbird_global(J, nb, num_global_blocks)
+                    and abs(I - J) > (num_window_blocks - 1) // 2]
+            R[I] = np.sort(rng.choice(pool, size=num_random_blocks, replace=False))
+    return R
+
+
+def _heads(num_heads=None, mask=False):
+    """Multi-head settings: random projections with biases (d_k = 3, d_v = 2 per head), ``num_heads``
+    (None: apply's default, 2) and, with ``mask``, a random boolean mask shared by the heads."""
+    def options(rng, n, m, d, causal):
+        drawn = {"params": random_params(rng, d, 2 if num_heads is None else num_heads, d_k=3, d_v=2)}
+        drawn |= {} if num_heads is None else {"num_heads": num_heads}
+        return drawn | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
+
+
+NAIVE: dict[str, NaiveCase] = {
+    "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
+    "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
+    "padding_mask": NaiveCase(padding_mask, (DEFAULTS, lambda rng, n, m, d, causal:
+                                             {"lengths": int(rng.integers(1, m))})),
+    "multi_head": NaiveCase(multi_head, (_heads(), _heads(num_heads=1, mask=True)), value_width_d=True),
+    "cross_attention": NaiveCase(multi_head, (_heads(), _heads(num_heads=3, mask=True)), value_width_d=True),
+    "global": NaiveCase(pattern(global_keep), (DEFAULTS, fixed(global_indices=(1, 4)))),
+    "band": NaiveCase(pattern(band_keep), (DEFAULTS, fixed(w=1))),
+    "dilated": NaiveCase(pattern(dilated_keep), (DEFAULTS, fixed(w=1, dilation=3))),
+    "strided": NaiveCase(pattern(strided_keep), (DEFAULTS, fixed(stride=2))),
+    "random": NaiveCase(pattern(random_keep), (lambda rng, n, m, d, causal: {"keys": _keys(rng, n, m, causal, 2)},
+                                              lambda rng, n, m, d, causal: {"keys": _keys(rng, n, m, causal, 3)})),
+    "block_local": NaiveCase(pattern(block_local_keep), (DEFAULTS, fixed(block=2))),
+    "star_transformer": NaiveCase(pattern(star_keep), (DEFAULTS, fixed(ring=False)), lengths=(3, 4)),
+    "longformer": NaiveCase(pattern(longformer_keep), (DEFAULTS, fixed(window=2, dilation=2, global_indices=(3,)))),
+    "etc": NaiveCase(pattern(etc_keep), (
+        DEFAULTS, fixed(num_global=1, radius=2),
+        lambda rng, n, m, d, causal: {"segment_ids": np.sort(rng.integers(0, 2, n - 2)), "hard_g2l": True,
+                                      "hard_l2g": True}), lengths=(9,)),
+    "bigbird": NaiveCase(pattern(bigbird_keep), (
+        lambda rng, n, m, d, causal: {"random_blocks": _random_blocks(rng, n)},
+        lambda rng, n, m, d, causal: {"num_random_blocks": 2, "num_global_blocks": 1, "random_blocks":
+                                      _random_blocks(rng, n, num_random_blocks=2, num_global_blocks=1)},
+        fixed(block_size=4, num_random_blocks=0, num_window_blocks=1)), lengths=(12,)),
+    "sparse_transformer": NaiveCase(pattern(sparse_transformer_keep), (
+        DEFAULTS, fixed(kind="fixed", c=2), fixed(local_window="official", part=1),
+        fixed(kind="fixed", stride=4, c=1, subblock=1, part=2))),
+    "bp_transformer": NaiveCase(pattern(bp_keep), (DEFAULTS, fixed(nodes_per_level=2), fixed(nodes_per_level=3)),
+                                lengths=(6, 11)),
+    "image_transformer": NaiveCase(pattern(image_transformer_keep), (
+        DEFAULTS, fixed(order="block-raster"), fixed(flange="both", query_block=(2, 3), memory_flange=(1, 0)),
+        fixed(order="block-raster", query_block=(1, 3), memory_flange=(2, 1))), lengths=(12,)),
+    "axial": NaiveCase(axial, (DEFAULTS, fixed(width=2)), lengths=(12,)),
+    "linear_elu": NaiveCase(linear_elu, (DEFAULTS,)),
+    "performer_positive": NaiveCase(performer("positive"), (lambda rng, n, m, d, causal:
+                                                            {"omega": rng.standard_normal((16, d))},)),
+    "performer_trig": NaiveCase(performer("trig"), (lambda rng, n, m, d, causal:
+                                                    {"omega": rng.standard_normal((16, d))},)),
+    "efficient_attention": NaiveCase(lambda q, k, v, causal: naive_efficient(q, k, v)[0], (DEFAULTS,)),
+    "rfa": NaiveCase(rfa, (lambda rng, n, m, d, causal: {"gates": rng.uniform(size=m)},
+                           lambda rng, n, m, d, causal: {"gates": rng.uniform(size=m), "gate_form": "decay"})),
+    # Unnormalised φ has ‖φ‖² of a few units: β ≤ 0.1 keeps I − βφφᵀ a contraction (no growth to amplify rounding).
+    "delta_rule": NaiveCase(delta_rule, (lambda rng, n, m, d, causal: {"beta": rng.uniform(size=m)},
+                                         lambda rng, n, m, d, causal: {"beta": rng.uniform(0, 0.1, size=m),
+                                                                       "normalize": False})),
+}

@@ -289,7 +289,7 @@ def test_bad_inputs(rng, enc_params, dec_params):
 
 
 def test_step_bad_shapes_are_named(rng, dec_params):
-    # DESIGN.md: shapes that do not fit get a ValueError naming the argument and the shapes seen,
+    # The convention: shapes that do not fit get a ValueError naming the argument and the shapes seen,
     # not a NumPy matmul/concatenate error from deep inside.
     memory = rng.standard_normal((2, 3, D_MODEL))
     with pytest.raises(ValueError, match=r"y_new.*\(2, 1, 5\)"):

@@ -174,7 +174,7 @@ def re_shape(shape):
 
 @pytest.mark.parametrize("w_1_shape", [(4,), (2, 4, 6)])
 def test_feed_forward_params_non_matrix_w_1(rng, w_1_shape):
-    # DESIGN.md: bad input gets a ValueError that names the argument and the shape seen.
+    # The convention: bad input gets a ValueError that names the argument and the shape seen.
     with pytest.raises(ValueError, match=r"w_1.*" + re_shape(w_1_shape)):
         FeedForwardParams(rng.standard_normal(w_1_shape), np.zeros(6), rng.standard_normal((6, 4)),
                           np.zeros(4))

@@ -7,48 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refattn import MultiHeadParams, init_multi_head, multi_head_attention, scaled_dot_product_attention
-from tests.naive import naive_causal_allowed, naive_sdpa
+from tests.naive import naive_causal_allowed, per_head_loop, random_params
 
 TOL = dict(rtol=1e-12, atol=1e-12)
-
-
-def random_params(rng, d_model, num_heads, d_k, d_v=None):
-    """Parameters with random, non-zero weights *and* biases (init gives zero biases)."""
-    d_v = d_k if d_v is None else d_v
-    h = num_heads
-    return MultiHeadParams(
-        w_q=rng.standard_normal((d_model, h * d_k)) / np.sqrt(d_model),
-        w_k=rng.standard_normal((d_model, h * d_k)) / np.sqrt(d_model),
-        w_v=rng.standard_normal((d_model, h * d_v)) / np.sqrt(d_model),
-        w_o=rng.standard_normal((h * d_v, d_model)) / np.sqrt(h * d_v),
-        b_q=rng.standard_normal(h * d_k),
-        b_k=rng.standard_normal(h * d_k),
-        b_v=rng.standard_normal(h * d_v),
-        b_o=rng.standard_normal(d_model),
-    )
-
-
-def per_head_loop(x_q, x_kv, params, num_heads, x_v=None, allowed=None):
-    """MultiHead(Q, K, V) for one sequence (no batch dims), head by head with naive_sdpa.
-
-    W_iᵠ = w_q[:, i·d_k:(i+1)·d_k] etc.; heads concatenated, then Wᴼ, then bᴼ. Returns
-    (out (n, d_model), weights (h, n, m), heads list).
-    """
-    x_v = x_kv if x_v is None else x_v
-    d_k = params.w_q.shape[1] // num_heads
-    d_v = params.w_v.shape[1] // num_heads
-    heads, weights = [], []
-    for i in range(num_heads):
-        qs = ks = slice(i * d_k, (i + 1) * d_k)
-        vs = slice(i * d_v, (i + 1) * d_v)
-        Q_i = x_q @ params.w_q[:, qs] + params.b_q[qs]
-        K_i = x_kv @ params.w_k[:, ks] + params.b_k[ks]
-        V_i = x_v @ params.w_v[:, vs] + params.b_v[vs]
-        head, A = naive_sdpa(Q_i, K_i, V_i, allowed=allowed)
-        heads.append(head)
-        weights.append(A)
-    out = np.concatenate(heads, axis=-1) @ params.w_o + params.b_o
-    return out, np.stack(weights), heads
 
 
 def test_matches_per_head_loop_of_naive_sdpa(rng):
@@ -300,7 +261,7 @@ def test_inputs_not_modified(rng):
 
 
 def test_bad_mask_shape_is_reported_as_given(rng):
-    # DESIGN.md: errors name the argument and the shapes *seen*; the user passed (2, 3, 4).
+    # The convention: errors name the argument and the shapes *seen*; the user passed (2, 3, 4).
     p = init_multi_head(rng, 4, 2)
     x, mem = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4))
     with pytest.raises(ValueError, match=r"mask has shape \(2, 3, 4\)"):

@@ -1,6 +1,7 @@
 """Documentation stays true: README catalogue, docstring parameters, no work on the import path."""
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 import subprocess
@@ -9,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import refattn
 from refattn import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,8 +22,20 @@ def test_readme_catalogue_is_current():
     assert start in text and end in text, "README lacks the catalogue markers"
     table = text.split(start)[1].split(end)[0]
     assert table == registry.catalogue_markdown(), (
-        "README catalogue is stale: regenerate it with `python -m refattn list --markdown`"
+        "README catalogue is stale: `python -m refattn figures` rewrites it (or `python -m refattn list --markdown`)"
     )
+
+
+def test_update_readme_catalogue_rewrites_only_the_table(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- catalogue:start -->\n| stale |\n<!-- catalogue:end -->\noutro\n", encoding="utf-8")
+    assert registry.update_readme_catalogue(readme) is True
+    text = readme.read_text(encoding="utf-8")
+    assert text == f"intro\n<!-- catalogue:start -->\n{registry.catalogue_markdown()}<!-- catalogue:end -->\noutro\n"
+    assert registry.update_readme_catalogue(readme) is False
+    (tmp_path / "bare.md").write_text("no markers", encoding="utf-8")
+    with pytest.raises(ValueError, match="has no <!-- catalogue:start -->"):
+        registry.update_readme_catalogue(tmp_path / "bare.md")
 
 
 def test_readme_embeds_figures_that_exist():
@@ -43,9 +55,17 @@ def _documented_parameters(doc: str) -> list[str]:
     return names
 
 
-PUBLIC_FUNCTIONS = [getattr(module, n) for module in (refattn, refattn.sparse, refattn.linear, refattn.oracle)
-                    for n in module.__all__
-                    if inspect.isfunction(getattr(module, n))]
+def _documented_modules() -> list:
+    """The package APIs, and every module a registry record points into (its function's and its apply's), so
+    that no family can be left out by omission."""
+    names = {"refattn", "refattn.common", "refattn.oracle", "refattn.viz", "refattn.figures"}
+    for m in registry.all():
+        names |= {m.function.__module__} | ({m.apply.__module__} if m.apply is not None else set())
+    return [importlib.import_module(name) for name in sorted(names)]
+
+
+PUBLIC_FUNCTIONS = list({id(f): f for module in _documented_modules() for n in getattr(module, "__all__", ())
+                         if inspect.isfunction(f := getattr(module, n))}.values())
 
 
 @pytest.mark.parametrize("fn", PUBLIC_FUNCTIONS, ids=lambda f: f.__name__)

@@ -1,25 +1,55 @@
-"""refattn.figures: coverage of the registry, byte-stable files, the CLI, and the layer recomputations."""
+"""refattn.figures: every registered id drawn, byte-stable files, the CLI, the generic template."""
 from __future__ import annotations
+
+import dataclasses
+import importlib
 
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from refattn import cli, registry
-from refattn.figures import FIGURES, sparse, write_figures
+from refattn.figures import SHEETS, draw_figure, figure_names, sparse, write_figures
+from refattn.figures.template import draw_spec
+from refattn.mechanism import FigureSpec, Mechanism
 from refattn.viz import save_figure
 
 CHEAP = ["sdpa", "causal_mask", "band"]
-SHEETS = {"vanilla_overview", "sparse_atomic", "sparse_compound", "sparse_extended",   # overview sheets, by name
-          "linear_overview"}
 
 
-def test_every_registry_id_has_a_figure():
-    assert set(registry.ids()) <= set(FIGURES)
+@pytest.mark.parametrize("mech", registry.all(), ids=lambda m: m.id)
+def test_every_registered_id_says_how_it_is_drawn(mech):
+    """A spec for the generic template, or a function that exists (imported only when drawing)."""
+    if isinstance(mech.figure, FigureSpec):
+        assert mech.figure.panels and mech.apply is not None, mech.id
+    else:
+        module, function = mech.figure.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), mech.figure
 
 
-def test_figure_names_are_ids_or_overview_sheets():
-    assert set(FIGURES) - set(registry.ids()) == SHEETS
+def test_figure_names_are_the_registry_then_the_sheets():
+    assert figure_names() == [*registry.ids(), *SHEETS]
+    assert not set(SHEETS) & set(registry.ids())
+
+
+def test_a_record_without_a_figure_is_refused():
+    with pytest.raises(TypeError, match="figure must be a FigureSpec or 'module:function'"):
+        Mechanism(id="x", title="x", family="vanilla", section="1", paper="p", equation="e", time="t", memory="m",
+                  kind="component", function=print, causal=False, figure=None, exact_options=None,
+                  exact_limit="none")
+
+
+def test_template_refuses_weight_outside_the_reported_pattern():
+    """The generic figure draws apply's allowed pairs beside its weights; a mismatch is an error, not a picture."""
+    band = registry.get("band")
+
+    def leaky(q, k, v, **options):
+        result = band.apply(q, k, v, **options)
+        return result._replace(weights=np.full(result.weights.shape, 1 / result.weights.shape[-1]))
+
+    record = dataclasses.replace(band, apply=leaky)
+    with pytest.raises(ValueError, match="band: apply put weight outside the pattern"):
+        draw_spec(record)
 
 
 def test_write_figures_is_byte_stable(tmp_path):
@@ -48,10 +78,10 @@ def test_cli_unknown_figure(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("name", list(FIGURES))
+@pytest.mark.parametrize("name", figure_names())
 def test_figure_text_stays_on_the_canvas(name, tmp_path):
     """Every figure draws, and no panel, label, colour bar or title is cut by the canvas edge."""
-    fig = FIGURES[name]()
+    fig = draw_figure(name)
     FigureCanvasAgg(fig)
     save_figure(fig, tmp_path / f"{name}.png")                  # runs the layout
     renderer = fig.canvas.get_renderer()

@@ -10,26 +10,14 @@ from refattn import causal_mask
 from refattn.kernels.scan import causal_linear_scan
 from refattn.linear import elu_feature_map, linear_attention
 
+from .naive import naive_linear
+
 TIGHT = {"rtol": 1e-12, "atol": 1e-12}
 
 
 def qkv(rng, n, m, d=4, d_v=3, batch=()):
     return (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
             rng.standard_normal((*batch, m, d_v)))
-
-
-def naive_linear(q, k, v, phi, allowed=None):
-    """V'_i = Σ_j sim_ij v_j / Σ_j sim_ij with sim_ij = φ(q_i)·φ(k_j), by Python loops (Katharopoulos Eq. 2)."""
-    n, m = len(q), len(k)
-    out = np.zeros((n, v.shape[1]))
-    for i in range(n):
-        pq = phi(q[i])
-        sims = {j: float(sum(a * b for a, b in zip(pq, phi(k[j]), strict=True)))
-                for j in range(m) if allowed is None or allowed[i, j]}
-        total = sum(sims.values())
-        for j, s in sims.items():
-            out[i] += s / total * v[j]
-    return out
 
 
 @pytest.mark.parametrize(("n", "m"), [(5, 8), (8, 5), (6, 6)])

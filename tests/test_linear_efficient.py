@@ -8,29 +8,14 @@ from hypothesis import strategies as st
 
 from refattn.linear.efficient_attention import efficient_attention
 
+from .naive import naive_efficient
+
 TIGHT = {"rtol": 1e-12, "atol": 1e-12}
 
 
 def qkv(rng, n, m, d=4, d_v=3, batch=()):
     return (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
             rng.standard_normal((*batch, m, d_v)))
-
-
-def naive_efficient(q, k, v):
-    """out_i = Σ_c ρ_q(Q)_ic Σ_j ρ_k(K)_jc v_j, softmaxes written out with math.exp (Shen et al., §3)."""
-    import math
-
-    n, d = q.shape
-    m = k.shape[0]
-    rho_q = [[math.exp(q[i, c]) / sum(math.exp(q[i, e]) for e in range(d)) for c in range(d)] for i in range(n)]
-    rho_k = [[math.exp(k[j, c]) / sum(math.exp(k[l, c]) for l in range(m)) for c in range(d)] for j in range(m)]
-    out = np.zeros((n, v.shape[1]))
-    A = np.zeros((n, m))
-    for i in range(n):
-        for j in range(m):
-            A[i, j] = sum(rho_q[i][c] * rho_k[j][c] for c in range(d))
-            out[i] += A[i, j] * v[j]
-    return out, A
 
 
 @pytest.mark.parametrize(("n", "m"), [(5, 8), (8, 5), (1, 1), (6, 6)])

@@ -12,6 +12,8 @@ from refattn.linear import elu_feature_map, linear_attention
 from refattn.linear.delta_rule import DeltaBetaParams, delta_beta, delta_rule_attention, init_delta_beta
 from refattn.linear.rfa import RFAGateParams, init_rfa_gate, rfa_attention, rfa_gates
 
+from .naive import naive_delta, naive_rfa, naive_rfa_weights
+
 TIGHT = {"rtol": 1e-12, "atol": 1e-12}
 
 
@@ -30,62 +32,6 @@ def unit_map(x):
 
 
 # ---------------------------------------------------------------- naive transcriptions of the papers
-
-
-def naive_rfa(q, k, v, g, phi, coupled=True):
-    """Peng et al. Eq. 7 step by step for one sequence: S_t = g_t S_{t−1} + (1 − g_t) φ(k_t) ⊗ v_t, ..."""
-    n, d_v = len(q), v.shape[1]
-    F = len(phi(k[0]))
-    S = [[0.0] * d_v for _ in range(F)]
-    z = [0.0] * F
-    out = np.zeros((n, d_v))
-    for t in range(n):
-        pk, pq = phi(k[t]), phi(q[t])
-        w = 1.0 - g[t] if coupled else 1.0
-        for f in range(F):
-            z[f] = g[t] * z[f] + w * pk[f]
-            for c in range(d_v):
-                S[f][c] = g[t] * S[f][c] + w * pk[f] * v[t, c]
-        den = sum(pq[f] * z[f] for f in range(F))
-        for c in range(d_v):
-            out[t, c] = sum(pq[f] * S[f][c] for f in range(F)) / den
-    return out
-
-
-def naive_rfa_weights(q, k, g, phi):
-    """A_ij = c_ij φ(q_i)·φ(k_j) / Σ_l c_il φ(q_i)·φ(k_l), c_ij = (1 − g_j) Π_{l=j+1..i} g_l, by explicit products."""
-    n = len(q)
-    A = np.zeros((n, n))
-    for i in range(n):
-        row = []
-        for j in range(i + 1):
-            c = 1.0 - g[j]
-            for l in range(j + 1, i + 1):
-                c *= g[l]
-            row.append(c * float(phi(q[i]) @ phi(k[j])))
-        A[i, : i + 1] = np.array(row) / sum(row)
-    return A
-
-
-def naive_delta(q, k, v, beta, phi, normalize=True):
-    """Schlag et al. §4.2 step by step for one sequence, W as a list of rows (d_v × F)."""
-    def feat(x):
-        f = phi(x)
-        return f / f.sum() if normalize else f
-
-    n, d_v = len(q), v.shape[1]
-    F = len(feat(k[0]))
-    W = [[0.0] * F for _ in range(d_v)]
-    out = np.zeros((n, d_v))
-    for i in range(n):
-        pk, pq = feat(k[i]), feat(q[i])
-        v_bar = [sum(W[c][f] * pk[f] for f in range(F)) for c in range(d_v)]        # v̄ = W φ(k)
-        for c in range(d_v):
-            for f in range(F):
-                W[c][f] += beta[i] * (v[i, c] - v_bar[c]) * pk[f]                  # W += β(v − v̄) ⊗ φ(k)
-        for c in range(d_v):
-            out[i, c] = sum(W[c][f] * pq[f] for f in range(F))                     # y = W φ(q)
-    return out
 
 
 def closed_form_delta_weights(q, k, beta, phi, normalize=True):

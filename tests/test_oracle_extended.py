@@ -21,9 +21,11 @@ added to every bound.
 - Log-sum-exp ℓ = max S + log Σ e^{y}: ℓ is 1-Lipschitz in the scores (Δ_i); the shift, exp and
   sum roundings add (m/e + 2 + m − 1)·u, the log 2u·log m, the final addition and the tier 3u·|ℓ|:
       |err| <= Δ_i + (2m + 4)·u + 3u·|ℓ|.
-- Backward (see test_sdpa_vjp_matches_extended_precision): a few u relative to the magnitudes of
-  the terms summed at each step, propagated through dP = dO Vᵀ, δ = Σ A dP, dS = A (dP − δ),
-  dQ = s·dS K, dK = s·dSᵀ Q, dV = Aᵀ dO.
+- Backward (see vjp_error_bounds): a few u relative to the magnitudes of the terms summed at each
+  step, propagated through dP = dO Vᵀ, δ = Σ A dP, dS = A (dP − δ), dQ = s·dS K, dK = s·dSᵀ Q,
+  dV = Aᵀ dO.
+- The same model with float32's u = 2⁻²⁴ bounds sdpa_vjp(..., dtype=np.float32), whose every
+  intermediate is float32 (see test_sdpa_vjp_float32_matches_extended_precision).
 
 Every bound is asserted entrywise, with no safety factor; TINY (two subnormal spacings) is added
 for entries that underflow, where relative bounds mean nothing.
@@ -45,6 +47,7 @@ from refattn.oracle.vjp import sdpa_vjp, softmax_vjp
 
 EPS = np.finfo(np.float64).eps
 U = EPS / 2                                                        # float64 unit roundoff
+U32 = float(np.finfo(np.float32).eps) / 2                          # float32 unit roundoff, 2⁻²⁴
 TINY = 1e-323                                                      # two subnormal spacings
 
 
@@ -68,8 +71,13 @@ def sum_to(x, shape):
     return x.sum(axis=axes, keepdims=True).reshape(shape)
 
 
-def scores_model(q, k, mask, causal, scale):
-    """Allowed pairs, float64 scores, Δ_i (..., n, 1) and ε_ij (..., n, m) of the module docstring."""
+def scores_model(q, k, mask, causal, scale, u=U, exp_ulps=1):
+    """Allowed pairs, float64 scores, Δ_i (..., n, 1) and ε_ij (..., n, m) of the module docstring.
+
+    ``u`` is the unit roundoff of the arithmetic bounded, ``exp_ulps`` the accuracy of its ``exp``:
+    the (2m + 6)·u of the docstring is (2m + 2 + 4·exp_ulps)·u (exp counts 2·exp_ulps·u for the
+    entry and as much in the sum).
+    """
     n, m, d = q.shape[-2], k.shape[-2], q.shape[-1]
     s = 1 / math.sqrt(d) if scale is None else scale
     allowed, bias = attention_mask(mask, causal, n, m, np.float64)
@@ -80,12 +88,53 @@ def scores_model(q, k, mask, causal, scale):
     allowed = np.broadcast_to(True if allowed is None else allowed, shape)
     S = np.broadcast_to(S, shape)
     QK = np.broadcast_to(s * (np.abs(q) @ swap(np.abs(k))), shape)  # scale·Σ_c|q_ic k_jc|
-    Delta = ((d + 3) * U * np.max(np.where(allowed, QK, 0.0), axis=-1, keepdims=True)
-             + U * np.max(np.where(allowed, np.abs(S), 0.0), axis=-1, keepdims=True))
+    Delta = ((d + 3) * u * np.max(np.where(allowed, QK, 0.0), axis=-1, keepdims=True)
+             + u * np.max(np.where(allowed, np.abs(S), 0.0), axis=-1, keepdims=True))
     top = np.max(np.where(allowed, S, -np.inf), axis=-1, keepdims=True)
     y = np.where(allowed, S - np.where(np.isfinite(top), top, 0.0), 0.0)
-    eps_A = 2 * Delta + U * np.abs(y) + (2 * m + 6) * U
+    eps_A = 2 * Delta + u * np.abs(y) + (2 * m + 2 + 4 * exp_ulps) * u
     return allowed, S, Delta, eps_A
+
+
+def vjp_error_bounds(q, k, v, d_out, mask, causal, scale, A, u=U, exp_ulps=1):
+    """Bound on |sdpa_vjp − exact| of dq, dk, dv (and d_bias), each of its input's shape, before the tier's rounding.
+
+    First order in ``u`` (``A`` the tier's weights, ε_ij the weights' relative error from
+    :func:`scores_model`, errA = A ε):
+      dP = dO Vᵀ, a matmul over d_v:     E_P  = d_v·u·(|dO| |V|ᵀ)
+      δ_i = Σ_j A_ij dP_ij (m terms):    E_δ  = Σ_j (errA |dP| + A E_P) + m·u·Σ_j A |dP|
+      dS = A ⊙ (dP − δ), G = dP − δ:     E_dS = errA |G| + A (E_P + E_δ + u|G|) + u|A G|
+      dQ = s·dS K (m terms, s rounded):  E_dQ = s (E_dS |K| + (m + 3)·u·|dS| |K|)
+      dK = s·dSᵀ Q (n terms):            E_dK = s (E_dSᵀ |Q| + (n + 3)·u·|dS|ᵀ |Q|)
+      dV = Aᵀ dO (n terms):              E_dV = (errA + n·u·A)ᵀ |dO|
+      d_bias = dS:                       E_dS
+    An input shared over B broadcast copies adds B·u·Σ|terms| for the sum over the copies. The
+    magnitudes |dP|, |G| are float64 values: their own errors change the bound only at second order.
+    """
+    allowed, _, _, eps_A = scores_model(q, k, mask, causal, scale, u, exp_ulps)
+    n, m, d, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    s = 1 / math.sqrt(d) if scale is None else scale
+    errA = A * eps_A
+    dP = np.where(allowed, d_out @ swap(v), 0.0)
+    E_P = d_v * u * (np.abs(d_out) @ swap(np.abs(v)))
+    delta = np.sum(A * dP, axis=-1, keepdims=True)
+    E_delta = (np.sum(errA * np.abs(dP) + A * E_P, axis=-1, keepdims=True)
+               + m * u * np.sum(A * np.abs(dP), axis=-1, keepdims=True))
+    G = np.where(allowed, dP - delta, 0.0)
+    dS = A * G
+    E_dS = errA * np.abs(G) + A * (E_P + E_delta + u * np.abs(G)) + u * np.abs(dS)
+    full = {                                                       # (error, magnitude) before the batch sum
+        "dq": (s * (E_dS @ np.abs(k) + (m + 3) * u * np.abs(dS) @ np.abs(k)), s * np.abs(dS) @ np.abs(k), q.shape),
+        "dk": (s * (swap(E_dS) @ np.abs(q) + (n + 3) * u * swap(np.abs(dS)) @ np.abs(q)),
+               s * swap(np.abs(dS)) @ np.abs(q), k.shape),
+        "dv": (swap(errA + n * u * A) @ np.abs(d_out), swap(A) @ np.abs(d_out), v.shape),
+        "d_bias": (E_dS, np.abs(dS), np.shape(mask)),
+    }
+    bounds = {}
+    for key, (err, mag, shape) in full.items():                    # err, mag of the broadcast shape
+        copies = err.size // math.prod(shape)
+        bounds[key] = sum_to(err, shape) + copies * u * sum_to(mag, shape)
+    return bounds
 
 
 def qkv(rng, n, m, d=4, d_v=3, batch=()):
@@ -305,54 +354,55 @@ def test_sdpa_matches_extended_precision(rng, name):
 
 @pytest.mark.parametrize("name", CASES)
 def test_sdpa_vjp_matches_extended_precision(rng, name):
-    # Backward error model, first order in u (A below is the tier's weights, ε_ij the weights'
-    # relative error from the module docstring, errA = A ε):
-    #   dP = dO Vᵀ, a matmul over d_v:     E_P  = d_v·u·(|dO| |V|ᵀ)
-    #   δ_i = Σ_j A_ij dP_ij (m terms):    E_δ  = Σ_j (errA |dP| + A E_P) + m·u·Σ_j A |dP|
-    #   dS = A ⊙ (dP − δ), G = dP − δ:     E_dS = errA |G| + A (E_P + E_δ + u|G|) + u|A G|
-    #   dQ = s·dS K (m terms, s rounded):  E_dQ = s (E_dS |K| + (m + 3)·u·|dS| |K|)
-    #   dK = s·dSᵀ Q (n terms):            E_dK = s (E_dSᵀ |Q| + (n + 3)·u·|dS|ᵀ |Q|)
-    #   dV = Aᵀ dO (n terms):              E_dV = (errA + n·u·A)ᵀ |dO|
-    #   d_bias = dS:                       E_dS
-    # An input shared over B broadcast copies adds B·u·Σ|terms| for the sum over the copies, and
-    # the tier's rounding 2u·|value| is added last. The magnitudes |dP|, |G| are float64 values:
-    # their own errors change the bound only at second order.
+    # The error model of vjp_error_bounds with float64's u; the tier's rounding 2u·|value| is added last.
     q, k, v, mask, causal, scale = case(name, rng)
     out_mp, A_mp, _ = mp_sdpa(q, k, v, mask, causal=causal, scale=scale)
     d_out = rng.standard_normal(out_mp.shape)
     g = sdpa_vjp(q, k, v, d_out, mask, causal=causal, scale=scale)
     dq_mp, dk_mp, dv_mp, db_mp = mp_sdpa_vjp(q, k, v, d_out, mask, causal=causal, scale=scale)
-
-    allowed, _, _, eps_A = scores_model(q, k, mask, causal, scale)
-    n, m, d, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    s = 1 / math.sqrt(d) if scale is None else scale
-    A, errA = A_mp, A_mp * eps_A
-    dP = np.where(allowed, d_out @ swap(v), 0.0)
-    E_P = d_v * U * (np.abs(d_out) @ swap(np.abs(v)))
-    delta = np.sum(A * dP, axis=-1, keepdims=True)
-    E_delta = (np.sum(errA * np.abs(dP) + A * E_P, axis=-1, keepdims=True)
-               + m * U * np.sum(A * np.abs(dP), axis=-1, keepdims=True))
-    G = np.where(allowed, dP - delta, 0.0)
-    dS = A * G
-    E_dS = errA * np.abs(G) + A * (E_P + E_delta + U * np.abs(G)) + U * np.abs(dS)
-    full = {                                                       # (error, magnitude) before the batch sum
-        "dq": (s * (E_dS @ np.abs(k) + (m + 3) * U * np.abs(dS) @ np.abs(k)), s * np.abs(dS) @ np.abs(k)),
-        "dk": (s * (swap(E_dS) @ np.abs(q) + (n + 3) * U * swap(np.abs(dS)) @ np.abs(q)),
-               s * swap(np.abs(dS)) @ np.abs(q)),
-        "dv": (swap(errA + n * U * A) @ np.abs(d_out), swap(A) @ np.abs(d_out)),
-        "d_bias": (E_dS, np.abs(dS)),
-    }
+    bounds = vjp_error_bounds(q, k, v, d_out, mask, causal, scale, A_mp)
     got = {"dq": (g.dq, dq_mp, q.shape), "dk": (g.dk, dk_mp, k.shape), "dv": (g.dv, dv_mp, v.shape)}
     if db_mp is None:
         assert g.d_bias is None
     else:
         got["d_bias"] = (g.d_bias, db_mp, np.shape(mask))
     for key, (actual, expected, shape) in got.items():
-        err, mag = full[key]                                       # both of the broadcast shape
-        copies = err.size // math.prod(shape)
-        bound = sum_to(err, shape) + copies * U * sum_to(mag, shape)
         assert actual.shape == expected.shape == tuple(shape)
-        within(actual, expected, bound + 2 * U * np.abs(expected) + TINY, key)
+        within(actual, expected, bounds[key] + 2 * U * np.abs(expected) + TINY, key)
+
+
+@pytest.mark.parametrize("name", [name for name in CASES if not name.startswith("extreme")])
+def test_sdpa_vjp_float32_matches_extended_precision(rng, name):
+    # sdpa_vjp(dtype=np.float32) keeps every intermediate in float32, so the error model of
+    # vjp_error_bounds holds with u = 2⁻²⁴ and NumPy's float32 exp within 3 ulp (the bound NumPy's own
+    # accuracy test holds it to: numpy/_core/tests/data/umath-validation-set-exp.csv, float32 rows);
+    # the default scale fl32(fl64(1/√d)) errs by u + 2u₆₄ < 2u, as the model allows. The inputs are
+    # rounded to float32 first, so the tier differentiates exactly the numbers the float32 path
+    # reads. The model is first order in u: here 2Δ < 1e-5, so the neglected products of two
+    # first-order terms are below 1e-5 of the bound. The "extreme" cases are left out: with
+    # |s| ~ 1e4, float32's 2Δ is ~1e-2 and those products reach 1% of the bound.
+    q, k, v, mask, causal, scale = case(name, rng)
+    q, k, v = (x.astype(np.float32).astype(np.float64) for x in (q, k, v))
+    if mask is not None and mask.dtype.kind == "f":
+        mask = mask.astype(np.float32).astype(np.float64)          # −inf entries stay −inf
+    out_mp, A_mp, _ = mp_sdpa(q, k, v, mask, causal=causal, scale=scale)
+    d_out = rng.standard_normal(out_mp.shape).astype(np.float32).astype(np.float64)
+    g = sdpa_vjp(q, k, v, d_out, mask, causal=causal, scale=scale, dtype=np.float32)
+    dq_mp, dk_mp, dv_mp, db_mp = mp_sdpa_vjp(q, k, v, d_out, mask, causal=causal, scale=scale)
+    bounds = vjp_error_bounds(q, k, v, d_out, mask, causal, scale, A_mp, u=U32, exp_ulps=3)
+    got = {"dq": (g.dq, dq_mp), "dk": (g.dk, dk_mp), "dv": (g.dv, dv_mp)}
+    if db_mp is None:
+        assert g.d_bias is None
+    else:
+        got["d_bias"] = (g.d_bias, db_mp)
+    tiny = 2 * float(np.finfo(np.float32).smallest_subnormal)
+    for key, (actual, expected) in got.items():
+        assert actual.dtype == np.float32, key
+        assert actual.shape == expected.shape
+        within(actual, expected, bounds[key] + 2 * U * np.abs(expected) + tiny, key)
+    g64 = sdpa_vjp(q, k, v, d_out, mask, causal=causal, scale=scale)
+    err32, err64 = np.max(np.abs(g.dq - dq_mp)), np.max(np.abs(g64.dq - dq_mp))
+    assert err32 > 1e3 * err64, "the float32 path computed in float64"   # its error is ~u₃₂/u₆₄ ≈ 1e9 times larger
 
 
 @pytest.mark.parametrize(("scale", "masked"), [(1.0, False), (1.0, True), (1e3, True)])

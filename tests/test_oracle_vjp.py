@@ -31,15 +31,9 @@ from hypothesis import strategies as st
 
 from refattn import MultiHeadParams, init_multi_head, multi_head_attention, scaled_dot_product_attention, softmax
 from refattn.linear import elu_feature_map, linear_attention
+from refattn.oracle.linear_vjp import linear_attention_vjp
 from refattn.oracle.merge import merge_attention
-from refattn.oracle.vjp import (
-    MultiHeadGrads,
-    SdpaGrads,
-    linear_attention_vjp,
-    multi_head_vjp,
-    sdpa_vjp,
-    softmax_vjp,
-)
+from refattn.oracle.vjp import MultiHeadGrads, SdpaGrads, multi_head_vjp, sdpa_vjp, softmax_vjp
 
 H = 1e-5
 FD_TOL = {"rtol": 1e-7, "atol": 2e-8}          # derived in the module docstring
@@ -270,6 +264,27 @@ def test_sdpa_vjp_nan_policy_poisons_its_batch_element(rng):
         np.testing.assert_array_equal(getattr(g, name)[1], getattr(zero, name)[1], err_msg=name)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_sdpa_vjp_dtype_is_the_compute_and_output_dtype(rng, dtype):
+    # The values are held to a derived float32 bound in test_oracle_extended; here the dtype and the
+    # fully-masked policies, which act by selection whatever the dtype.
+    q, k, v = qkv(rng, 4, 6, batch=(2,))
+    d_out = rng.standard_normal((2, 4, 2))
+    bias = rng.standard_normal((4, 6))
+    bias[0] = -np.inf                                              # query 0 is fully masked
+    for fully_masked in ("zero", "nan", "uniform"):
+        g = sdpa_vjp(q, k, v, d_out, bias, fully_masked=fully_masked, dtype=dtype)
+        g64 = sdpa_vjp(q, k, v, d_out, bias, fully_masked=fully_masked)
+        for name, x, x64 in zip(SdpaGrads._fields, g, g64, strict=True):
+            assert x.dtype == dtype and x.shape == x64.shape, name
+            np.testing.assert_array_equal(np.isnan(x), np.isnan(x64), err_msg=f"{fully_masked} {name}")
+        if fully_masked != "nan":
+            np.testing.assert_array_equal(g.dq[:, 0], 0.0)        # a fully masked query gets nothing
+            np.testing.assert_array_equal(g.d_bias[0], 0.0)
+    with pytest.raises(TypeError, match="dtype must be float16, float32 or float64"):
+        sdpa_vjp(q, k, v, d_out, dtype=np.int32)
+
+
 @given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.integers(1, 5), st.integers(1, 4), st.integers(1, 3),
        st.lists(st.integers(1, 3), max_size=2), st.sampled_from([False, True, "bottom-right"]),
        st.sampled_from([None, "bool", "float"]))
@@ -413,6 +428,18 @@ def test_linear_attention_vjp_future_garbage_does_not_leak(rng):
         dq, _, _ = linear_attention_vjp(q, k_bad, v_bad, d_out, causal=True, method=method)
         np.testing.assert_array_equal(dq[:4], clean[0][:4], err_msg=method)
         assert np.isnan(dq[4]).all()
+
+
+def test_linear_attention_vjp_refuses_a_zero_denominator(rng):
+    q, k, v = qkv(rng, 3, 4)
+    q[1] = -800.0                                                 # φ(q_1) = e^{-800} underflows to 0
+    d_out = rng.standard_normal((3, 2))
+    for method in ("equation", "scan"):
+        for causal in (False, True):
+            with pytest.raises(ZeroDivisionError, match="denominator"):
+                linear_attention_vjp(q, k, v, d_out, causal=causal, method=method)
+        grads = linear_attention_vjp(q, k, v, d_out, method=method, eps=1e-6)
+        assert all(np.isfinite(g).all() for g in grads), method
 
 
 # --------------------------------------------------------------------------------------------- merge

@@ -1,38 +1,70 @@
-"""The catalogue: records are complete and consistent, and every ``apply`` obeys the shared properties."""
+"""The catalogue: records are complete and consistent, every ``apply`` obeys the shared properties, every exact
+limit holds. Everything here iterates the registry: a new record is held to all of it without being named."""
 from __future__ import annotations
 
-import re
-from pathlib import Path
+import importlib
+import pkgutil
 
 import numpy as np
 import pytest
 
-from refattn import registry
-from refattn.registry import AttentionResult, Mechanism
+from refattn import registry, scaled_dot_product_attention
+from refattn.mechanism import AttentionResult, Mechanism
 
-CATALOGUE = Path(__file__).resolve().parents[2] / "shared" / "MECHANISMS.md"
+from .catalogue import CATALOGUE
+
 APPLIABLE = [m for m in registry.all() if m.apply is not None]
 CAUSAL = [m for m in APPLIABLE if m.causal]
 INCREMENTAL = [m for m in CAUSAL if m.incremental]
+EXACT = [(m, c) for m in APPLIABLE if m.exact_options is not None for c in m.causal_settings]
+TIGHT = {"rtol": 1e-12, "atol": 1e-12}
 
 
-def catalogue_ids(section: int) -> list[str]:
-    text = CATALOGUE.read_text(encoding="utf-8")
-    part = text.split(f"## {section}.")[1].split("\n## ")[0]
-    return re.findall(r"^\| `([a-z_0-9]+)`", part, flags=re.M)
+def _id(x):
+    return x.id if isinstance(x, Mechanism) else repr(x)
 
 
-@pytest.mark.skipif(not CATALOGUE.exists(), reason="shared/MECHANISMS.md is beside the repo only in the workspace")
-def test_every_vanilla_id_of_the_catalogue_is_registered():
-    assert set(catalogue_ids(1)) <= set(registry.ids())
+def test_registered_ids_are_catalogue_ids_in_their_family_and_order():
+    for family, records in registry.FAMILIES.items():
+        ids = [m.id for m in records]
+        expected = [i for i in CATALOGUE[family] if i in ids]
+        assert ids == expected, f"{family}: {ids} is not the catalogue's order {expected} (or has foreign ids)"
+
+
+@pytest.mark.parametrize("family", ["vanilla", "linear"])
+def test_finished_families_are_complete(family):
+    assert [m.id for m in registry.FAMILIES[family]] == list(CATALOGUE[family])
 
 
 def test_records_are_complete():
     for m in registry.all():
-        for name in ("id", "title", "family", "section", "paper", "equation", "time", "memory"):
+        for name in ("id", "title", "family", "section", "paper", "equation", "time", "memory", "exact_limit"):
             assert getattr(m, name), f"{m.id}: empty {name}"
         assert "arXiv:" in m.paper, m.id
         assert callable(m.function), m.id
+        assert m.causal_settings or m.apply is None, f"{m.id}: apply takes no causal setting at all"
+
+
+def test_each_record_lives_in_the_module_named_by_its_id():
+    """``refattn/<family>/<id>.py`` (``global_`` for the keyword ``global``); variants share the module named by
+    their common prefix (performer_positive and performer_trig in performer.py)."""
+    for m in registry.all():
+        found = [mod for mod in _record_modules() if any(r is m for r in _records_of(mod))]
+        assert len(found) == 1, f"{m.id}: declared in {found}"
+        stem = found[0].__name__.rsplit(".", 1)[1]
+        assert stem in (m.id, m.id + "_") or m.id.startswith(stem + "_"), f"{m.id} lives in {found[0].__name__}"
+
+
+def _record_modules():
+    for family in registry.FAMILIES.values():
+        package = importlib.import_module(family[0].function.__module__.rsplit(".", 1)[0])
+        for info in pkgutil.iter_modules(package.__path__):
+            yield importlib.import_module(f"{package.__name__}.{info.name}")
+
+
+def _records_of(module):
+    return [value for name, value in vars(module).items() if name.startswith("RECORD") and
+            isinstance(value, Mechanism)]
 
 
 def test_get_and_unknown_id():
@@ -43,7 +75,9 @@ def test_get_and_unknown_id():
 
 def test_components_and_only_components_have_no_apply():
     with pytest.raises(ValueError, match="components, and only components"):
-        Mechanism("x", "x", "vanilla", "1", "p", "e", "t", "m", False, "attention", print)
+        Mechanism(id="x", title="x", family="vanilla", section="1", paper="p", equation="e", time="t", memory="m",
+                  kind="attention", function=print, causal=False, figure="a:b", exact_options=None,
+                  exact_limit="none")
 
 
 def _lengths(mech, n=5, m=7):
@@ -62,12 +96,21 @@ def _rows(weights):
     return weights.reshape(-1, *weights.shape[-2:])
 
 
-@pytest.mark.parametrize("mech", APPLIABLE, ids=lambda m: m.id)
-def test_apply_returns_output_and_row_stochastic_weights(mech):
+@pytest.mark.parametrize("mech", APPLIABLE, ids=_id)
+def test_apply_returns_weights_only_when_asked(mech):
+    q, k, v = _inputs(1, n=_lengths(mech)[0], m=_lengths(mech)[1])
+    causal = mech.causal_settings[0]
+    plain = mech.apply(q, k, v, causal=causal, rng=3)
+    assert isinstance(plain, AttentionResult) and plain.weights is None and plain.allowed is None
+    full = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True)
+    np.testing.assert_array_equal(full.output, plain.output)
+
+
+@pytest.mark.parametrize(("mech", "causal"), [(m, c) for m in APPLIABLE for c in m.causal_settings], ids=_id)
+def test_apply_weights_rows_and_pattern(mech, causal):
     n, m = _lengths(mech)
     q, k, v = _inputs(1, n=n, m=m)
-    result = mech.apply(q, k, v, rng=3)
-    assert isinstance(result, AttentionResult)
+    result = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True)
     assert result.output.shape == (n, 4)
     A = _rows(result.weights)
     assert A.shape[-2:] == (n, m)
@@ -75,9 +118,12 @@ def test_apply_returns_output_and_row_stochastic_weights(mech):
     sums = A.sum(axis=-1)
     if mech.normalized:
         np.testing.assert_allclose(sums[sums != 0], 1.0, rtol=0, atol=1e-15 * m)
+    if result.allowed is not None:                                 # nothing outside the reported pattern
+        assert result.allowed.shape == result.weights.shape and result.allowed.dtype == bool
+        np.testing.assert_array_equal(result.weights[~result.allowed], 0.0)
 
 
-@pytest.mark.parametrize("mech", [m for m in APPLIABLE if not m.position_dependent], ids=lambda m: m.id)
+@pytest.mark.parametrize("mech", [m for m in APPLIABLE if not m.position_dependent], ids=_id)
 def test_apply_is_query_permutation_equivariant(mech):
     n, m = _lengths(mech)
     q, k, v = _inputs(2, n=n, m=m)
@@ -86,34 +132,33 @@ def test_apply_is_query_permutation_equivariant(mech):
     np.testing.assert_allclose(mech.apply(q[perm], k, v, rng=3).output, out[perm], rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("mech", APPLIABLE, ids=lambda m: m.id)
+@pytest.mark.parametrize("mech", APPLIABLE, ids=_id)
 def test_apply_same_rng_same_result(mech):
     q, k, v = _inputs(4, (), *_lengths(mech))
-    np.testing.assert_array_equal(mech.apply(q, k, v, rng=9).output, mech.apply(q, k, v, rng=9).output)
+    causal = mech.causal_settings[0]
+    np.testing.assert_array_equal(mech.apply(q, k, v, causal=causal, rng=9).output,
+                                  mech.apply(q, k, v, causal=causal, rng=9).output)
 
 
-@pytest.mark.parametrize("mech", APPLIABLE, ids=lambda m: m.id)
+@pytest.mark.parametrize("mech", APPLIABLE, ids=_id)
 def test_apply_batch_equals_stack_of_single_calls(mech):
     q, k, v = _inputs(5, (3,), *_lengths(mech))
-    lengths = {"lengths": np.array([7, 2, 5])} if mech.id == "padding_mask" else {}
-    out = mech.apply(q, k, v, rng=3, **lengths).output
+    causal = mech.causal_settings[0]
+    out = mech.apply(q, k, v, causal=causal, rng=3).output
     for b in range(3):
-        single = {"lengths": lengths["lengths"][b]} if lengths else {}
-        np.testing.assert_allclose(out[b], mech.apply(q[b], k[b], v[b], rng=3, **single).output,
+        np.testing.assert_allclose(out[b], mech.apply(q[b], k[b], v[b], causal=causal, rng=3).output,
                                    rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize(("mech", "causal"), [(m, True) for m in CAUSAL] + [(m, "bottom-right") for m in INCREMENTAL],
-                         ids=lambda x: x.id if isinstance(x, Mechanism) else str(x))
+                         ids=_id)
 def test_apply_causal_outputs_ignore_the_future(mech, causal):
     n, m = _lengths(mech)
     q, k, v = _inputs(6, n=n, m=m)
-    out = mech.apply(q, k, v, causal=causal, rng=3, lengths=m) if mech.id == "padding_mask" else \
-        mech.apply(q, k, v, causal=causal, rng=3)
+    out = mech.apply(q, k, v, causal=causal, rng=3)
     first_hidden = 3 + 1 + (0 if causal is True else m - n)          # keys row 3 may not see
     k[first_hidden:], v[first_hidden:] = np.nan, np.nan
-    out2 = mech.apply(q, k, v, causal=causal, rng=3, lengths=m) if mech.id == "padding_mask" else \
-        mech.apply(q, k, v, causal=causal, rng=3)
+    out2 = mech.apply(q, k, v, causal=causal, rng=3)
     np.testing.assert_array_equal(out2.output[:4], out.output[:4])
 
 
@@ -122,7 +167,7 @@ def test_catalogue_markdown_has_a_row_per_mechanism():
     assert [r.split("`")[1] for r in rows] == registry.ids()
 
 
-@pytest.mark.parametrize("mech", INCREMENTAL, ids=lambda m: m.id)
+@pytest.mark.parametrize("mech", INCREMENTAL, ids=_id)
 @pytest.mark.parametrize("extra", [-4, 2])
 def test_apply_bottom_right_equals_the_last_rows_of_causal_self_attention(mech, extra):
     # Decoding with a key/value cache: n new queries are the last n of the m positions. With
@@ -133,8 +178,33 @@ def test_apply_bottom_right_equals_the_last_rows_of_causal_self_attention(mech, 
     q_all, k, v = rng.standard_normal((m, 4)), rng.standard_normal((m, 4)), rng.standard_normal((m, 4))
     q = rng.standard_normal((n, 4))
     q[-min(n, m):] = q_all[-min(n, m):]
-    extra = {"lengths": m} if mech.id == "padding_mask" else {}
-    full = mech.apply(q_all, k, v, causal=True, rng=3, **extra).output
-    last = mech.apply(q, k, v, causal="bottom-right", rng=3, **extra).output
+    full = mech.apply(q_all, k, v, causal=True, rng=3).output
+    last = mech.apply(q, k, v, causal="bottom-right", rng=3).output
     np.testing.assert_allclose(last[-min(n, m):], full[-min(n, m):], rtol=1e-13, atol=1e-13)
     np.testing.assert_array_equal(last[: max(n - m, 0)], 0.0)
+
+
+# --- exact limits -----------------------------------------------------------------------------------
+
+def test_every_attention_record_states_its_exact_limit():
+    """``exact_options`` is a field of every record; where it is None, ``exact_limit`` says why."""
+    for m in APPLIABLE:
+        if m.exact_options is None:
+            assert m.exact_limit.startswith("none"), f"{m.id}: no exact options, and the limit text says none of why"
+
+
+@pytest.mark.parametrize(("mech", "causal"), EXACT, ids=_id)
+def test_exact_limit_equals_scaled_dot_product_attention(mech, causal):
+    """apply(q, k, v, causal=c, **exact_options) is exact softmax attention, with n != m where the record takes two
+    sequences (bottom-right: the last n of m positions, n < m and n > m)."""
+    shapes = [_lengths(mech)]
+    if causal == "bottom-right":
+        L = mech.example_length
+        shapes += [(L - 3, L), (L + 2, L)]
+    for n, m in shapes:
+        q, k, v = _inputs(11, (2,), n, m)
+        options = mech.exact(n, m)
+        got = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True, **options)
+        out, A = scaled_dot_product_attention(q, k, v, causal=causal, return_weights=True)
+        np.testing.assert_allclose(got.output, out, **TIGHT, err_msg=f"{mech.id} {options} n={n} m={m}")
+        np.testing.assert_allclose(got.weights.reshape(A.shape), A, **TIGHT)

@@ -7,8 +7,8 @@ import pytest
 from refattn.sparse.band import band_pattern
 from refattn.sparse.block_local import block_local_pattern
 from refattn.sparse.dilated import dilated_pattern
-from refattn.sparse.global_tokens import global_pattern
-from refattn.sparse.random_edges import draw_random_keys, random_pattern
+from refattn.sparse.global_ import global_pattern
+from refattn.sparse.random import draw_random_keys, random_pattern
 from refattn.sparse.strided import strided_pattern
 
 SIZES = [(1, 1), (7, 7), (6, 10), (10, 6), (13, 13)]

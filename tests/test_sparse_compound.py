@@ -12,10 +12,10 @@ from refattn.sparse.bigbird import bigbird_block_layout, bigbird_pattern, draw_b
 from refattn.sparse.block_local import block_local_pattern
 from refattn.sparse.dilated import dilated_pattern
 from refattn.sparse.etc import etc_pattern
-from refattn.sparse.global_tokens import global_pattern
+from refattn.sparse.global_ import global_pattern
 from refattn.sparse.longformer import longformer_pattern, longformer_patterns
 from refattn.sparse.pattern import SparsePattern
-from refattn.sparse.random_edges import random_pattern
+from refattn.sparse.random import random_pattern
 from refattn.sparse.sparse_transformer import sparse_transformer_pattern
 from refattn.sparse.star_transformer import star_transformer_pattern
 from refattn.sparse.strided import strided_pattern

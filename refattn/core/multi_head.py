@@ -18,8 +18,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_float, as_rng, broadcast_batch, check_positive_int, glorot
+from ..mechanism import AttentionResult, Mechanism
+from ..papers import VASWANI
 from .masks import check_mask_shape
-from .sdpa import scaled_dot_product_attention
+from .sdpa import allowed_pairs, scaled_dot_product_attention
 
 __all__ = ["MultiHeadParams", "init_multi_head", "multi_head_attention"]
 
@@ -233,16 +235,26 @@ def project_heads(x: NDArray, w: NDArray, b: NDArray | None, num_heads: int) -> 
     y = x @ w.astype(x.dtype, copy=False)                          # (..., T, h·d_head)
     if b is not None:
         y = y + b.astype(x.dtype, copy=False)
-    y = y.reshape(*y.shape[:-1], num_heads, w.shape[1] // num_heads)  # (..., T, h, d_head)
-    return np.swapaxes(y, -2, -3)                                  # (..., h, T, d_head)
+    return split_heads(y, num_heads)                               # (..., h, T, d_head)
 
 
 def combine_heads(heads: NDArray, w_o: NDArray, b_o: NDArray | None) -> NDArray:
     """Concatenate heads and project: (..., h, T, d_v) → (..., T, h·d_v) @ Wᴼ (+ bᴼ)."""
-    concat = np.swapaxes(heads, -2, -3)                            # (..., T, h, d_v)
-    concat = concat.reshape(*concat.shape[:-2], -1)                # (..., T, h·d_v)  Concat(head_i)
+    concat = merge_heads(heads)                                    # (..., T, h·d_v)  Concat(head_i)
     out = concat @ w_o.astype(heads.dtype, copy=False)             # (..., T, d_model)
     return out if b_o is None else out + b_o.astype(heads.dtype, copy=False)
+
+
+def split_heads(y: NDArray, num_heads: int) -> NDArray:
+    """(..., T, h·d_head) → (..., h, T, d_head): head i takes columns i·d_head … (i+1)·d_head − 1."""
+    y = y.reshape(*y.shape[:-1], num_heads, y.shape[-1] // num_heads)   # (..., T, h, d_head)
+    return np.swapaxes(y, -2, -3)                                  # (..., h, T, d_head)
+
+
+def merge_heads(heads: NDArray) -> NDArray:
+    """(..., h, T, d_head) → (..., T, h·d_head), the inverse of :func:`split_heads` (Concat(head_i))."""
+    concat = np.swapaxes(heads, -2, -3)                            # (..., T, h, d_head)
+    return concat.reshape(*concat.shape[:-2], -1)                  # (..., T, h·d_head)
 
 
 def head_shared(mask: ArrayLike | None) -> ArrayLike | None:
@@ -251,3 +263,37 @@ def head_shared(mask: ArrayLike | None) -> ArrayLike | None:
         return None
     mask = np.asarray(mask)
     return np.expand_dims(mask, -3) if mask.ndim >= 3 else mask
+
+
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, params=None, mask=None):
+    """MultiHead(Q, K, V) with ``params``: a :class:`MultiHeadParams`, drawn from ``rng``
+    (:func:`init_multi_head`, d_model = q's width) when omitted, or ``"identity"``: one head whose
+    four projections are the identity (no bias), which is scaled dot-product attention itself."""
+    if params is None:
+        if rng is None:
+            raise ValueError("multi-head attention needs params= or rng= to draw them")
+        params = init_multi_head(rng, np.shape(q)[-1], num_heads)
+    elif isinstance(params, str):
+        if params != "identity" or num_heads != 1:
+            raise ValueError(f"params must be MultiHeadParams, None or 'identity' (with num_heads=1), got {params!r} "
+                             f"with num_heads={num_heads}")
+        eye = np.eye(np.shape(q)[-1])
+        params = MultiHeadParams(eye, eye, eye, eye)
+    elif not isinstance(params, MultiHeadParams):
+        raise TypeError(f"params must be MultiHeadParams, None or 'identity', got {type(params).__name__}")
+    if not return_weights:
+        return AttentionResult(multi_head_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask,
+                                                    causal=causal))
+    out, A = multi_head_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask, causal=causal,
+                                  return_weights=True)
+    return AttentionResult(out, A, allowed_pairs(head_shared(mask), causal, A.shape))
+
+
+RECORD = Mechanism(
+    id="multi_head", title="Multi-head attention", family="vanilla", section="2.1 (Vaswani §3.2.2)", paper=VASWANI,
+    equation=r"\operatorname{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h) W^O,\ "
+    r"\mathrm{head}_i = \operatorname{Attention}(QW_i^Q, KW_i^K, VW_i^V)",
+    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", function=multi_head_attention, apply=_apply,
+    causal=True, figure="refattn.figures.vanilla:multi_head", exact_options={"num_heads": 1, "params": "identity"},
+    exact_limit="one head, identity projections",
+)

@@ -25,7 +25,10 @@ from ..common import (
     weighted_values,
 )
 from ..kernels import kernel_rows
-from .masks import attention_mask, check_mask_shape, padding_mask
+from ..mechanism import AttentionResult, Mechanism
+from ..papers import VASWANI
+from .masks import attention_mask, check_mask_shape
+from .padding_mask import padding_mask
 from .softmax import FULLY_MASKED_POLICIES, masked_softmax
 
 __all__ = ["scaled_dot_product_attention"]
@@ -276,3 +279,28 @@ def _mask_slabs(mask: NDArray, batch: tuple[int, ...], n: int, m: int) -> tuple[
     slabs = np.ascontiguousarray(np.broadcast_to(mask, (*mask_batch, n, m)).reshape(-1, n, m))
     index = np.arange(slabs.shape[0], dtype=np.int64).reshape(mask_batch)
     return slabs, np.ascontiguousarray(np.broadcast_to(index, batch).reshape(-1))
+
+
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, mask=None, scale=None, fully_masked="zero",
+           method="auto"):
+    """The registry's uniform ``apply``: :func:`scaled_dot_product_attention` (``rng`` is not used)."""
+    if not return_weights:
+        return AttentionResult(scaled_dot_product_attention(q, k, v, mask, causal=causal, scale=scale,
+                                                            fully_masked=fully_masked, method=method))
+    out, A = scaled_dot_product_attention(q, k, v, mask, causal=causal, scale=scale, fully_masked=fully_masked,
+                                          method=method, return_weights=True)
+    return AttentionResult(out, A, allowed_pairs(mask, causal, A.shape))
+
+
+def allowed_pairs(mask, causal, shape: tuple[int, ...]):
+    """The pairs a row may see under ``mask`` and ``causal``, broadcast to the weights' ``shape`` (or None)."""
+    allowed, _ = attention_mask(mask, causal, shape[-2], shape[-1], np.float64)
+    return None if allowed is None else np.broadcast_to(allowed, shape)
+
+
+RECORD = Mechanism(
+    id="sdpa", title="Scaled dot-product attention", family="vanilla", section="2 (Vaswani §3.2.1)", paper=VASWANI,
+    equation=r"\operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + B\right) V",
+    time="O(n·m·d)", memory="O(n·m), O(n·d) blocked", kind="attention", function=scaled_dot_product_attention,
+    apply=_apply, causal=True, figure="refattn.figures.vanilla:sdpa", exact_options={}, exact_limit="exact",
+)

@@ -12,6 +12,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_float, check_choice
+from ..mechanism import Mechanism
+from ..papers import VASWANI
 
 __all__ = ["softmax", "FULLY_MASKED_POLICIES"]
 
@@ -120,3 +122,11 @@ def _check_axis(axis, ndim: int) -> int:
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool) or not -ndim <= axis < ndim:
         raise ValueError(f"axis must be an int in [{-ndim}, {ndim}), got {axis!r}")
     return int(axis) % ndim
+
+
+RECORD = Mechanism(
+    id="softmax", title="Numerically stable masked softmax", family="vanilla", section="2 (Vaswani §3.2.1)",
+    paper=VASWANI, equation=r"\operatorname{softmax}(x)_j = \frac{e^{x_j - \max_k x_k}}{\sum_k e^{x_k - \max_k x_k}}",
+    time="O(n·m)", memory="O(n·m)", kind="component", function=softmax, causal=True,
+    figure="refattn.figures.vanilla:softmax", exact_options=None, exact_limit="a component (no apply)",
+)

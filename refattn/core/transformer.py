@@ -4,7 +4,7 @@ r"""The encoder–decoder Transformer (Vaswani et al., 2017, §3): forward pass 
     decode:  y = E_tgt[tgt]·√d_model + PE;  y ← DecoderLayer_l(y, memory);  logits = y W_out + b_out
 
 Greedy decoding feeds the arg-max token back one step at a time, keeping each decoder layer's
-self-attention keys/values in a cache (:class:`~refattn.core.encoder_decoder.DecoderCache`), so
+self-attention keys/values in a cache (:class:`~refattn.core.decoder_layer.DecoderCache`), so
 step *t* costs O(t) attention instead of O(t²). Teacher-forcing the decoded sequence through
 :func:`decode` gives the same logits at every step (the tests check it).
 """
@@ -16,18 +16,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_rng, check_positive_int, glorot
-from .encoder_decoder import (
-    DecoderLayerParams,
-    EncoderLayerParams,
-    decoder_layer,
-    decoder_layer_step,
-    encoder_layer,
-    init_decoder_layer,
-    init_encoder_layer,
-)
-from .layers import LayerNormParams, init_layer_norm, layer_norm
-from .masks import padding_mask
-from .positional import sinusoidal_positional_encoding
+from ..mechanism import Mechanism
+from ..papers import VASWANI
+from .decoder_layer import DecoderLayerParams, decoder_layer, decoder_layer_step, init_decoder_layer
+from .encoder_layer import EncoderLayerParams, encoder_layer, init_encoder_layer
+from .layer_norm import LayerNormParams, init_layer_norm, layer_norm
+from .padding_mask import padding_mask
+from .sinusoidal_pe import sinusoidal_positional_encoding
 
 __all__ = ["TransformerParams", "init_transformer", "encode", "decode", "transformer", "greedy_decode"]
 
@@ -300,3 +295,13 @@ def _logits(y: NDArray, params: TransformerParams) -> NDArray:
 
 def _source_mask(src_lengths: ArrayLike | None, n_src: int) -> NDArray | None:
     return None if src_lengths is None else padding_mask(src_lengths, n_src)
+
+
+RECORD = Mechanism(
+    id="transformer", title="Encoder–decoder Transformer with greedy decoding", family="vanilla",
+    section="2 (Vaswani §3)", paper=VASWANI,
+    equation=r"\operatorname{softmax}(\operatorname{Decoder}(E[y]\sqrt{d} + PE,\ "
+    r"\operatorname{Encoder}(E[x]\sqrt{d} + PE))\,W_{out})",
+    time="O(N·(n²+m²+nm)·d)", memory="O(h·(n²+m²+nm))", kind="component", function=transformer, causal=True,
+    figure="refattn.figures.vanilla:transformer", exact_options=None, exact_limit="a component (no apply)",
+)

@@ -1,70 +1,61 @@
-r"""The figures of ``figures/``: one seeded function per mechanism id, plus overview sheets.
+r"""The figures of ``figures/``: one per registry record, plus a few overview sheets.
 
-``FIGURES`` maps each name to a function returning a :class:`matplotlib.figure.Figure`; it is
-written out by hand (no auto-discovery), and the tests check that it covers every registry id.
-:func:`write_figures` is what ``python -m refattn figures`` runs: every call draws the same
-pixels and :func:`refattn.viz.save_figure` leaves no version or date in the files, so re-running it
-changes no bytes.
+Each record says how it is drawn (:attr:`refattn.mechanism.Mechanism.figure`): a
+:class:`~refattn.mechanism.FigureSpec` drawn by the generic template (:mod:`refattn.figures.template`),
+or ``"module:function"`` naming a function of its family's figure module. The overview sheets
+(:data:`SHEETS`) compare several mechanisms and are listed here by name. :func:`write_figures`
+is what ``python -m refattn figures`` runs: it iterates the registry, every call draws the same
+pixels, and :func:`refattn.viz.save_figure` leaves no version or date in the files, so re-running
+it changes no bytes.
 """
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.style
 from matplotlib.figure import Figure
 
+from .. import registry
+from ..mechanism import FigureSpec
 from ..viz import STYLE_PATH, pin_layout, save_figure
-from . import linear, sparse, vanilla
+from .template import draw_spec
 
-__all__ = ["FIGURES", "write_figures"]
+__all__ = ["SHEETS", "draw_figure", "figure_names", "write_figures"]
 
-FIGURES: dict[str, Callable[[], Figure]] = {
-    # vanilla Transformer (registry family "vanilla")
-    "softmax": vanilla.softmax,
-    "sdpa": vanilla.sdpa,
-    "causal_mask": vanilla.causal_mask,
-    "padding_mask": vanilla.padding_mask,
-    "multi_head": vanilla.multi_head,
-    "cross_attention": vanilla.cross_attention,
-    "sinusoidal_pe": vanilla.sinusoidal_pe,
-    "layer_norm": vanilla.layer_norm,
-    "ffn": vanilla.ffn,
-    "encoder_layer": vanilla.encoder_layer,
-    "decoder_layer": vanilla.decoder_layer,
-    "transformer": vanilla.transformer,
-    # overview sheets
-    "vanilla_overview": vanilla.vanilla_overview,
-    # position-based sparse attention (registry family "sparse"; survey §3.1.1)
-    "global": sparse.global_,
-    "band": sparse.band,
-    "dilated": sparse.dilated,
-    "strided": sparse.strided,
-    "random": sparse.random,
-    "block_local": sparse.block_local,
-    "star_transformer": sparse.star_transformer,
-    "longformer": sparse.longformer,
-    "etc": sparse.etc,
-    "bigbird": sparse.bigbird,
-    "sparse_transformer": sparse.sparse_transformer,
-    "bp_transformer": sparse.bp_transformer,
-    "image_transformer": sparse.image_transformer,
-    "axial": sparse.axial,
-    # overview sheets of the survey's Figs. 4-6
-    "sparse_atomic": sparse.sparse_atomic,
-    "sparse_compound": sparse.sparse_compound,
-    "sparse_extended": sparse.sparse_extended,
-    # linearised attention (registry family "linear"; survey §3.2)
-    "linear_elu": linear.linear_elu,
-    "performer_positive": linear.performer_positive,
-    "performer_trig": linear.performer_trig,
-    "efficient_attention": linear.efficient_attention,
-    "rfa": linear.rfa,
-    "delta_rule": linear.delta_rule,
-    # overview sheet: every linear mechanism beside softmax
-    "linear_overview": linear.linear_overview,
+#: Overview sheets: several mechanisms side by side (not one registry id each).
+SHEETS = {
+    "vanilla_overview": "refattn.figures.vanilla:vanilla_overview",
+    "sparse_atomic": "refattn.figures.sparse:sparse_atomic",
+    "sparse_compound": "refattn.figures.sparse:sparse_compound",
+    "sparse_extended": "refattn.figures.sparse:sparse_extended",
+    "linear_overview": "refattn.figures.linear:linear_overview",
+    "gallery": "refattn.figures.gallery:gallery",
 }
+
+
+def figure_names() -> list[str]:
+    """Every figure: the registry's ids in catalogue order, then the overview sheets."""
+    return [*registry.ids(), *SHEETS]
+
+
+def draw_figure(name: str) -> Figure:
+    r"""Draw the figure ``name`` (a registry id or a key of :data:`SHEETS`).
+
+    Parameters
+    ----------
+    name : str
+        The figure's name, which is also its file name without ``.png``.
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+    """
+    if name in SHEETS:
+        return _resolve(SHEETS[name])()
+    how = registry.get(name).figure
+    return draw_spec(registry.get(name)) if isinstance(how, FigureSpec) else _resolve(how)()
 
 
 def write_figures(out: str | Path, names: list[str] | None = None, *, progress: bool = False) -> list[Path]:
@@ -75,7 +66,7 @@ def write_figures(out: str | Path, names: list[str] | None = None, *, progress: 
     out : str or pathlib.Path
         Output folder (created if missing).
     names : list of str, optional
-        Keys of :data:`FIGURES`; default all of them, in order.
+        Figure names (:func:`figure_names`); default all of them, in order.
     progress : bool, default False
         Print one line per written file to stderr.
 
@@ -90,15 +81,22 @@ def write_figures(out: str | Path, names: list[str] | None = None, *, progress: 
     (``after_reset=True``), so a user's matplotlibrc cannot change the bytes, and its layout is
     pinned (:func:`refattn.viz.pin_layout`), so that neither can the process it runs in.
     """
-    names = list(FIGURES) if names is None else list(names)
-    unknown = [name for name in names if name not in FIGURES]
+    known = figure_names()
+    names = known if names is None else list(names)
+    unknown = [name for name in names if name not in known]
     if unknown:
-        raise KeyError(f"unknown figure(s) {', '.join(unknown)}; known: {', '.join(FIGURES)}")
+        raise KeyError(f"unknown figure(s) {', '.join(unknown)}; known: {', '.join(known)}")
     paths = []
     for name in names:
         with matplotlib.style.context(STYLE_PATH, after_reset=True):
-            path = save_figure(pin_layout(FIGURES[name]()), Path(out) / f"{name}.png")
+            path = save_figure(pin_layout(draw_figure(name)), Path(out) / f"{name}.png")
         if progress:
             print(f"wrote {path}", file=sys.stderr)
         paths.append(path)
     return paths
+
+
+def _resolve(target: str):
+    """The function named by ``"module:function"``."""
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)

@@ -69,7 +69,7 @@ def _error(out: NDArray, exact: NDArray) -> float:
 def _run(mechanism: str, causal: bool, **options) -> tuple[NDArray, float]:
     """The effective matrix of the record's ``apply`` on the example, and its relative output error."""
     q, k, v = _qkv()
-    result = registry.get(mechanism).apply(q, k, v, causal=causal, rng=DRAW, **options)
+    result = registry.get(mechanism).apply(q, k, v, causal=causal, rng=DRAW, return_weights=True, **options)
     return result.weights, _error(result.output, _softmax(causal)[0])
 
 

@@ -1,12 +1,13 @@
-r"""Figures of position-based sparse attention (survey §3.1.1, Figs. 4–6).
+r"""Figures of position-based sparse attention (survey §4.1.1, Figs. 4–6).
 
-One function per sparse registry id, plus the sheets :func:`sparse_atomic` (Fig. 4),
-:func:`sparse_compound` (Fig. 5) and :func:`sparse_extended` (Fig. 6). Each pattern comes from its
-builder in :mod:`refattn.sparse` and is drawn with ``True`` = may attend dark; the weights beside it
-come from the registry record's ``apply`` (or :func:`refattn.sparse.sparse_attention` for per-head
-patterns) on seeded q, k, v, with the pairs the pattern does not keep drawn grey. Rows = queries
-*i*, columns = keys *j*, as everywhere in :mod:`refattn.viz`. The figure of id ``global`` is
-:func:`global_` (``global`` is a Python keyword).
+The compound and extended patterns have figures of their own here (the atomic ones of Fig. 4 are
+drawn from their records' :class:`~refattn.mechanism.FigureSpec` by the generic template), plus the
+sheets :func:`sparse_atomic` (Fig. 4), :func:`sparse_compound` (Fig. 5) and :func:`sparse_extended`
+(Fig. 6). Each pattern comes from its builder in :mod:`refattn.sparse` and is drawn with ``True`` =
+may attend dark; the weights beside it come from the registry record's ``apply`` (or
+:func:`refattn.sparse.sparse_attention` for per-head patterns) on seeded q, k, v, with the pairs the
+pattern does not keep drawn grey. Rows = queries *i*, columns = keys *j*, as everywhere in
+:mod:`refattn.viz`.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from numpy.typing import NDArray
 
-from .. import registry
 from ..sparse import (
     axial_patterns,
     band_pattern,
@@ -29,7 +29,6 @@ from ..sparse import (
     bp_tree_spans,
     dilated_pattern,
     draw_bigbird_random_blocks,
-    draw_random_keys,
     etc_pattern,
     global_pattern,
     image_transformer_pattern,
@@ -39,35 +38,26 @@ from ..sparse import (
     sparse_attention,
     sparse_transformer_pattern,
     star_transformer_pattern,
-    strided_pattern,
 )
 from ..viz import PATTERN_CMAP, STYLE_PATH, draw_attention, draw_pattern, figure
+from .common import registry_result, seeded_qkv
+from .template import PATTERN_ROW, WEIGHTS_ROW
 
 __all__ = [
-    "global_", "band", "dilated", "strided", "random", "block_local", "star_transformer", "longformer", "etc",
-    "bigbird", "sparse_transformer", "bp_transformer", "image_transformer", "axial",
+    "star_transformer", "longformer", "etc", "bigbird", "sparse_transformer", "bp_transformer", "image_transformer",
+    "axial",
     "sparse_atomic", "sparse_compound", "sparse_extended",
 ]
 
 _styled = matplotlib.style.context(STYLE_PATH)     # decorator: every artist of a sheet in refattn's style
 NAVY, BLUE, ORANGE = PATTERN_CMAP(1.0), "#6baed6", "#f28e2b"
-PATTERN_ROW = "pattern (True = may attend, dark)"
-WEIGHTS_ROW = "softmax weights on a seeded input (grey = pair not kept)"
 
 
 # --- shared drawing ---------------------------------------------------------------------------------
 
-def _qkv(seed: int, n: int, heads: int | None = None) -> tuple[NDArray, NDArray, NDArray]:
-    """Seeded q, k, v of width 8 (q scaled by 1.5 so the weights are not all flat)."""
-    rng = np.random.default_rng(seed)
-    shape = (n, 8) if heads is None else (heads, n, 8)
-    return 1.5 * rng.standard_normal(shape), rng.standard_normal(shape), rng.standard_normal(shape)
-
-
 def _weights(mechanism: str, n: int, *, seed: int, causal: bool = False, **options) -> NDArray:
     """The effective weights of the registry record's ``apply`` on seeded input of n positions."""
-    q, k, v = _qkv(seed, n)
-    return registry.get(mechanism).apply(q, k, v, causal=causal, rng=seed, **options).weights
+    return registry_result(mechanism, n, seed=seed, causal=causal, **options).weights
 
 
 def _on_pattern(A: NDArray, mask: NDArray) -> NDArray:
@@ -156,78 +146,6 @@ def _bigbird_codes(num_blocks: int, random_blocks: NDArray) -> NDArray:
     return np.where(~layout, 0, np.where(G, 1, np.where(np.abs(I - J) <= 1, 2, 3)))
 
 
-# --- atomic patterns (Fig. 4) ------------------------------------------------------------------------
-
-@_styled
-def global_() -> Figure:
-    """Global tokens G = {0, 9}: their rows and columns are full; causal beside it."""
-    n, G = 16, (0, 9)
-    return _pattern_sheet("Global attention (Fig. 4a): G = {0, 9} attend to all keys and are attended by all", [
-        ("non-causal: J_i = all if i ∈ G, else G", global_pattern(n, G),
-         _weights("global", n, seed=20, global_indices=G)),
-        ("causal: the same, and j ≤ i", global_pattern(n, G, causal=True),
-         _weights("global", n, seed=20, causal=True, global_indices=G)),
-    ], figsize=(7.0, 8.7))
-
-
-@_styled
-def band() -> Figure:
-    """Band of one-sided width w = 2, window inclusive (2w + 1 keys); causal: w + 1 keys."""
-    n, w = 16, 2
-    return _pattern_sheet("Band (sliding-window) attention (Fig. 4b), w = 2, window inclusive", [
-        ("|i − j| ≤ w: 2w + 1 = 5 keys", band_pattern(n, w), _weights("band", n, seed=21, w=w)),
-        ("causal 0 ≤ i − j ≤ w: w + 1 = 3 keys", band_pattern(n, w, causal=True),
-         _weights("band", n, seed=21, causal=True, w=w)),
-    ], figsize=(7.0, 8.7))
-
-
-@_styled
-def dilated() -> Figure:
-    """Dilated window: w = 2 keys each side, every w_d = 3rd position; causal beside it."""
-    n, w, d = 20, 2, 3
-    return _pattern_sheet("Dilated attention (Fig. 4c): w = 2 keys each side, dilation w_d = 3,\n"
-                          "i itself kept; receptive field 2·w·w_d + 1 = 13 positions", [
-        ("|i − j| ≤ w·w_d, w_d | i − j", dilated_pattern(n, w, d),
-         _weights("dilated", n, seed=22, w=w, dilation=d)),
-        ("causal: j ≤ i", dilated_pattern(n, w, d, causal=True),
-         _weights("dilated", n, seed=22, causal=True, w=w, dilation=d)),
-    ], figsize=(7.0, 8.8))
-
-
-@_styled
-def strided() -> Figure:
-    """Strided: keys at any distance that is a multiple of s = 4; causal beside it."""
-    n, s = 16, 4
-    return _pattern_sheet("Strided attention (dilation w_d ≫ 1, no window): s = 4", [
-        ("(i − j) mod s = 0", strided_pattern(n, s), _weights("strided", n, seed=23, stride=s)),
-        ("causal: and j ≤ i", strided_pattern(n, s, causal=True),
-         _weights("strided", n, seed=23, causal=True, stride=s)),
-    ], figsize=(7.0, 8.7))
-
-
-@_styled
-def random() -> Figure:
-    """r = 3 random keys per query (an explicit seeded draw, fed to the builder and to apply)."""
-    n, r = 16, 3
-    keys, causal_keys = draw_random_keys(24, n, r), draw_random_keys(24, n, r, causal=True)
-    return _pattern_sheet("Random attention (Fig. 4d): r = 3 distinct keys per query, uniform, seed 24", [
-        ("r keys from all m", random_pattern(n, keys=keys), _weights("random", n, seed=24, r=r, keys=keys)),
-        ("causal: min(r, i + 1) keys from j ≤ i", random_pattern(n, causal=True, keys=causal_keys),
-         _weights("random", n, seed=24, causal=True, r=r, keys=causal_keys)),
-    ], figsize=(7.0, 8.7))
-
-
-@_styled
-def block_local() -> Figure:
-    """Non-overlapping blocks of b = 4 (n = 18: the last block has 2); causal beside it."""
-    n, b = 18, 4
-    return _pattern_sheet("Block local attention (Fig. 4e): blocks of b = 4 tokens, n = 18 (last block shorter)", [
-        ("⌊i/b⌋ = ⌊j/b⌋", block_local_pattern(n, b), _weights("block_local", n, seed=25, block=b)),
-        ("causal: and j ≤ i", block_local_pattern(n, b, causal=True),
-         _weights("block_local", n, seed=25, causal=True, block=b)),
-    ], figsize=(7.0, 8.8))
-
-
 # --- compound patterns (Fig. 5) ----------------------------------------------------------------------
 
 @_styled
@@ -251,7 +169,7 @@ def longformer() -> Figure:
     n, window, dilations, G = 24, 4, [1, 1, 2, 3], [0]
     heads = longformer_patterns(n, window, dilations, global_indices=G)
     causal = longformer_patterns(n, window, dilations, global_indices=G, causal=True)
-    q, k, v = _qkv(31, n, heads=len(heads))
+    q, k, v = seeded_qkv(31, n, heads=len(heads))
     masks = np.stack([p.to_mask() for p in heads])
     A = _on_pattern(sparse_attention(q, k, v, heads, return_weights=True)[1], masks)
     titles = [f"head {h + 1}: dilation d = {d}" for h, d in enumerate(dilations)]

@@ -1,17 +1,26 @@
-"""Linearised attention (survey §3.2): feature maps φ, the three multiplication orders, gated memories.
+"""Linearised attention (survey §4.2): feature maps φ, the three multiplication orders, gated memories.
 
 - :func:`linear_attention` with a feature map (:func:`elu_feature_map`, Performer's
-  :func:`favor_features`): the quadratic left product, the right product and the causal scan.
+  :func:`favor_features`): the left product (the equation), the right product and the causal scan.
 - :func:`efficient_attention` (Shen et al.): softmax over Q's features and K's positions.
 - :func:`rfa_attention` (gated memory, Peng et al.) and :func:`delta_rule_attention` (fast-weight
   delta rule, Schlag et al.): causal recurrences with their own scans.
 """
 from .attention import linear_attention
+from .delta_rule import RECORD as DELTA_RULE
 from .delta_rule import DeltaBetaParams, delta_beta, delta_rule_attention, init_delta_beta
+from .efficient_attention import RECORD as EFFICIENT_ATTENTION
 from .efficient_attention import efficient_attention
-from .feature_maps import elu_feature_map
+from .linear_elu import RECORD as LINEAR_ELU
+from .linear_elu import elu_feature_map
+from .performer import RECORD_POSITIVE as PERFORMER_POSITIVE
+from .performer import RECORD_TRIG as PERFORMER_TRIG
 from .performer import draw_omega, favor_features, favor_mse, performer_attention
+from .rfa import RECORD as RFA
 from .rfa import RFAGateParams, init_rfa_gate, rfa_attention, rfa_gates
+
+#: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
+RECORDS = (LINEAR_ELU, PERFORMER_POSITIVE, PERFORMER_TRIG, EFFICIENT_ATTENTION, RFA, DELTA_RULE)
 
 __all__ = [
     "DeltaBetaParams",

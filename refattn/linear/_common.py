@@ -6,7 +6,9 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import as_float, broadcast_batch, check_qkv
+from ..common import as_float, broadcast_batch, causal_alignment, check_qkv
+from ..core.causal_mask import causal_mask
+from ..mechanism import AttentionResult
 
 
 def features(feature_map: Callable[[NDArray], NDArray], x: NDArray, name: str) -> NDArray:
@@ -58,3 +60,42 @@ def check_recurrence_inputs(q, k, v, coefficients, name: str, who: str):
         raise ValueError(f"{name} must lie in [0, 1] (a sigmoid output); got values in "
                          f"[{np.nanmin(c)}, {np.nanmax(c)}] at {int(outside.sum())} positions")
     return q, k, v, c, batch
+
+
+def recurrence_apply(run: Callable, name: str) -> Callable:
+    """The registry's uniform ``apply`` of a causal recurrence.
+
+    ``run(q, k, v, rng, method, return_weights, **options)`` computes the recurrence over one sequence.
+
+    Bottom-right alignment: the n queries are the last n of the m positions. Output i depends on
+    its own query and on the keys, values and gates up to i only, so the recurrence runs over all m
+    positions (earlier queries, whose outputs are dropped, are zeros) and the last rows are kept.
+    """
+    def apply(q, k, v, *, causal=True, rng=None, return_weights=False, method="equation", **options):
+        alignment = causal_alignment(causal)
+        if alignment is None:
+            raise ValueError(f"{name} is a causal recurrence: pass causal=True or 'bottom-right', got causal=False")
+        n, m = np.shape(q)[-2], np.shape(k)[-2]
+        if n != m and alignment == "top-left":
+            raise ValueError(f"{name} is self-attention over one sequence: q has n={n}, k has m={m} "
+                             "(causal='bottom-right' takes the last n of m positions)")
+        if n != m:
+            keep = min(n, m)
+            q = as_float("q", q)
+            q_all = np.zeros((*q.shape[:-2], m, q.shape[-1]))
+            q_all[..., m - keep:, :] = q[..., n - keep:, :]
+            result = run(q_all, k, v, rng, method, return_weights, **options)
+            out, A = result if return_weights else (result, None)
+            lead = (*out.shape[:-2], n - keep)                     # queries before the first key: no key
+            out = np.concatenate([np.zeros((*lead, out.shape[-1])), out[..., m - keep:, :]], axis=-2)
+            if return_weights:
+                A = np.concatenate([np.zeros((*lead, m)), A[..., m - keep:, :]], axis=-2)
+        else:
+            result = run(q, k, v, rng, method, return_weights, **options)
+            out, A = result if return_weights else (result, None)
+        if not return_weights:
+            return AttentionResult(out)
+        return AttentionResult(out, A, causal_mask(n, m, alignment=alignment) & np.ones(A.shape, dtype=bool))
+
+    apply.__doc__ = f"The registry's uniform apply of {name} ({run.__doc__})"
+    return apply

@@ -1,4 +1,4 @@
-r"""Linearised attention (survey §3.2, Eq. 11–13): kernel feature maps and the multiplication order.
+r"""Linearised attention (survey §4.2, Eq. 11–13): kernel feature maps and the multiplication order.
 
     α_ij = φ(q_i) φ(k_j)ᵀ / Σ_l φ(q_i) φ(k_l)ᵀ          (a kernel in place of exp(q_i k_jᵀ))
 
@@ -25,6 +25,7 @@ from ._common import check_denominators, features, safe_denominator
 __all__ = ["linear_attention"]
 
 METHODS = ("equation", "right", "scan")
+LINEAR_EQUATION = r"\frac{\phi(q_i) \sum_j \phi(k_j)^\top v_j}{\phi(q_i) \sum_j \phi(k_j)^\top}"
 
 
 def linear_attention(

@@ -23,7 +23,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_float, as_rng, check_bool, check_choice, check_positive_int, glorot
 from ..kernels import kernel_rows
-from ._common import check_denominators, check_recurrence_inputs, features, sigmoid
+from ..mechanism import Mechanism
+from ._common import check_denominators, check_recurrence_inputs, features, recurrence_apply, sigmoid
+from .linear_elu import elu_feature_map
 
 __all__ = ["DeltaBetaParams", "delta_beta", "delta_rule_attention", "init_delta_beta"]
 
@@ -289,3 +291,24 @@ def _normalized_features(feature_map, x: NDArray, name: str, normalize: bool) ->
     check_denominators(total[..., 0], f"the sum of the features of {name}",
                        "φ/Σφ is undefined; use normalize=False or a feature map with a positive sum")
     return phi / total                                             # φ(x) / Σ_j φ(x)_j
+
+
+def _delta_rule(q, k, v, rng, method, return_weights, beta=None, feature_map=elu_feature_map, **options):
+    """β = σ(k·w + b) with w drawn from rng, φ = elu + 1 normalised by its sum"""
+    if beta is None:
+        if rng is None:
+            raise ValueError("delta_rule draws its learning-rate parameters from rng: pass rng= (or beta=)")
+        params = init_delta_beta(as_rng(rng), np.shape(k)[-1])
+        beta = delta_beta(k, params.w, params.b)
+    return delta_rule_attention(q, k, v, beta, feature_map, method=method, return_weights=return_weights, **options)
+
+
+RECORD = Mechanism(
+    id="delta_rule", title="Fast-weight delta rule", family="linear", section="4.2",
+    paper='I. Schlag, K. Irie, J. Schmidhuber, 2021, "Linear Transformers Are Secretly Fast Weight Programmers", '
+    "arXiv:2102.11174", equation=r"W_i = W_{i-1} + \beta_i (v_i - W_{i-1}\phi(k_i)) \otimes \phi(k_i)",
+    time="O(n·F·d_v)", memory="O(F·d_v) state", kind="attention", function=delta_rule_attention,
+    apply=recurrence_apply(_delta_rule, "delta_rule"), noncausal=False, causal=True, position_dependent=True,
+    cross=False, normalized=False, nonnegative=False, figure="refattn.figures.linear:delta_rule",
+    exact_options=None, exact_limit="none: an unnormalised fast-weight memory (β = 0 leaves it empty)",
+)

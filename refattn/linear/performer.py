@@ -28,6 +28,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_float, as_rng, check_bool, check_choice, check_positive_int, check_qkv
+from ..core.sdpa import allowed_pairs
+from ..mechanism import AttentionResult, Mechanism
+from ..papers import PERFORMER
 from .attention import METHODS, linear_attention
 
 __all__ = ["draw_omega", "favor_features", "favor_mse", "performer_attention"]
@@ -505,3 +508,38 @@ def _check_omega(omega, d: int) -> NDArray:
     if omega.shape[-2] < 1:
         raise ValueError(f"omega must have at least one row, got shape {omega.shape}")
     return omega
+
+
+def _performer_apply(kind: str):
+    def apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", num_features=64,
+              **options):
+        if rng is None and "omega" not in options:
+            raise ValueError(f"performer_{kind} draws ω from rng: pass rng= (or omega=)")
+        drawn = {} if "omega" in options else {"num_features": num_features, "rng": rng}
+        result = performer_attention(q, k, v, kind=kind, causal=causal, method=method, return_weights=return_weights,
+                                     **drawn, **options)
+        if not return_weights:
+            return AttentionResult(result)
+        out, A = result
+        return AttentionResult(out, A, allowed_pairs(None, causal, A.shape))
+
+    apply.__doc__ = f"The registry's uniform apply of performer_attention(kind={kind!r}): 64 features drawn from rng."
+    return apply
+
+
+RECORD_POSITIVE = Mechanism(
+    id="performer_positive", title="Performer FAVOR+ positive random features", family="linear", section="4.2",
+    paper=PERFORMER, equation=r"\phi(x) = \tfrac{e^{-\|x\|^2/2}}{\sqrt{F}} \big[e^{\omega_i^\top x}\big]_{i=1}^F",
+    time="O((n + m)·F·d)", memory="O(F·d) state", kind="attention", function=performer_attention,
+    apply=_performer_apply("positive"), causal=True, figure="refattn.figures.linear:performer_positive",
+    exact_options=None, exact_limit="none at finite F: unbiased for exp(q·k/√d), exact only as F → ∞",
+)
+
+RECORD_TRIG = Mechanism(
+    id="performer_trig", title="Performer trigonometric random features", family="linear", section="4.2",
+    paper=PERFORMER,
+    equation=r"\phi(x) = \tfrac{e^{\|x\|^2/2}}{\sqrt{F}} \big[\sin \omega_i^\top x, \cos \omega_i^\top x\big]",
+    time="O((n + m)·F·d)", memory="O(F·d) state", kind="attention", function=performer_attention,
+    apply=_performer_apply("trig"), causal=True, nonnegative=False, figure="refattn.figures.linear:performer_trig",
+    exact_options=None, exact_limit="none at finite F: unbiased for exp(q·k/√d), exact only as F → ∞",
+)

@@ -22,7 +22,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_float, as_rng, check_choice, check_positive_int, glorot, weighted_values
 from ..kernels import kernel_rows
-from ._common import check_denominators, check_recurrence_inputs, features, safe_denominator, sigmoid
+from ..mechanism import Mechanism
+from ._common import check_denominators, check_recurrence_inputs, features, recurrence_apply, safe_denominator, sigmoid
+from .linear_elu import elu_feature_map
 
 __all__ = ["RFAGateParams", "init_rfa_gate", "rfa_attention", "rfa_gates"]
 
@@ -303,3 +305,23 @@ def _scan(phi_q, phi_k, v, gates, coupled, eps, batch):
     with np.errstate(divide="ignore", invalid="ignore"):
         gated_linear_scan(*flat, g, coupled, float(eps), out, den)
     return out.reshape(*batch, n, d_v), den.reshape(*batch, n)
+
+
+def _rfa(q, k, v, rng, method, return_weights, gates=None, feature_map=elu_feature_map, **options):
+    """gates σ(k·w_g + b_g) with w_g drawn from rng, φ = elu + 1"""
+    if gates is None:
+        if rng is None:
+            raise ValueError("rfa draws its gate parameters from rng: pass rng= (or gates=)")
+        params = init_rfa_gate(as_rng(rng), np.shape(k)[-1])
+        gates = rfa_gates(k, params.w_g, params.b_g)
+    return rfa_attention(q, k, v, gates, feature_map, method=method, return_weights=return_weights, **options)
+
+
+RECORD = Mechanism(
+    id="rfa", title="Random Feature Attention with gating", family="linear", section="4.2",
+    paper='H. Peng et al., 2021, "Random Feature Attention", arXiv:2103.02143',
+    equation=r"S_t = g_t S_{t-1} + (1 - g_t)\,\phi(k_t) \otimes v_t", time="O(n·F·d_v)", memory="O(F·d_v) state",
+    kind="attention", function=rfa_attention, apply=recurrence_apply(_rfa, "rfa"), noncausal=False, causal=True,
+    position_dependent=True, cross=False, figure="refattn.figures.linear:rfa", exact_options=None,
+    exact_limit="none: a gated linear memory; its decay form with g ≡ 1 is causal linear attention (tested)",
+)

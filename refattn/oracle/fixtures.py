@@ -31,10 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.masks import padding_mask
+from ..core.padding_mask import padding_mask
 from ..core.sdpa import scaled_dot_product_attention
-from .check import _groups, _swap, _ungroup, check
+from .check import check
 from .report import Report
+from .shapes import LAYOUTS, kv_groups, repeat_over_groups, sum_over_groups, swap_heads
 from .vjp import sdpa_vjp
 
 __all__ = ["CASES", "FORMAT", "Case", "FixtureError", "check_file", "export_case", "load_check_file", "make_case"]
@@ -169,7 +170,7 @@ def make_case(name: str, *, layout: str = "bhnd") -> dict:
     """
     if name not in CASES:
         raise ValueError(f"unknown case {name!r}; known: {', '.join(CASES)}")
-    if layout not in ("bhnd", "bnhd"):
+    if layout not in LAYOUTS:
         raise ValueError(f"layout must be 'bhnd' or 'bnhd', got {layout!r}")
     case = CASES[name]
     spec = case.build(np.random.default_rng(case.seed))
@@ -177,15 +178,15 @@ def make_case(name: str, *, layout: str = "bhnd") -> dict:
     causal = spec.get("causal", "none")
     scale = spec.get("scale", 1.0 / float(np.sqrt(q.shape[-1])))
     fully_masked = spec.get("fully_masked", "zero")
-    groups = _groups(q, k, v)
-    k_full, v_full = np.repeat(k, groups, axis=-3), np.repeat(v, groups, axis=-3)
+    groups = kv_groups(q, k, v)
+    k_full, v_full = repeat_over_groups(k, groups), repeat_over_groups(v, groups)
     options = {"causal": CAUSAL_NAMES[causal], "scale": scale, "fully_masked": fully_masked}
     out, lse = scaled_dot_product_attention(q, k_full, v_full, mask, return_lse=True, **options)
     grads = sdpa_vjp(q, k_full, v_full, d_out, mask, **options)
     arrays = {"q": q, "k": k, "v": v, "d_out": d_out, "out": out, "dq": grads.dq,
-              "dk": _ungroup(grads.dk, groups), "dv": _ungroup(grads.dv, groups)}
+              "dk": sum_over_groups(grads.dk, groups), "dv": sum_over_groups(grads.dv, groups)}
     if layout == "bnhd":
-        arrays = {key: _swap(x) for key, x in arrays.items()}
+        arrays = {key: swap_heads(x) for key, x in arrays.items()}
         lse = np.swapaxes(lse, -1, -2)
     arrays["lse"] = lse
     if mask is not None:
@@ -288,7 +289,7 @@ def load_check_file(path: str | Path) -> dict:
     if "fully_masked" in arrays:
         kwargs["fully_masked"] = _string(path, "fully_masked", arrays["fully_masked"], ("zero", "nan", "uniform"))
     if "layout" in arrays:
-        kwargs["layout"] = _string(path, "layout", arrays["layout"], ("bhnd", "bnhd"))
+        kwargs["layout"] = _string(path, "layout", arrays["layout"], LAYOUTS)
     return kwargs
 
 

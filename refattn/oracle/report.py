@@ -1,5 +1,8 @@
 r"""The report of :func:`refattn.oracle.check.check`: one :class:`Comparison` per array, and the verdict.
 
+:func:`compare_arrays` measures one candidate array against the oracle under a tolerance and fills
+in its :class:`Comparison`.
+
 Every number an implementer needs to act on a failure is in the report: where the largest absolute
 and relative errors are and the two values there, the error in ULPs of the candidate's dtype, mean
 and RMS errors, how many elements fail, every NaN/Inf mismatch, the fully masked rows and what the
@@ -10,7 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Comparison", "FullyMaskedRows", "Report"]
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["Comparison", "FullyMaskedRows", "Report", "compare_arrays", "elementwise_ok"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,58 @@ class Comparison:
         return out
 
 
+def elementwise_ok(c: NDArray, o: NDArray, tol) -> tuple[NDArray, NDArray, NDArray]:
+    """(pass mask, |c − o| where both are finite else 0, both-finite mask) of candidate ``c`` and oracle ``o``.
+
+    A non-finite oracle value passes only where the candidate has the same one (NaN for NaN, the
+    same-signed Inf); a non-finite candidate value where the oracle is finite fails.
+    """
+    c = c.astype(np.float64)
+    fin_o, fin_c = np.isfinite(o), np.isfinite(c)
+    both = fin_o & fin_c
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(both, np.abs(c - o), 0.0)
+    same_nonfinite = ~fin_o & ((np.isnan(o) & np.isnan(c)) | (~np.isnan(o) & (c == o)))
+    return (both & (err <= tol)) | same_nonfinite, err, both
+
+
+def compare_arrays(name: str, c: NDArray, o: NDArray, tol, threshold: str, baseline_error: float | None,
+                   baseline_nonfinite: int) -> tuple[Comparison, NDArray]:
+    """The :class:`Comparison` of candidate ``c`` with oracle ``o`` under ``tol``, and the elementwise pass mask."""
+    ok, err, both = elementwise_ok(c, o, tol)
+    c64 = c.astype(np.float64)
+    fin_o = np.isfinite(o)
+    same_nonfinite = ~fin_o & ok
+    mismatch = ~ok & ~both
+    stats = {}
+    if both.any():
+        i = np.unravel_index(np.argmax(np.where(both, err, -1.0)), o.shape)
+        stats.update(max_abs_error=float(err[i]), max_abs_index=_ints(i), max_abs_values=(float(c64[i]), float(o[i])))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rel = np.where(both, np.where(err == 0, 0.0, err / np.abs(o)), -1.0)
+            spacing = np.abs(np.spacing(o.astype(c.dtype)))
+            ulp = np.where(both & np.isfinite(spacing), err / spacing, -1.0)
+        i = np.unravel_index(np.argmax(rel), o.shape)
+        stats.update(max_rel_error=float(rel[i]), max_rel_index=_ints(i), max_rel_values=(float(c64[i]), float(o[i])))
+        i = np.unravel_index(np.argmax(ulp), o.shape)
+        stats.update(max_ulp_error=float(ulp[i]), max_ulp_index=_ints(i))
+        top = float(np.max(np.abs(o[fin_o])))
+        with np.errstate(over="ignore"):
+            scale_spacing = float(np.abs(np.spacing(c.dtype.type(min(top, float(np.finfo(c.dtype).max))))))
+        stats["scale_ulp_error"] = float(err.max()) / scale_spacing
+        stats["mean_abs_error"] = float(np.mean(err[both]))
+        stats["rms_error"] = float(np.sqrt(np.mean(err[both] ** 2)))
+    first = _ints(np.unravel_index(int(np.argmax(mismatch)), o.shape)) if mismatch.any() else None
+    comparison = Comparison(
+        name=name, shape=o.shape, candidate_shape=c.shape, dtype=c.dtype.name, passed=bool(ok.all()),
+        threshold=threshold, size=int(o.size), n_failing=int(o.size - np.sum(ok)),
+        nan_where_finite=int(np.sum(fin_o & np.isnan(c64))), inf_where_finite=int(np.sum(fin_o & np.isinf(c64))),
+        oracle_nonfinite=int(np.sum(~fin_o)), oracle_nonfinite_matched=int(np.sum(same_nonfinite)),
+        first_mismatch=first, baseline_error=baseline_error, baseline_nonfinite=baseline_nonfinite, **stats,
+    )
+    return comparison, ok
+
+
 @dataclass(frozen=True)
 class FullyMaskedRows:
     """Queries that may attend to no key, and what the candidate's output does there.
@@ -226,6 +284,10 @@ class Report:
                              + "; ".join(self.alternatives_tried) + ")")
                 lines.extend(f"partly: {alt}" for alt in self.partial_alternatives)
         return "\n".join(lines)
+
+
+def _ints(index) -> tuple:
+    return tuple(int(i) for i in index)
 
 
 def _g(x) -> str:

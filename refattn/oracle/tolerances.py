@@ -17,16 +17,20 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from ..common import check_choice
+
 __all__ = [
     "DEFAULT_MAX_ULPS",
     "DEFAULT_TABLE",
     "RATIO_FACTORS",
     "RULES",
     "TABLES",
+    "RuleSpec",
     "Table",
     "floor_spec",
     "forward_noise",
     "gradient_noise",
+    "rule_spec",
     "table_tolerance",
 ]
 
@@ -120,6 +124,40 @@ def table_tolerance(table: str, dtype: np.dtype, gradient: bool) -> tuple[float,
             f"table {table!r} has no entry for the candidate's dtype {name} (it lists {', '.join(entries)})"
         )
     return entries[name]
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A rule with its settings: ``table`` for "table", ``max_ulps`` for "ulp", and the rule in words."""
+
+    rule: str
+    table: str | None
+    max_ulps: float
+    detail: str
+
+
+def rule_spec(rule: str, table: str | None, max_ulps) -> RuleSpec:
+    """Validate a check's ``rule``, ``table`` and ``max_ulps`` together; fill in the defaults."""
+    check_choice("rule", rule, RULES)
+    if rule != "table" and table is not None:
+        raise ValueError(f"table={table!r} is only used with rule='table', got rule={rule!r}")
+    if rule != "ulp" and max_ulps is not None:
+        raise ValueError(f"max_ulps={max_ulps!r} is only used with rule='ulp', got rule={rule!r}")
+    if rule == "ratio":
+        detail = ("FlashAttention's: max|c − o| ≤ 2 × max|b − o| (output), 3 × (gradients), + a rounding-noise "
+                  "floor; o the float64 oracle, b refattn's equation path run in the candidate's dtype")
+        return RuleSpec(rule, None, 0.0, detail)
+    if rule == "table":
+        table = DEFAULT_TABLE if table is None else table
+        check_choice("table", table, TABLES)
+        return RuleSpec(rule, table, 0.0, f"|c − o| ≤ atol + rtol·|o| per element, table {table!r}: "
+                                          f"{TABLES[table].source}")
+    max_ulps = DEFAULT_MAX_ULPS if max_ulps is None else max_ulps
+    if isinstance(max_ulps, bool) or not isinstance(max_ulps, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(max_ulps) or max_ulps < 0:
+        raise ValueError(f"max_ulps must be a finite number >= 0, got {max_ulps!r}")
+    return RuleSpec(rule, None, float(max_ulps), f"|c − o| ≤ {float(max_ulps):g} ulp of the candidate's dtype at "
+                                                 "the array's largest |o| (spacing of max|o|)")
 
 
 def floor_spec(dtype: np.dtype) -> tuple[float, str]:

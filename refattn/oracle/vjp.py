@@ -1,4 +1,4 @@
-r"""Analytic backward passes (vector-Jacobian products) of the core mechanisms, in float64.
+r"""Analytic backward passes (vector-Jacobian products) of softmax, sdpa and multi-head attention.
 
 Each function takes the forward inputs and an upstream gradient ``d_out`` = ∂L/∂out and returns
 ∂L/∂input for every input, by the chain rule written out (no autodiff):
@@ -8,15 +8,16 @@ Each function takes the forward inputs and an upstream gradient ``d_out`` = ∂L
                  dV = Aᵀ dO,  dA = dO Vᵀ,  dS = A ⊙ (dA − rowsum(dA ⊙ A)),
                  dQ = scale·dS K,  dK = scale·dSᵀ Q,  dB = dS
     multi-head   the projections' chain rule around sdpa:  y = x W + b  →  dW = xᵀ dy, db = Σ dy, dx = dy Wᵀ
-    linear       out_i = φ(q_i) Σ_j φ(k_j)ᵀ v_j / φ(q_i) Σ_j φ(k_j)ᵀ,  φ = elu + 1
-                 dsim_ij = (dO_i · (v_j − out_i)) / den_i,  dv_j = Σ_i A_ij dO_i,
-                 dφ(q_i) = Σ_j dsim_ij φ(k_j),  dφ(k_j) = Σ_i dsim_ij φ(q_i),  dx = dφ(x) ⊙ φ'(x)
+
+(The linear-attention backward is in :mod:`refattn.oracle.linear_vjp`.)
 
 Masking is by selection, as in the forward passes: a masked pair (i, j) contributes an exact 0 to
 every gradient, so NaN or Inf stored in a masked-out key, value or upstream-gradient row cannot
 reach the gradient of anything that does not use it. Inputs that were broadcast in the forward
 pass (a key shared by a batch of queries, a mask without a batch axis) get their gradient summed
-over the broadcast axes, back to their own shape.
+over the broadcast axes, back to their own shape. ``sdpa_vjp(..., dtype=np.float32)`` runs the same
+equations with every intermediate in float32 (or float16): the gradient baseline of
+:func:`refattn.oracle.check`.
 """
 from __future__ import annotations
 
@@ -28,31 +29,27 @@ from numpy.typing import ArrayLike, NDArray
 from ..common import (
     as_float,
     broadcast_batch,
-    causal_alignment,
     check_choice,
-    check_positive_int,
     check_qkv,
     check_scale,
+    compute_dtype,
     default_scale,
     weighted_values,
 )
 from ..core.masks import attention_mask, check_mask_shape
-from ..core.multi_head import MultiHeadParams, head_shared, project_heads
+from ..core.multi_head import (
+    MultiHeadParams,
+    head_shared,
+    merge_heads,
+    multi_head_attention,
+    project_heads,
+    split_heads,
+)
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
-from ..linear._common import check_denominators, safe_denominator
-from ..linear.feature_maps import elu_feature_map
+from .shapes import as_upstream_gradient, sum_to_shape
 
-__all__ = [
-    "MultiHeadGrads",
-    "SdpaGrads",
-    "linear_attention_vjp",
-    "multi_head_vjp",
-    "sdpa_vjp",
-    "softmax_vjp",
-]
-
-LINEAR_METHODS = ("equation", "scan")
+__all__ = ["MultiHeadGrads", "SdpaGrads", "multi_head_vjp", "sdpa_vjp", "softmax_vjp"]
 
 
 class SdpaGrads(NamedTuple):
@@ -91,9 +88,6 @@ class MultiHeadGrads(NamedTuple):
     dx_kv: NDArray
     dx_v: NDArray | None
     dparams: MultiHeadParams
-
-
-# --------------------------------------------------------------------------------------------- softmax
 
 
 def softmax_vjp(
@@ -171,9 +165,6 @@ def softmax_vjp(
     return np.where(empty, np.nan if fully_masked == "nan" else 0.0, dx)
 
 
-# ------------------------------------------------------------------------------------------------ sdpa
-
-
 def sdpa_vjp(
     q: ArrayLike,
     k: ArrayLike,
@@ -184,6 +175,7 @@ def sdpa_vjp(
     causal: bool | str = False,
     scale: float | None = None,
     fully_masked: str = "zero",
+    dtype=np.float64,
 ) -> SdpaGrads:
     r"""Gradients of :func:`refattn.scaled_dot_product_attention` with respect to q, k, v and the bias.
 
@@ -222,13 +214,18 @@ def sdpa_vjp(
         all *m* values, so each value gets :math:`\bar O_i / m` and q, k and the bias get nothing
         from it. "nan": its output is NaN; like autodiff through the 0/0, the NaN reaches its own
         row of dq and d_bias and every key and value of its batch element.
+    dtype : float dtype, default float64
+        Compute and output dtype. Inputs of any float precision are converted to it; float32 or
+        float16 run the same equations with every intermediate in that precision (the same-dtype
+        gradient baseline of :func:`refattn.oracle.check`), as ``dtype`` does in
+        :func:`~refattn.scaled_dot_product_attention`.
 
     Returns
     -------
     SdpaGrads
-        ``(dq, dk, dv, d_bias)``, each summed back to its input's own shape (so a ``k`` shared by a
-        batch of queries gets the sum over the batch); ``d_bias`` is ``None`` unless ``mask`` was a
-        float bias, and is 0 at its ``-inf`` entries.
+        ``(dq, dk, dv, d_bias)`` of ``dtype``, each summed back to its input's own shape (so a ``k``
+        shared by a batch of queries gets the sum over the batch); ``d_bias`` is ``None`` unless
+        ``mask`` was a float bias, and is 0 at its ``-inf`` entries.
 
     Notes
     -----
@@ -255,7 +252,8 @@ def sdpa_vjp(
     >>> bool(np.allclose(g.dv, np.einsum("bnm,bnc->mc", A, d_out)))          # dV = Aᵀ dO, summed over the batch
     True
     """
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    dtype = compute_dtype(dtype)
+    q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
@@ -265,8 +263,8 @@ def sdpa_vjp(
         mask = check_mask_shape(mask, n, m)
         batch_shapes["mask"] = mask.shape[:-2]
     batch = broadcast_batch(batch_shapes)
-    d_out = _check_grad("d_out", d_out, (*batch, n, d_v), f"q {q.shape}, k {k.shape}, v {v.shape}")
-    allowed, bias = attention_mask(mask, causal, n, m, np.float64)
+    d_out = as_upstream_gradient("d_out", d_out, (*batch, n, d_v), f"q {q.shape}, k {k.shape}, v {v.shape}", dtype)
+    allowed, bias = attention_mask(mask, causal, n, m, dtype)
 
     with np.errstate(invalid="ignore"):                            # masked-out garbage may be inf − inf
         S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ·s
@@ -291,11 +289,8 @@ def sdpa_vjp(
     dS = np.where(empty, np.nan if fully_masked == "nan" else 0.0, dS)
     dq = scale * weighted_values(dS, k, keys_used, None, "zero")  # (..., n, d_k)  s·dS K
     dk = scale * weighted_values(np.swapaxes(dS, -1, -2), q, np.swapaxes(keys_used, -1, -2), None, "zero")
-    d_bias = None if bias is None else _sum_to_shape(dS, bias.shape)   # dB = dS
-    return SdpaGrads(_sum_to_shape(dq, q.shape), _sum_to_shape(dk, k.shape), _sum_to_shape(dv, v.shape), d_bias)
-
-
-# ------------------------------------------------------------------------------------------ multi-head
+    d_bias = None if bias is None else sum_to_shape(dS, bias.shape)   # dB = dS
+    return SdpaGrads(sum_to_shape(dq, q.shape), sum_to_shape(dk, k.shape), sum_to_shape(dv, v.shape), d_bias)
 
 
 def multi_head_vjp(
@@ -372,40 +367,28 @@ def multi_head_vjp(
     >>> bool(np.allclose(g.dparams.b_o, d_out.sum(axis=0)))
     True
     """
-    check_positive_int("num_heads", num_heads)
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be a MultiHeadParams, got {type(params).__name__}")
-    x_q = as_float("x_q", x_q, min_ndim=2)
-    x_kv = as_float("x_kv", x_kv, min_ndim=2)
+    options = {"causal": causal, "scale": scale, "fully_masked": fully_masked}
+    out = multi_head_attention(x_q, x_kv, params, num_heads=num_heads, mask=mask, x_v=x_v, **options)  # checks them
     shared_v = x_v is None
-    x_v = x_kv if shared_v else as_float("x_v", x_v, min_ndim=2)
-    d_model = params.d_model
-    for name, x in (("x_q", x_q), ("x_kv", x_kv), ("x_v", x_v)):
-        if x.shape[-1] != d_model:
-            raise ValueError(f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but params have d_model={d_model}")
-    if x_v.shape[-2] != x_kv.shape[-2]:
-        raise ValueError(f"x_v has m={x_v.shape[-2]} but x_kv has m={x_kv.shape[-2]}")
-    n, m = x_q.shape[-2], x_kv.shape[-2]
-    batch_shapes = {"x_q": x_q.shape[:-2], "x_kv": x_kv.shape[:-2], "x_v": x_v.shape[:-2]}
-    if mask is not None:
-        mask = check_mask_shape(mask, n, m)
-        batch_shapes["mask"] = mask.shape[:-2]
-    batch = broadcast_batch(batch_shapes)
-    d_out = _check_grad("d_out", d_out, (*batch, n, d_model), f"x_q {x_q.shape}, x_kv {x_kv.shape}")
+    x_q, x_kv = as_float("x_q", x_q), as_float("x_kv", x_kv)
+    x_v = x_kv if shared_v else as_float("x_v", x_v)
+    d_out = as_upstream_gradient("d_out", d_out, out.shape, f"x_q {x_q.shape}, x_kv {x_kv.shape}")
     w_q, w_k, w_v, w_o = (np.asarray(w, dtype=np.float64) for w in (params.w_q, params.w_k, params.w_v, params.w_o))
 
     Q = project_heads(x_q, w_q, params.b_q, num_heads)             # (..., h, n, d_k)  x_q Wᵠ + bᵠ
     K = project_heads(x_kv, w_k, params.b_k, num_heads)            # (..., h, m, d_k)
     V = project_heads(x_v, w_v, params.b_v, num_heads)             # (..., h, m, d_v)
-    options = {"mask": head_shared(mask), "causal": causal, "scale": scale, "fully_masked": fully_masked}
+    options["mask"] = head_shared(mask)                            # every head sees the same mask
     heads = scaled_dot_product_attention(Q, K, V, **options)       # (..., h, n, d_v)
-    C = _merge_heads(heads)                                        # (..., n, h·d_v)  Concat(head_i)
+    C = merge_heads(heads)                                         # (..., n, h·d_v)  Concat(head_i)
 
     dw_o = _flat(C).T @ _flat(d_out)                               # (h·d_v, d_model)  Cᵀ dO
     db_o = None if params.b_o is None else _flat(d_out).sum(axis=0)
-    d_heads = _split_heads(d_out @ w_o.T, num_heads)               # (..., h, n, d_v)  dO Wᴼᵀ, per head
+    d_heads = split_heads(d_out @ w_o.T, num_heads)                # (..., h, n, d_v)  dO Wᴼᵀ, per head
     g = sdpa_vjp(Q, K, V, d_heads, **options)
-    dQ, dK, dV = (_merge_heads(x) for x in (g.dq, g.dk, g.dv))     # (..., T, h·d_head)
+    dQ, dK, dV = (merge_heads(x) for x in (g.dq, g.dk, g.dv))      # (..., T, h·d_head)
 
     def linear_grads(x, w, b, dy):                                 # y = x W + b
         return _flat(x).T @ _flat(dy), None if b is None else _flat(dy).sum(axis=0), dy @ w.T
@@ -419,255 +402,6 @@ def multi_head_vjp(
     return MultiHeadGrads(dx_q, dx_kv, dx_v, dparams)
 
 
-# ---------------------------------------------------------------------------------------------- linear
-
-
-def linear_attention_vjp(
-    q: ArrayLike,
-    k: ArrayLike,
-    v: ArrayLike,
-    d_out: ArrayLike,
-    *,
-    causal: bool | str = False,
-    method: str = "equation",
-    eps: float = 0.0,
-) -> tuple[NDArray, NDArray, NDArray]:
-    r"""Gradients of the Linear Transformer's attention (:math:`\phi = \operatorname{elu} + 1`).
-
-    Forward, as :func:`refattn.linear.linear_attention` with :func:`~refattn.linear.elu_feature_map`:
-
-    .. math::
-
-        \mathrm{sim}_{ij} = \phi(q_i)\cdot\phi(k_j)\,[j \in J_i], \quad
-        \mathrm{den}_i = \textstyle\sum_j \mathrm{sim}_{ij} + \epsilon, \quad
-        o_i = \textstyle\sum_j \mathrm{sim}_{ij} v_j / \mathrm{den}_i
-
-    Backward, with :math:`g_i = \bar o_i / \mathrm{den}_i` and :math:`c_i = g_i \cdot o_i`:
-
-    .. math::
-
-        \overline{\mathrm{sim}}_{ij} = g_i \cdot v_j - c_i, \qquad
-        \bar v_j = \textstyle\sum_i \mathrm{sim}_{ij}\, g_i
-
-        \overline{\phi(q_i)} = \textstyle\sum_j \overline{\mathrm{sim}}_{ij}\, \phi(k_j)
-                             = S_i g_i - c_i z_i, \qquad
-        \overline{\phi(k_j)} = \textstyle\sum_i \overline{\mathrm{sim}}_{ij}\, \phi(q_i)
-                             = U_j v_j - w_j
-
-        \bar q = \overline{\phi(q)} \odot \phi'(q), \quad \bar k = \overline{\phi(k)} \odot \phi'(k), \quad
-        \phi'(x) = \begin{cases} 1 & x > 0 \\ e^x & x \le 0 \end{cases}
-
-    where :math:`S_i = \sum_{j \in J_i} \phi(k_j) v_j^\top` and :math:`z_i = \sum_{j \in J_i}
-    \phi(k_j)` are the forward scan's states, and :math:`U_j = \sum_{i: j \in J_i} \phi(q_i)
-    g_i^\top`, :math:`w_j = \sum_{i: j \in J_i} c_i \phi(q_i)` the reverse scan's (also
-    :math:`\bar v_j = U_j^\top \phi(k_j)`).
-
-    Parameters
-    ----------
-    q : (..., n, d) array_like
-        Queries.
-    k : (..., m, d) array_like
-        Keys.
-    v : (..., m, d_v) array_like
-        Values.
-    d_out : (..., n, d_v) array_like
-        Upstream gradient, of the forward output's (broadcast) shape.
-    causal : {False, True, "top-left", "bottom-right"}, default False
-        :math:`J_i` is every key, or :math:`j \le i` (+ :math:`m - n` for "bottom-right"). A
-        query that sees no key has the constant output 0 and contributes nothing.
-    method : {"equation", "scan"}, default "equation"
-        "equation": differentiate the left product :math:`(\phi(Q)\phi(K)^\top)V` (masked for
-        ``causal``), :math:`O(n m F)`. "scan": the backward of the recurrence, :math:`O((n + m) F
-        d_v)` time and :math:`O(F d_v)` state: a forward sweep over queries (:math:`S_i, z_i` →
-        :math:`\overline{\phi(q_i)}`), then a reverse sweep over keys that folds in the queries that
-        see key *j* (:math:`U_j, w_j` → :math:`\overline{\phi(k_j)}, \bar v_j`). Non-causal, both
-        states are whole-sequence sums: the right-product backward.
-    eps : float, default 0.0
-        Added to every denominator, as in the forward pass.
-
-    Returns
-    -------
-    dq : ndarray of ``q``'s shape
-    dk : ndarray of ``k``'s shape
-    dv : ndarray of ``v``'s shape
-
-    Raises
-    ------
-    ZeroDivisionError
-        If a query that sees keys has a zero denominator (features underflowed to 0 and ``eps`` is 0).
-
-    Notes
-    -----
-    The paper writes the cumulative-sum gradients for the numerator of causal self-attention
-    (n = m); here the normaliser's terms (:math:`c_i`, :math:`w_j`) are included and the queries
-    may be aligned top-left or bottom-right with n != m. A query that sees no key (bottom-right,
-    n > m) has the constant output 0 (the "zero" policy) and a zero gradient.
-
-    References
-    ----------
-    .. [1] A. Katharopoulos et al., "Transformers are RNNs", ICML 2020, arXiv:2006.16236v3, §3.3.1
-       (gradient computation in constant memory), Eq. (13)–(15).
-
-    Examples
-    --------
-    >>> rng = np.random.default_rng(0)
-    >>> q, k, v, d_out = rng.standard_normal((4, 6, 3))
-    >>> quadratic = linear_attention_vjp(q, k, v, d_out, causal=True)
-    >>> scan = linear_attention_vjp(q, k, v, d_out, causal=True, method="scan")
-    >>> all(bool(np.allclose(a, b, rtol=1e-12, atol=1e-12)) for a, b in zip(quadratic, scan))
-    True
-    """
-    check_choice("method", method, LINEAR_METHODS)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
-    alignment = causal_alignment(causal)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not np.isfinite(eps):
-        raise ValueError(f"eps must be a finite real number, got {eps!r}")
-    n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    d_out = _check_grad("d_out", d_out, (*batch, n, d_v), f"q {q.shape}, k {k.shape}, v {v.shape}")
-    phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)          # (..., n, F), (..., m, F)
-    delta = {None: m, "top-left": 0, "bottom-right": m - n}[alignment]   # query i sees keys j <= i + delta
-    sees_none = np.arange(n) + delta < 0                           # (n,)
-
-    if method == "equation":
-        dphi_q, dphi_k, dv = _linear_quadratic_vjp(phi_q, phi_k, v, d_out, alignment, sees_none, float(eps))
-    elif alignment is None:
-        dphi_q, dphi_k, dv = _linear_right_vjp(phi_q, phi_k, v, d_out, float(eps))
-    else:
-        phi_q_b, phi_k_b, v_b = (np.broadcast_to(x, (*batch, *x.shape[-2:])) for x in (phi_q, phi_k, v))
-        dphi_q, dphi_k, dv = _linear_scan_vjp(phi_q_b, phi_k_b, v_b, d_out, delta, float(eps))
-    dq = dphi_q * _elu_feature_map_derivative(q)                   # dφ(q) ⊙ φ'(q)
-    dk = dphi_k * _elu_feature_map_derivative(k)                   # dφ(k) ⊙ φ'(k)
-    return _sum_to_shape(dq, q.shape), _sum_to_shape(dk, k.shape), _sum_to_shape(dv, v.shape)
-
-
-def _elu_feature_map_derivative(x: NDArray) -> NDArray:
-    """φ'(x) for φ = elu + 1: 1 for x > 0, eˣ otherwise."""
-    return np.where(x > 0, 1.0, np.exp(np.minimum(x, 0.0)))
-
-
-def _linear_quadratic_vjp(phi_q, phi_k, v, d_out, alignment, sees_none, eps):
-    """Backward of the masked left product; returns (dφ(q), dφ(k), dv)."""
-    n, m = phi_q.shape[-2], phi_k.shape[-2]
-    allowed = None if alignment is None else attention_mask(None, alignment, n, m, np.float64)[0]   # (n, m)
-    with np.errstate(invalid="ignore"):                            # masked-out garbage may be inf − inf
-        sim = phi_q @ np.swapaxes(phi_k, -1, -2)                   # (..., n, m)  φ(q_i)·φ(k_j)
-    if allowed is not None:
-        sim = np.where(allowed, sim, 0.0)                          # keep j ∈ J_i, by selection
-    den = sim.sum(axis=-1) + eps                                   # (..., n)
-    check_denominators(den, "linear attention denominator φ(q_i)·Σ_j φ(k_j) + eps",
-                       "the features underflowed to 0; pass eps", skip=sees_none)
-    A = sim / safe_denominator(den)[..., None]                     # (..., n, m)
-    out = weighted_values(A, v, allowed, None, "zero")             # (..., n, d_v)  o = A V
-    g = np.where(sees_none[:, None], 0.0, d_out / safe_denominator(den)[..., None])   # (..., n, d_v)  ō_i / den_i
-    c = np.sum(g * out, axis=-1, keepdims=True)                    # (..., n, 1)    g_i · o_i
-    with np.errstate(invalid="ignore"):
-        d_sim = g @ np.swapaxes(v, -1, -2) - c                     # (..., n, m)    g_i · v_j − c_i
-    if allowed is not None:
-        d_sim = np.where(allowed, d_sim, 0.0)
-        allowed_T = allowed.T
-    else:
-        allowed_T = None
-    dv = weighted_values(np.swapaxes(A, -1, -2), d_out, allowed_T, None, "zero")   # (..., m, d_v)  Aᵀ ō
-    dphi_q = weighted_values(d_sim, phi_k, allowed, None, "zero")  # (..., n, F)  Σ_j d̄sim_ij φ(k_j)
-    dphi_k = weighted_values(np.swapaxes(d_sim, -1, -2), phi_q, allowed_T, None, "zero")   # (..., m, F)
-    return dphi_q, dphi_k, dv
-
-
-def _linear_right_vjp(phi_q, phi_k, v, d_out, eps):
-    """Non-causal backward in right-product order, O((n + m)·F·d_v); returns (dφ(q), dφ(k), dv)."""
-    S = np.swapaxes(phi_k, -1, -2) @ v                             # (..., F, d_v)  S = Σ_j φ(k_j) v_jᵀ
-    z = phi_k.sum(axis=-2)                                         # (..., F)       z = Σ_j φ(k_j)
-    den = (phi_q @ z[..., None])[..., 0] + eps                     # (..., n)       φ(q_i)·z + ε
-    check_denominators(den, "linear attention denominator φ(q_i)·Σ_j φ(k_j) + eps",
-                       "the features underflowed to 0; pass eps")
-    out = (phi_q @ S) / den[..., None]                             # (..., n, d_v)
-    g = d_out / den[..., None]                                     # (..., n, d_v)  g_i = ō_i / den_i
-    c = np.sum(g * out, axis=-1, keepdims=True)                    # (..., n, 1)    c_i = g_i · o_i
-    dphi_q = g @ np.swapaxes(S, -1, -2) - c * z[..., None, :]      # (..., n, F)    S g_i − c_i z
-    U = np.swapaxes(phi_q, -1, -2) @ g                             # (..., F, d_v)  U = Σ_i φ(q_i) g_iᵀ
-    w = np.swapaxes(phi_q, -1, -2) @ c                             # (..., F, 1)    w = Σ_i c_i φ(q_i)
-    dphi_k = v @ np.swapaxes(U, -1, -2) - np.swapaxes(w, -1, -2)   # (..., m, F)    U v_j − w
-    dv = phi_k @ U                                                 # (..., m, d_v)  Uᵀ φ(k_j)
-    return dphi_q, dphi_k, dv
-
-
-def _linear_scan_vjp(phi_q, phi_k, v, d_out, delta, eps):
-    """Causal backward as two sweeps with O(F·d_v) state; query i sees keys j <= i + delta."""
-    n, m = phi_q.shape[-2], phi_k.shape[-2]
-    F, d_v = phi_q.shape[-1], v.shape[-1]
-    batch = phi_q.shape[:-2]
-    g = np.zeros((*batch, n, d_v))                                 # g_i = ō_i / den_i
-    c = np.zeros((*batch, n))                                      # c_i = g_i · o_i
-    dphi_q = np.zeros((*batch, n, F))
-    S = np.zeros((*batch, F, d_v))                                 # S = Σ_{j ≤ i+δ} φ(k_j) v_jᵀ
-    z = np.zeros((*batch, F))                                      # z = Σ_{j ≤ i+δ} φ(k_j)
-    seen = 0                                                       # keys folded into S, z so far
-    for i in range(n):                                             # forward sweep over queries
-        while seen <= min(i + delta, m - 1):
-            S = S + phi_k[..., seen, :, None] * v[..., seen, None, :]
-            z = z + phi_k[..., seen, :]
-            seen += 1
-        if i + delta < 0:                                          # sees no key: constant output 0
-            continue
-        p = phi_q[..., i, :]                                       # (..., F)  φ(q_i)
-        den = np.sum(p * z, axis=-1) + eps                         # (...,)    φ(q_i)·z_i + ε
-        check_denominators(den, f"linear attention denominator of query {i}, φ(q_i)·Σ_j φ(k_j) + eps",
-                           "the features underflowed to 0; pass eps")
-        out = np.einsum("...f,...fc->...c", p, S) / den[..., None]  # (..., d_v)  o_i = φ(q_i)ᵀ S_i / den_i
-        g[..., i, :] = d_out[..., i, :] / den[..., None]
-        c[..., i] = np.sum(g[..., i, :] * out, axis=-1)
-        dphi_q[..., i, :] = (np.einsum("...fc,...c->...f", S, g[..., i, :])
-                             - c[..., i, None] * z)                # S_i g_i − c_i z_i
-    dphi_k = np.zeros((*batch, m, F))
-    dv = np.zeros((*batch, m, d_v))
-    U = np.zeros((*batch, F, d_v))                                 # U = Σ_{i: j ≤ i+δ} φ(q_i) g_iᵀ
-    w = np.zeros((*batch, F))                                      # w = Σ_{i: j ≤ i+δ} c_i φ(q_i)
-    i = n - 1                                                      # next query to fold, going backwards
-    for j in range(m - 1, -1, -1):                                 # reverse sweep over keys
-        while i >= 0 and i + delta >= j:
-            U = U + phi_q[..., i, :, None] * g[..., i, None, :]
-            w = w + c[..., i, None] * phi_q[..., i, :]
-            i -= 1
-        dphi_k[..., j, :] = np.einsum("...fc,...c->...f", U, v[..., j, :]) - w   # U_j v_j − w_j
-        dv[..., j, :] = np.einsum("...fc,...f->...c", U, phi_k[..., j, :])       # U_jᵀ φ(k_j)
-    return dphi_q, dphi_k, dv
-
-
-# ------------------------------------------------------------------------------------------- helpers
-
-
-def _check_grad(name: str, d: ArrayLike, shape: tuple[int, ...], inputs: str) -> NDArray:
-    """``d`` as float64, or a ``ValueError`` unless it has the forward output's shape exactly."""
-    d = as_float(name, d)
-    if d.shape != tuple(shape):
-        raise ValueError(f"{name} has shape {d.shape} but the forward output has shape {tuple(shape)} ({inputs})")
-    return d
-
-
-def _sum_to_shape(x: NDArray, shape: tuple[int, ...]) -> NDArray:
-    """Sum ``x`` over the axes along which an array of ``shape`` was broadcast to ``x.shape``."""
-    lead = x.ndim - len(shape)
-    if lead > 0:
-        x = x.sum(axis=tuple(range(lead)))
-    axes = tuple(i for i, size in enumerate(shape) if size == 1 and x.shape[i] != 1)
-    if axes:
-        x = x.sum(axis=axes, keepdims=True)
-    return x.reshape(shape)
-
-
 def _flat(x: NDArray) -> NDArray:
     """(..., d) → (N, d): every leading axis becomes a row."""
     return x.reshape(-1, x.shape[-1])
-
-
-def _merge_heads(x: NDArray) -> NDArray:
-    """(..., h, T, d_head) → (..., T, h·d_head), head i in columns i·d_head …"""
-    x = np.swapaxes(x, -2, -3)                                     # (..., T, h, d_head)
-    return x.reshape(*x.shape[:-2], -1)
-
-
-def _split_heads(x: NDArray, num_heads: int) -> NDArray:
-    """(..., T, h·d_head) → (..., h, T, d_head), the inverse of :func:`_merge_heads`."""
-    x = x.reshape(*x.shape[:-1], num_heads, x.shape[-1] // num_heads)
-    return np.swapaxes(x, -2, -3)

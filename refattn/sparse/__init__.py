@@ -12,21 +12,53 @@
 kernel (``method="csr"``) whose cost follows the kept pairs.
 """
 from .attention import sparse_attention
+from .axial import RECORD as AXIAL
 from .axial import axial_pattern, axial_patterns
+from .band import RECORD as BAND
 from .band import band_pattern
+from .bigbird import RECORD as BIGBIRD
 from .bigbird import bigbird_block_layout, bigbird_pattern, draw_bigbird_random_blocks
+from .block_local import RECORD as BLOCK_LOCAL
 from .block_local import block_local_pattern
+from .bp_transformer import RECORD as BP_TRANSFORMER
 from .bp_transformer import bp_transformer_pattern, bp_tree_spans
+from .dilated import RECORD as DILATED
 from .dilated import dilated_pattern
+from .etc import RECORD as ETC
 from .etc import etc_pattern
-from .global_tokens import global_pattern
+from .global_ import RECORD as GLOBAL
+from .global_ import global_pattern
+from .image_transformer import RECORD as IMAGE_TRANSFORMER
 from .image_transformer import image_transformer_1d_pattern, image_transformer_pattern
+from .longformer import RECORD as LONGFORMER
 from .longformer import longformer_pattern, longformer_patterns
 from .pattern import SparsePattern
-from .random_edges import draw_random_keys, random_pattern
+from .random import RECORD as RANDOM
+from .random import draw_random_keys, random_pattern
+from .sparse_transformer import RECORD as SPARSE_TRANSFORMER
 from .sparse_transformer import sparse_transformer_pattern
+from .star_transformer import RECORD as STAR_TRANSFORMER
 from .star_transformer import star_transformer_pattern
+from .strided import RECORD as STRIDED
 from .strided import strided_pattern
+
+#: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
+RECORDS = (
+    GLOBAL,
+    BAND,
+    DILATED,
+    STRIDED,
+    RANDOM,
+    BLOCK_LOCAL,
+    STAR_TRANSFORMER,
+    LONGFORMER,
+    ETC,
+    BIGBIRD,
+    SPARSE_TRANSFORMER,
+    BP_TRANSFORMER,
+    IMAGE_TRANSFORMER,
+    AXIAL,
+)
 
 __all__ = [
     "SparsePattern",

@@ -10,18 +10,19 @@ is O(nnz·d) and its memory O(nnz) for the pattern plus O(n·d) for the inputs.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_choice, check_qkv, check_scale, default_scale
+from ..common import as_float, causal_alignment, check_choice, check_qkv, check_scale, default_scale
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
+from ..mechanism import AttentionResult
 from .pattern import SparsePattern
 
-__all__ = ["sparse_attention"]
+__all__ = ["attend_pattern", "pattern_apply", "sparse_attention"]
 
 METHODS = ("equation", "csr")
 
@@ -148,3 +149,78 @@ def _check_patterns(patterns, n: int, m: int, batch: tuple[int, ...]) -> list[Sp
 def _check_pattern(pattern: SparsePattern, n: int, m: int, name: str) -> None:
     if pattern.shape != (n, m):
         raise ValueError(f"{name} has shape {pattern.shape} but q has n={n} queries and k has m={m} keys")
+
+
+def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "equation",
+                   return_weights: bool = False) -> AttentionResult:
+    """Sparse attention over ``pattern`` as an :class:`~refattn.mechanism.AttentionResult`.
+
+    With ``return_weights``, the weights are dense (n × m, for plots and error measurements) and
+    ``allowed`` is the pattern's mask.
+
+    Parameters
+    ----------
+    q, k, v : array_like
+        As in :func:`sparse_attention`.
+    pattern : SparsePattern
+        The kept pairs.
+    method : {"equation", "csr"}, default "equation"
+        As in :func:`sparse_attention`.
+    return_weights : bool, default False
+        Also return the dense weights and the pattern's mask.
+
+    Returns
+    -------
+    AttentionResult
+    """
+    if not return_weights:
+        return AttentionResult(sparse_attention(q, k, v, pattern, method=method))
+    out, w = sparse_attention(q, k, v, pattern, method=method, return_weights=True)
+    return AttentionResult(out, w if method == "equation" else pattern.to_dense(w),
+                           np.broadcast_to(pattern.to_mask(), (*out.shape[:-1], pattern.m)))
+
+
+def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool = True,
+                  causal_ok: bool = True) -> Callable:
+    """The registry's uniform ``apply`` of a pattern, from ``make(n, m, causal, rng, **options) -> SparsePattern``.
+
+    ``make`` builds the pattern for n queries and m keys with small demonstration defaults; its
+    docstring says which. ``causal="bottom-right"`` makes the n queries the last n of m positions:
+    the last n rows of the causal m × m pattern (decoding with a key/value cache). ``cross=False``:
+    the pattern is self-attention over one sequence, so n must equal m (except bottom-right).
+    ``causal_ok=False``: the paper has no causal form, and ``causal`` must be False.
+
+    Parameters
+    ----------
+    make : callable
+        ``make(n, m, causal, rng, **options) -> SparsePattern``, ``causal`` a bool.
+    name : str
+        The mechanism's id, for messages.
+    cross : bool, default True
+        The pattern takes n != m queries and keys.
+    causal_ok : bool, default True
+        The pattern has a causal form.
+
+    Returns
+    -------
+    callable
+        ``apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", **options)``.
+    """
+    def apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", **options):
+        n, m = np.shape(q)[-2], np.shape(k)[-2]
+        alignment = causal_alignment(causal)
+        if alignment is not None and not causal_ok:
+            raise ValueError(f"{name} has no causal variant in its paper; pass causal=False, got causal={causal!r}")
+        if alignment == "bottom-right":
+            pattern = make(m, m, True, rng, **options).last_rows(n)
+        elif not cross and n != m:
+            raise ValueError(
+                f"{name} is self-attention over one sequence: q has n={n} queries but k has m={m} keys "
+                "(causal='bottom-right' takes the last n of m positions)"
+            )
+        else:
+            pattern = make(n, m, alignment is not None, rng, **options)
+        return attend_pattern(q, k, v, pattern, method=method, return_weights=return_weights)
+
+    apply.__doc__ = f"The registry's uniform apply: attention over {name}'s pattern ({make.__doc__})"
+    return apply

@@ -13,6 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..common import causal_alignment, check_choice, check_positive_int
+from ..mechanism import AttentionResult, Mechanism
+from .attention import attend_pattern
+from .image_transformer import image_width
 from .pattern import SparsePattern
 
 __all__ = ["axial_pattern", "axial_patterns"]
@@ -138,3 +141,37 @@ def axial_patterns(
     """
     return (axial_pattern(height, width, axis="row", causal=causal),
             axial_pattern(height, width, axis="column", causal=causal))
+
+
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", width=None):
+    """Row attention, then column attention over its output (both with the same q, k).
+
+    The effective matrix is A_col A_row: every position reaches every other of the image in the
+    two steps (each step alone only its row or column).
+    """
+    n, m = np.shape(q)[-2], np.shape(k)[-2]
+    if n != m or causal_alignment(causal) == "bottom-right":
+        raise ValueError(f"axial attention is self-attention over an image: q has n={n}, k has m={m}; "
+                         "causal may be True or False")
+    width = image_width(n) if width is None else width
+    if n % width:
+        raise ValueError(f"the image width {width} does not divide the sequence length n={n}")
+    row, column = axial_patterns(n // width, width, causal=causal is not False)
+    mid, A_row, _ = attend_pattern(q, k, v, row, method=method, return_weights=return_weights)
+    out, A_col, _ = attend_pattern(q, k, mid, column, method=method, return_weights=return_weights)
+    if not return_weights:
+        return AttentionResult(out)
+    A = A_col @ A_row                                              # (..., n, n)  two steps
+    reach = (column.to_mask().astype(np.float64) @ row.to_mask().astype(np.float64)) > 0   # (n, n)
+    return AttentionResult(out, A, np.broadcast_to(reach, A.shape))
+
+
+RECORD = Mechanism(
+    id="axial", title="Axial attention (rows, then columns)", family="sparse", section="4.1.1.3 (Fig. 6c)",
+    paper='J. Ho et al., 2019, "Axial Attention in Multidimensional Transformers", arXiv:1912.12180',
+    equation=r"A = A_\text{col} A_\text{row}", time="O(n·(H+W)·d)", memory="O(n·(H+W))", kind="attention",
+    function=axial_patterns, apply=_apply, causal=True, incremental=False, position_dependent=True, cross=False,
+    example_length=16, figure="refattn.figures.sparse:axial", exact_options=None,
+    exact_limit="none: each step sees one row or column; the two steps reach the whole image, but as a product "
+    "of two softmaxes",
+)

@@ -10,6 +10,9 @@ last n of the m positions (decoding with a key/value cache).
 from __future__ import annotations
 
 from ..common import check_non_negative_int, check_sizes
+from ..mechanism import FigureSpec, Mechanism
+from ..papers import LONGFORMER
+from .attention import pattern_apply
 from .pattern import SparsePattern, query_positions
 
 __all__ = ["band_pattern"]
@@ -58,3 +61,22 @@ def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool | str = F
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
     w = check_non_negative_int("w", w)
     return SparsePattern.from_row_ranges(i - w, i + w + 1 if alignment is None else i + 1, m)
+
+
+def _band(n, m, causal, rng, w=2):
+    """w = 2"""
+    return band_pattern(n, w, m=m, causal=causal)
+
+
+RECORD = Mechanism(
+    id="band", title="Band (sliding-window) attention", family="sparse", section="4.1.1.1 (Fig. 4b)", paper=LONGFORMER,
+    equation=r"J_i = \{ j : |i - j| \le w \}",
+    time="O(n·w·d)", memory="O(n·w)", kind="attention",
+    function=band_pattern, apply=pattern_apply(_band, "band"),
+    causal=True, position_dependent=True, figure=FigureSpec(
+        title="Band (sliding-window) attention (Fig. 4b), w = 2, window inclusive", n=16, seed=21, panels=(
+        ("|i − j| ≤ w: 2w + 1 = 5 keys", {"w": 2}),
+        ("causal 0 ≤ i − j ≤ w: w + 1 = 3 keys", {"w": 2, "causal": True}),
+    )),
+    exact_options=lambda n, m: {"w": max(n, m)}, exact_limit="w ≥ max(n, m)",
+)

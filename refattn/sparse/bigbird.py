@@ -20,6 +20,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_rng, check_choice, check_non_negative_int, check_positive_int, check_sizes
+from ..mechanism import Mechanism
+from ..papers import BIGBIRD
+from .attention import pattern_apply
 from .pattern import SparsePattern, index_dtype, no_causal_form
 
 __all__ = ["bigbird_block_layout", "bigbird_pattern", "draw_bigbird_random_blocks"]
@@ -367,3 +370,27 @@ def _check_random_blocks(random_blocks, nb: int, r: int, G: NDArray) -> NDArray:
     if np.any((np.diff(S, axis=1) == 0) & (S[:, 1:] >= 0)):
         raise ValueError("random_blocks repeats a block within a row")
     return R
+
+
+def _bigbird(n, m, causal, rng, block_size=2, num_random_blocks=1, **options):
+    """blocks of 2, 1 random block per row, from rng"""
+    return bigbird_pattern(n, block_size=block_size, num_random_blocks=num_random_blocks,
+                           rng=None if "random_blocks" in options else rng, **options)
+
+
+def _exact(n, m):
+    """Four blocks (n/4 tokens each): the window of 3 blocks and the 2 global blocks cover them all."""
+    if n % 4:
+        raise ValueError(f"bigbird's exact limit here takes n divisible by 4 (four whole blocks), got n={n}")
+    return {"block_size": n // 4, "num_random_blocks": 0}
+
+
+RECORD = Mechanism(
+    id="bigbird", title="BigBird (block form: window, global, random blocks)", family="sparse",
+    section="4.1.1.2 (Fig. 5d)", paper=BIGBIRD,
+    equation=r"J_I = \{I-1, I, I+1\} \cup G \cup R_I \text{ (blocks of } b\text{)}", time="O(n·(3+g+r)·b·d)",
+    memory="O(n·(3+g+r)·b)", kind="attention", function=bigbird_pattern,
+    apply=pattern_apply(_bigbird, "bigbird", cross=False, causal_ok=False), causal=False, position_dependent=True,
+    cross=False, example_length=16, figure="refattn.figures.sparse:bigbird", exact_options=_exact,
+    exact_limit="(3 + g + r)·b ≥ n: every block row reaches every block",
+)

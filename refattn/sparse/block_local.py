@@ -8,6 +8,9 @@ keys of its own block: the attention matrix is block-diagonal.
 from __future__ import annotations
 
 from ..common import check_positive_int, check_sizes
+from ..mechanism import FigureSpec, Mechanism
+from ..papers import SURVEY
+from .attention import pattern_apply
 from .pattern import SparsePattern, query_positions
 
 __all__ = ["block_local_pattern"]
@@ -56,3 +59,23 @@ def block_local_pattern(n: int, block: int, *, m: int | None = None, causal: boo
     block = check_positive_int("block", block)
     start = i // block * block
     return SparsePattern.from_row_ranges(start, start + block if alignment is None else i + 1, m)
+
+
+def _block_local(n, m, causal, rng, block=3):
+    """b = 3"""
+    return block_local_pattern(n, block, m=m, causal=causal)
+
+
+RECORD = Mechanism(
+    id="block_local", title="Block local attention", family="sparse", section="4.1.1.1 (Fig. 4e)", paper=SURVEY,
+    equation=r"J_i = \{ j : \lfloor i/b \rfloor = \lfloor j/b \rfloor \}",
+    time="O(n·b·d)", memory="O(n·b)", kind="attention",
+    function=block_local_pattern, apply=pattern_apply(_block_local, "block_local"),
+    causal=True, position_dependent=True, figure=FigureSpec(
+        title="Block local attention (Fig. 4e): blocks of b = 4 tokens, n = 18 (last block shorter)",
+        n=18, seed=25, panels=(
+        ("⌊i/b⌋ = ⌊j/b⌋", {"block": 4}),
+        ("causal: and j ≤ i", {"block": 4, "causal": True}),
+    )),
+    exact_options=lambda n, m: {"block": max(n, m)}, exact_limit="b ≥ max(n, m)",
+)

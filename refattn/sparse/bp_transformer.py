@@ -24,6 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..common import causal_alignment, check_positive_int
+from ..mechanism import Mechanism
+from .attention import pattern_apply
 from .pattern import SparsePattern
 
 __all__ = ["bp_transformer_pattern", "bp_tree_spans"]
@@ -202,3 +204,30 @@ def bp_transformer_pattern(n: int, k: int, *, causal: bool | str = False) -> Spa
     within = np.arange(span_len.sum()) - np.repeat(np.cumsum(span_len) - span_len, span_len)
     indices = np.concatenate([context[kept], np.repeat(first, span_len) + within])
     return SparsePattern(indptr, indices, N, N)
+
+
+def _bp_transformer(n, m, causal, rng, nodes_per_level=1):
+    """over the tree's nodes (tokens, then span nodes), k = nodes_per_level = 1 (the option is not called
+    k, which names the keys). Its causal option (the paper's, left context only) orders tokens, not node
+    indices, so the registry entry offers no causal=True: span nodes, indexed after every token, would
+    break j ≤ i."""
+    return bp_transformer_pattern(_bp_tokens(n), nodes_per_level, causal=causal)
+
+
+def _bp_tokens(nodes: int) -> int:
+    """The token count n whose binary partition tree has ``nodes`` nodes."""
+    for n in range(1, nodes + 1):
+        if len(bp_tree_spans(n)) == nodes:
+            return n
+    raise ValueError(f"no BP-Transformer tree has {nodes} nodes (n tokens give n + ⌈n/2⌉ + … + 1)")
+
+
+RECORD = Mechanism(
+    id="bp_transformer", title="BP-Transformer (binary partition tree)", family="sparse", section="4.1.1.3 (Fig. 6a)",
+    paper='Z. Ye et al., 2019, "BP-Transformer: Modelling Long-Range Context via Binary Partitioning", '
+    "arXiv:1911.04070", equation=r"\text{token } i \to k \text{ span nodes per side per level}",
+    time="O(k·n·log(n/k)·d)", memory="O(k·n·log(n/k))", kind="attention", function=bp_transformer_pattern,
+    apply=pattern_apply(_bp_transformer, "bp_transformer", cross=False, causal_ok=False), causal=False,
+    position_dependent=True, cross=False, figure="refattn.figures.sparse:bp_transformer", exact_options=None,
+    exact_limit="none: span nodes attend to their own tokens only, whatever k",
+)

@@ -8,6 +8,9 @@ keys. ``dilation=1`` is the band; a large dilation is the strided pattern restri
 from __future__ import annotations
 
 from ..common import check_non_negative_int, check_positive_int, check_sizes
+from ..mechanism import FigureSpec, Mechanism
+from ..papers import LONGFORMER
+from .attention import pattern_apply
 from .pattern import SparsePattern, query_positions
 
 __all__ = ["dilated_pattern"]
@@ -56,3 +59,25 @@ def dilated_pattern(
     reach = w * dilation
     return SparsePattern.from_row_ranges(i - reach, i + reach + 1 if alignment is None else i + 1, m,
                                          step=dilation)
+
+
+def _dilated(n, m, causal, rng, w=2, dilation=2):
+    """w = 2, w_d = 2"""
+    return dilated_pattern(n, w, dilation, m=m, causal=causal)
+
+
+RECORD = Mechanism(
+    id="dilated", title="Dilated sliding-window attention", family="sparse",
+    section="4.1.1.1 (Fig. 4c)", paper=LONGFORMER,
+    equation=r"J_i = \{ j : |i - j| \le w\,w_d,\ (i - j) \bmod w_d = 0 \}",
+    time="O(n·w·d)", memory="O(n·w)", kind="attention",
+    function=dilated_pattern, apply=pattern_apply(_dilated, "dilated"),
+    causal=True, position_dependent=True, figure=FigureSpec(
+        title="Dilated attention (Fig. 4c): w = 2 keys each side, dilation w_d = 3,\n"
+              "i itself kept; receptive field 2·w·w_d + 1 = 13 positions",
+        n=20, seed=22, panels=(
+        ("|i − j| ≤ w·w_d, w_d | i − j", {"w": 2, "dilation": 3}),
+        ("causal: j ≤ i", {"w": 2, "dilation": 3, "causal": True}),
+    )),
+    exact_options=lambda n, m: {"w": max(n, m), "dilation": 1}, exact_limit="w_d = 1 and w ≥ max(n, m)",
+)

@@ -19,8 +19,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..common import check_bool, check_non_negative_int, check_positive_int
+from ..mechanism import Mechanism
+from .attention import pattern_apply
 from .band import band_pattern
-from .global_tokens import global_pattern
+from .global_ import global_pattern
 from .pattern import SparsePattern, no_causal_form
 
 __all__ = ["etc_pattern"]
@@ -155,3 +157,18 @@ def _segment_ids(segment_ids, g: int, L: int):
             f"[{seg.min()}, {seg.max()}]"
         )
     return seg.astype(np.int64)
+
+
+def _etc(n, m, causal, rng, num_global=2, radius=1, **options):
+    """2 global tokens first, radius 1"""
+    return etc_pattern(num_global, n - num_global, radius, **options)
+
+
+RECORD = Mechanism(
+    id="etc", title="ETC global-local attention", family="sparse", section="4.1.1.2 (Fig. 5c)",
+    paper='J. Ainslie et al., 2020, "ETC: Encoding Long and Structured Inputs in Transformers", arXiv:2004.08483',
+    equation=r"g2g, g2l, l2g \text{ full};\ l2l: |i-j| \le r", time="O((n_g + r)·n·d)", memory="O((n_g + r)·n)",
+    kind="attention", function=etc_pattern, apply=pattern_apply(_etc, "etc", cross=False, causal_ok=False),
+    causal=False, position_dependent=True, cross=False, figure="refattn.figures.sparse:etc",
+    exact_options=lambda n, m: {"radius": n}, exact_limit="r ≥ n_l",
+)

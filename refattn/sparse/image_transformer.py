@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..common import causal_alignment, check_choice, check_non_negative_int, check_positive_int
+from ..mechanism import Mechanism
+from .attention import pattern_apply
 from .pattern import SparsePattern
 
 __all__ = ["image_transformer_1d_pattern", "image_transformer_pattern"]
@@ -243,3 +245,30 @@ def image_transformer_1d_pattern(
     b0 = i // l_q * l_q                                            # first position of the query block
     after = l_m if flange == "both" else 0
     return SparsePattern.from_row_ranges(b0 - l_m, (i + 1) if causal else b0 + l_q + after, n)
+
+
+def _image_transformer(n, m, causal, rng, width=None, query_block=(2, 2), memory_flange=(1, 1), order="raster",
+                       **options):
+    """a height × width image, 2 × 2 query blocks, flange 1; causal in raster order (j ≤ i)"""
+    width = image_width(n) if width is None else width
+    if n % width:
+        raise ValueError(f"the image width {width} does not divide the sequence length n={n}")
+    return image_transformer_pattern(n // width, width, query_block=query_block, memory_flange=memory_flange,
+                                     causal=causal, order=order, **options)
+
+
+def image_width(n: int) -> int:
+    """The widest divisor of n not above √n: the most square image of n pixels."""
+    return max(w for w in range(1, int(np.sqrt(n)) + 1) if n % w == 0)
+
+
+RECORD = Mechanism(
+    id="image_transformer", title="Image Transformer 2-D local attention", family="sparse",
+    section="4.1.1.3 (Fig. 6b)", paper='N. Parmar et al., 2018, "Image Transformer", arXiv:1802.05751',
+    equation=r"J_{(r,c)} = \text{memory block around the query block of } (r, c)", time="O(n·l_m·d)",
+    memory="O(n·l_m)", kind="attention", function=image_transformer_pattern,
+    apply=pattern_apply(_image_transformer, "image_transformer", cross=False), causal=True, position_dependent=True,
+    cross=False, example_length=16, figure="refattn.figures.sparse:image_transformer",
+    exact_options=lambda n, m: {"width": m, "query_block": (1, m), "memory_flange": (0, m)},
+    exact_limit="one query block holding the whole image (causal: raster order)",
+)

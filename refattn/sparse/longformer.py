@@ -20,8 +20,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..common import check_non_negative_int, check_positive_int, check_sizes
+from ..mechanism import Mechanism
+from ..papers import LONGFORMER
+from .attention import pattern_apply
 from .dilated import dilated_pattern
-from .global_tokens import global_pattern
+from .global_ import global_pattern
 from .pattern import SparsePattern
 
 __all__ = ["longformer_pattern", "longformer_patterns"]
@@ -173,3 +176,18 @@ def _global_indices(global_indices, n: int):
         raise ValueError(f"global_indices must lie in [0, n={n}), got values in [{G.min()}, {G.max()}]")
     return G
 
+
+def _longformer(n, m, causal, rng, window=4, dilation=1, global_indices=(0,)):
+    """w = 4, G = {0}"""
+    return longformer_pattern(n, window, dilation=dilation, global_indices=global_indices, causal=causal)
+
+
+RECORD = Mechanism(
+    id="longformer", title="Longformer (sliding window, dilation per head, global tokens)", family="sparse",
+    section="4.1.1.2 (Fig. 5b)", paper=LONGFORMER,
+    equation=r"J_i = \{ j : |i-j| \le w/2 \cdot w_d,\ w_d \mid i-j \} \cup G", time="O(n·(w+g)·d)",
+    memory="O(n·(w+g))", kind="attention", function=longformer_pattern,
+    apply=pattern_apply(_longformer, "longformer", cross=False), causal=True, position_dependent=True, cross=False,
+    figure="refattn.figures.sparse:longformer", exact_options=lambda n, m: {"window": 2 * max(n, m), "dilation": 1},
+    exact_limit="w ≥ 2n, w_d = 1",
+)

@@ -19,6 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..common import causal_alignment, check_choice, check_non_negative_int, check_positive_int, check_sizes
+from ..mechanism import Mechanism
+from ..papers import CHILD
+from .attention import pattern_apply
 from .band import band_pattern
 from .block_local import block_local_pattern
 from .pattern import SparsePattern
@@ -150,3 +153,19 @@ def _summary_columns(n: int, l: int, offsets: range, causal: bool) -> SparsePatt
     for extra in columns[1:]:
         pattern = pattern | extra
     return pattern
+
+
+def _sparse_transformer(n, m, causal, rng, stride=3, kind="strided", **options):
+    """l = 3, strided"""
+    return sparse_transformer_pattern(n, stride, kind=kind, causal=causal, **options)
+
+
+RECORD = Mechanism(
+    id="sparse_transformer", title="Sparse Transformer (strided and fixed factorisations)", family="sparse",
+    section="4.1.1.2 (Fig. 5e)", paper=CHILD,
+    equation=r"A^{(1)}_i = \{ j : i - l \le j \le i \},\ A^{(2)}_i = \{ j : (i - j) \bmod l = 0 \}",
+    time="O(n·√n·d)", memory="O(n·√n)", kind="attention", function=sparse_transformer_pattern,
+    apply=pattern_apply(_sparse_transformer, "sparse_transformer", cross=False), causal=True,
+    position_dependent=True, cross=False, figure="refattn.figures.sparse:sparse_transformer",
+    exact_options=lambda n, m: {"stride": max(n, m)}, exact_limit="l ≥ n (strided)",
+)

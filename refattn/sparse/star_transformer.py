@@ -14,8 +14,10 @@ of atomic patterns (the ring's wrap-around pair added explicitly):
 from __future__ import annotations
 
 from ..common import check_bool, check_sizes
+from ..mechanism import Mechanism
+from .attention import pattern_apply
 from .band import band_pattern
-from .global_tokens import global_pattern
+from .global_ import global_pattern
 from .pattern import SparsePattern, no_causal_form
 
 __all__ = ["star_transformer_pattern"]
@@ -94,3 +96,19 @@ def star_transformer_pattern(n: int, *, ring: bool = True, causal: bool | str = 
     if ring and n > 2:
         pattern = pattern | SparsePattern.from_pairs([0, n - 1], [n - 1, 0], n + 1, n + 1)
     return pattern
+
+
+def _star_transformer(n, m, causal, rng, ring=True):
+    """n − 1 satellites and the relay as the last position"""
+    return star_transformer_pattern(n - 1, ring=ring)
+
+
+RECORD = Mechanism(
+    id="star_transformer", title="Star-Transformer (ring + relay node)", family="sparse", section="4.1.1.2 (Fig. 5a)",
+    paper='Q. Guo et al., 2019, "Star-Transformer", arXiv:1902.09113',
+    equation=r"J_i = \{i-1, i, i+1, \text{relay}\},\ J_\text{relay} = \text{all}", time="O(n·d)", memory="O(n)",
+    kind="attention", function=star_transformer_pattern,
+    apply=pattern_apply(_star_transformer, "star_transformer", cross=False, causal_ok=False), causal=False,
+    position_dependent=True, cross=False, figure="refattn.figures.sparse:star_transformer", exact_options=None,
+    exact_limit="none: every satellite keeps degree 4 (i − 1, i, i + 1 and the relay) at any length",
+)

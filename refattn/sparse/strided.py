@@ -9,6 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..common import check_positive_int, check_sizes
+from ..mechanism import FigureSpec, Mechanism
+from ..papers import CHILD
+from .attention import pattern_apply
 from .pattern import SparsePattern, query_positions
 
 __all__ = ["strided_pattern"]
@@ -52,3 +55,22 @@ def strided_pattern(n: int, stride: int, *, m: int | None = None, causal: bool |
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
     stride = check_positive_int("stride", stride)
     return SparsePattern.from_row_ranges(i % stride, np.full(n, m) if alignment is None else i + 1, m, step=stride)
+
+
+def _strided(n, m, causal, rng, stride=3):
+    """s = 3"""
+    return strided_pattern(n, stride, m=m, causal=causal)
+
+
+RECORD = Mechanism(
+    id="strided", title="Strided attention", family="sparse", section="4.1.1.1 (dilation w_d ≫ 1)", paper=CHILD,
+    equation=r"J_i = \{ j : (i - j) \bmod s = 0 \}",
+    time="O(n·m·d / s)", memory="O(n·m / s)", kind="attention",
+    function=strided_pattern, apply=pattern_apply(_strided, "strided"),
+    causal=True, position_dependent=True, figure=FigureSpec(
+        title="Strided attention (dilation w_d ≫ 1, no window): s = 4", n=16, seed=23, panels=(
+        ("(i − j) mod s = 0", {"stride": 4}),
+        ("causal: and j ≤ i", {"stride": 4, "causal": True}),
+    )),
+    exact_options={"stride": 1}, exact_limit="s = 1",
+)

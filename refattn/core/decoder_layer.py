@@ -1,11 +1,10 @@
-r"""Encoder and decoder layers (Vaswani et al., 2017, §3.1), with a key/value cache for decoding.
+r"""The Transformer decoder layer (Vaswani et al., 2017, §3.1), with a key/value cache for decoding.
 
 Post-LN, as in the paper ("the output of each sub-layer is LayerNorm(x + Sublayer(x))"):
 
-    encoder:  x ← LN(x + SelfAttn(x));  x ← LN(x + FFN(x))
-    decoder:  y ← LN(y + CausalSelfAttn(y));  y ← LN(y + CrossAttn(y, memory));  y ← LN(y + FFN(y))
+    y ← LN(y + CausalSelfAttn(y));  y ← LN(y + CrossAttn(y, memory));  y ← LN(y + FFN(y))
 
-Pre-LN (``norm_first=True``, Xiong et al., 2020, arXiv:2002.04745) is x ← x + Sublayer(LN(x)).
+Pre-LN (``norm_first=True``, Xiong et al., 2020, arXiv:2002.04745) is y ← y + Sublayer(LN(y)).
 
 Decoding one token at a time, the decoder's self-attention keys and values of earlier positions do
 not change (they are causal), so they are kept in a cache and only the new position's are
@@ -14,14 +13,17 @@ bottom-right causal alignment.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_float, as_rng
-from .layers import FeedForwardParams, LayerNormParams, feed_forward, init_feed_forward, init_layer_norm, layer_norm
+from ..mechanism import Mechanism
+from ..papers import VASWANI
+from .encoder_layer import residual
+from .ffn import FeedForwardParams, feed_forward, init_feed_forward
+from .layer_norm import LayerNormParams, init_layer_norm
 from .multi_head import (
     MultiHeadParams,
     combine_heads,
@@ -32,26 +34,7 @@ from .multi_head import (
 )
 from .sdpa import scaled_dot_product_attention
 
-__all__ = [
-    "EncoderLayerParams",
-    "DecoderLayerParams",
-    "DecoderCache",
-    "init_encoder_layer",
-    "init_decoder_layer",
-    "encoder_layer",
-    "decoder_layer",
-    "decoder_layer_step",
-]
-
-
-@dataclass(frozen=True)
-class EncoderLayerParams:
-    """Self-attention, feed-forward and the two layer norms of one encoder layer."""
-
-    self_attn: MultiHeadParams
-    ffn: FeedForwardParams
-    norm_1: LayerNormParams
-    norm_2: LayerNormParams
+__all__ = ["DecoderLayerParams", "DecoderCache", "init_decoder_layer", "decoder_layer", "decoder_layer_step"]
 
 
 @dataclass(frozen=True)
@@ -84,31 +67,6 @@ class DecoderCache:
     memory_v: NDArray
 
 
-def init_encoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> EncoderLayerParams:
-    """Draw an encoder layer (self-attention, then FFN; norms at γ = 1, β = 0).
-
-    Parameters
-    ----------
-    rng : numpy.random.Generator or int
-        Source of the draw.
-    d_model : int
-        Model width.
-    num_heads : int
-        Attention heads.
-    d_ff : int
-        FFN inner width.
-
-    Returns
-    -------
-    EncoderLayerParams
-    """
-    rng = as_rng(rng)
-    return EncoderLayerParams(
-        init_multi_head(rng, d_model, num_heads), init_feed_forward(rng, d_model, d_ff),
-        init_layer_norm(d_model), init_layer_norm(d_model),
-    )
-
-
 def init_decoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> DecoderLayerParams:
     """Draw a decoder layer (self-attention, cross-attention, then FFN; norms at γ = 1, β = 0).
 
@@ -133,58 +91,6 @@ def init_decoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> DecoderL
         init_feed_forward(rng, d_model, d_ff),
         init_layer_norm(d_model), init_layer_norm(d_model), init_layer_norm(d_model),
     )
-
-
-def encoder_layer(
-    x: ArrayLike, params: EncoderLayerParams, *, num_heads: int,
-    mask: ArrayLike | None = None, norm_first: bool = False, eps: float = 1e-5,
-    return_weights: bool = False,
-) -> NDArray | tuple[NDArray, NDArray]:
-    r"""One encoder layer: self-attention and a feed-forward network, each with residual and norm.
-
-    .. math::
-
-        x' = \operatorname{LN}(x + \operatorname{MultiHead}(x, x, x)), \qquad
-        \operatorname{out} = \operatorname{LN}(x' + \operatorname{FFN}(x'))
-
-    Parameters
-    ----------
-    x : (..., n, d_model) array_like
-        Input sequence.
-    params : EncoderLayerParams
-        Layer parameters.
-    num_heads : int
-        Attention heads.
-    mask : (..., n, n) array_like of bool or float, optional
-        Self-attention mask (typically a key padding mask), ``True`` = may attend.
-    norm_first : bool, default False
-        Pre-LN, :math:`x + \operatorname{Sublayer}(\operatorname{LN}(x))`, instead of the paper's post-LN.
-    eps : float, default 1e-5
-        Layer-norm epsilon.
-    return_weights : bool, default False
-        Also return the self-attention weights of every head.
-
-    Returns
-    -------
-    out : (..., n, d_model) ndarray
-    weights : (..., h, n, n) ndarray
-        Only if ``return_weights``.
-
-    References
-    ----------
-    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762v7, §3.1.
-    """
-    x = as_float("x", x, min_ndim=2)
-    p, seen = params, {}
-
-    def self_attention(s: NDArray) -> NDArray:
-        out, seen["self"] = multi_head_attention(s, s, p.self_attn, num_heads=num_heads, mask=mask,
-                                                 return_weights=True)
-        return out
-
-    x = residual(x, self_attention, p.norm_1, norm_first, eps)
-    out = residual(x, lambda s: feed_forward(s, p.ffn), p.norm_2, norm_first, eps)
-    return (out, seen["self"]) if return_weights else out
 
 
 def decoder_layer(
@@ -343,11 +249,11 @@ def decoder_layer_step(
     return (y, new_cache, (grown["self"], grown["cross"])) if return_weights else (y, new_cache)
 
 
-def residual(
-    x: NDArray, sublayer: Callable[[NDArray], NDArray], norm: LayerNormParams,
-    norm_first: bool, eps: float,
-) -> NDArray:
-    """Post-LN ``LN(x + sublayer(x))`` (the paper) or pre-LN ``x + sublayer(LN(x))``."""
-    if norm_first:
-        return x + sublayer(layer_norm(x, norm.gamma, norm.beta, eps))
-    return layer_norm(x + sublayer(x), norm.gamma, norm.beta, eps)
+RECORD = Mechanism(
+    id="decoder_layer", title="Transformer decoder layer (with key/value cache)", family="vanilla",
+    section="2.1 (Vaswani §3.1)", paper=VASWANI,
+    equation=r"\operatorname{LN}\circ(\text{causal self-attn},\ \text{cross-attn},\ \operatorname{FFN})",
+    time="O(n²·d + n·m·d + n·d·d_ff)", memory="O(h·n·(n+m))", kind="component", function=decoder_layer,
+    causal=True, figure="refattn.figures.vanilla:decoder_layer", exact_options=None,
+    exact_limit="a component (no apply)",
+)

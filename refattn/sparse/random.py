@@ -15,6 +15,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_rng, causal_alignment, check_non_negative_int, check_sizes
+from ..mechanism import FigureSpec, Mechanism
+from ..papers import BIGBIRD
+from .attention import pattern_apply
 from .pattern import SparsePattern, query_positions
 
 __all__ = ["draw_random_keys", "random_pattern"]
@@ -135,3 +138,24 @@ def random_pattern(
     if np.any(pattern.row_counts() != kept.sum(axis=1)):
         raise ValueError("keys repeats a key within a row")
     return pattern if alignment is None else pattern.causal(alignment)
+
+
+def _random(n, m, causal, rng, r=2, keys=None):
+    """r = 2 keys from rng, or an explicit draw"""
+    if keys is not None:
+        return random_pattern(n, m=m, causal=causal, keys=keys)
+    return random_pattern(n, r, m=m, causal=causal, rng=rng)
+
+
+RECORD = Mechanism(
+    id="random", title="Random attention", family="sparse", section="4.1.1.1 (Fig. 4d)", paper=BIGBIRD,
+    equation=r"J_i = r \text{ keys drawn uniformly without replacement}",
+    time="O(n·r·d)", memory="O(n·r)", kind="attention",
+    function=random_pattern, apply=pattern_apply(_random, "random"),
+    causal=True, position_dependent=True, figure=FigureSpec(
+        title="Random attention (Fig. 4d): r = 3 distinct keys per query, uniform, seed 24", n=16, seed=24, panels=(
+        ("r keys from all m", {"r": 3}),
+        ("causal: min(r, i + 1) keys from j ≤ i", {"r": 3, "causal": True}),
+    )),
+    exact_options=lambda n, m: {"r": m}, exact_limit="r = m",
+)

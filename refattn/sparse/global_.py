@@ -13,6 +13,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..common import check_sizes
+from ..mechanism import FigureSpec, Mechanism
+from ..papers import LONGFORMER
+from .attention import pattern_apply
 from .pattern import SparsePattern, query_positions
 
 __all__ = ["global_pattern"]
@@ -71,3 +74,23 @@ def global_pattern(
     cols = np.concatenate([np.tile(np.arange(m), len(g_rows)), np.tile(g_cols, n)])
     pattern = SparsePattern.from_pairs(rows, cols, n, m)
     return pattern if alignment is None else pattern.causal(alignment)
+
+
+def _global(n, m, causal, rng, global_indices=(0,)):
+    """G = {0}"""
+    return global_pattern(n, global_indices, m=m, causal=causal)
+
+
+RECORD = Mechanism(
+    id="global", title="Global attention", family="sparse", section="4.1.1.1 (Fig. 4a)", paper=LONGFORMER,
+    equation=r"J_i = \{0..m-1\} \text{ if } i \in G, \text{ else } G",
+    time="O(g·(n+m)·d)", memory="O(g·(n+m))", kind="attention",
+    function=global_pattern, apply=pattern_apply(_global, "global"),
+    causal=True, position_dependent=True, figure=FigureSpec(
+        title="Global attention (Fig. 4a): G = {0, 9} attend to all keys and are attended by all",
+        n=16, seed=20, panels=(
+        ("non-causal: J_i = all if i ∈ G, else G", {"global_indices": (0, 9)}),
+        ("causal: the same, and j ≤ i", {"global_indices": (0, 9), "causal": True}),
+    )),
+    exact_options=lambda n, m: {"global_indices": tuple(range(m))}, exact_limit="G = every key position",
+)

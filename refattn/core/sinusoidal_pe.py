@@ -13,6 +13,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..common import check_choice, check_positive_int
+from ..mechanism import Mechanism
+from ..papers import VASWANI
 
 __all__ = ["sinusoidal_positional_encoding", "sinusoidal_rotation"]
 
@@ -135,3 +137,12 @@ def _arrange(sin: NDArray, cos: NDArray, layout: str) -> NDArray:
     pe = np.empty((sin.shape[0], d_model))
     pe[:, sin_cols], pe[:, cos_cols] = sin, cos
     return pe
+
+
+RECORD = Mechanism(
+    id="sinusoidal_pe", title="Sinusoidal positional encoding", family="vanilla", section="2.1 (Vaswani §3.5)",
+    paper=VASWANI,
+    equation=r"PE_{(pos,2i)} = \sin(pos/10000^{2i/d}),\ PE_{(pos,2i+1)} = \cos(pos/10000^{2i/d})",
+    time="O(n·d)", memory="O(n·d)", kind="component", function=sinusoidal_positional_encoding, causal=True,
+    figure="refattn.figures.vanilla:sinusoidal_pe", exact_options=None, exact_limit="a component (no apply)",
+)

@@ -1,4 +1,4 @@
-r"""Deterministic feature maps φ for linearised attention (survey §3.2).
+r"""Deterministic feature maps φ for linearised attention (survey §4.2).
 
     sim(q, k) = φ(q) φ(k)ᵀ  ≥ 0,   so  softmax-like weights  α_ij = φ(q_i)φ(k_j)ᵀ / Σ_l φ(q_i)φ(k_l)ᵀ
 
@@ -10,6 +10,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_float
+from ..core.sdpa import allowed_pairs
+from ..mechanism import AttentionResult, Mechanism
+from ..papers import KATHAROPOULOS
+from .attention import LINEAR_EQUATION, linear_attention
 
 __all__ = ["elu_feature_map"]
 
@@ -46,3 +50,19 @@ def elu_feature_map(x: ArrayLike) -> NDArray:
     """
     x = as_float("x", x)
     return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))    # elu(x) + 1, no overflow in the unused branch
+
+
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", eps=0.0):
+    """:func:`~refattn.linear.linear_attention` with φ = elu + 1 (``rng`` is not used)."""
+    if not return_weights:
+        return AttentionResult(linear_attention(q, k, v, elu_feature_map, causal=causal, method=method, eps=eps))
+    out, A = linear_attention(q, k, v, elu_feature_map, causal=causal, method=method, eps=eps, return_weights=True)
+    return AttentionResult(out, A, allowed_pairs(None, causal, A.shape))
+
+
+RECORD = Mechanism(
+    id="linear_elu", title="Linear Transformer (φ = elu + 1)", family="linear", section="4.2", paper=KATHAROPOULOS,
+    equation=LINEAR_EQUATION, time="O((n + m)·F·d_v)", memory="O(F·d_v) state", kind="attention",
+    function=linear_attention, apply=_apply, causal=True, figure="refattn.figures.linear:linear_elu",
+    exact_options=None, exact_limit="none: a different kernel, elu(q)+1 · elu(k)+1 in place of exp(q·k/√d)",
+)

@@ -1,1 +1,0 @@
-"""Catalogue records, one module per family; ``refattn.registry`` lists them in order."""

@@ -1,0 +1,84 @@
+r"""The causal (look-ahead) mask (Vaswani et al., 2017, §3.2.3), in its two alignments.
+
+``True`` = may attend, as every mask in refattn (see :mod:`refattn.core.masks`). Causal alignment,
+for ``n`` queries and ``m`` keys::
+
+    top-left     (causal=True)            j <= i            PyTorch is_causal, JAX
+    bottom-right (causal="bottom-right")  j <= i + (m - n)  FlashAttention >= 2.1, KV-cache decoding
+
+The two agree when ``n == m``. With bottom-right alignment and ``n > m`` the first ``n - m``
+queries see no key at all: they are fully masked rows (see ``fully_masked``).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..common import ALIGNMENTS, check_choice, check_non_negative_int
+from ..mechanism import Mechanism
+from ..papers import VASWANI
+
+__all__ = ["causal_mask"]
+
+
+def causal_mask(n: int, m: int | None = None, *, alignment: str = "top-left") -> NDArray:
+    r"""Decoder (look-ahead) mask: ``True`` where query *i* may attend to key *j*.
+
+    .. math::
+
+        M_{ij} = [\, j \le i + \delta \,], \qquad
+        \delta = 0 \text{ (top-left)}, \quad \delta = m - n \text{ (bottom-right)}
+
+    Parameters
+    ----------
+    n : int
+        Number of queries.
+    m : int, optional
+        Number of keys. Default ``n``.
+    alignment : {"top-left", "bottom-right"}, default "top-left"
+        "top-left": query *i* sees keys ``j <= i`` (PyTorch ``is_causal``). "bottom-right": the
+        last query is aligned with the last key, ``j <= i + (m - n)`` (FlashAttention >= 2.1, and
+        what decoding with a key/value cache needs).
+
+    Returns
+    -------
+    mask : (n, m) ndarray of bool
+
+    References
+    ----------
+    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762v7, §3.2.3.
+
+    Examples
+    --------
+    >>> causal_mask(2, 4).astype(int)
+    array([[1, 0, 0, 0],
+           [1, 1, 0, 0]])
+    >>> causal_mask(2, 4, alignment="bottom-right").astype(int)
+    array([[1, 1, 1, 0],
+           [1, 1, 1, 1]])
+    """
+    n = check_non_negative_int("n", n)
+    m = n if m is None else check_non_negative_int("m", m)
+    check_choice("alignment", alignment, ALIGNMENTS)
+    delta = 0 if alignment == "top-left" else m - n
+    i = np.arange(n)[:, None]                                      # (n, 1)
+    j = np.arange(m)[None, :]                                      # (1, m)
+    return j <= i + delta                                          # (n, m)
+
+
+def _apply(q, k, v, *, causal=True, rng=None, return_weights=False, scale=None):
+    """sdpa under the look-ahead mask; ``causal`` picks the alignment (True = top-left)."""
+    if causal is False:
+        raise ValueError("the causal_mask mechanism is causal by definition; pass causal=True or 'bottom-right'")
+    from .sdpa import RECORD as SDPA  # sdpa imports this module
+
+    return SDPA.apply(q, k, v, causal=causal, return_weights=return_weights, scale=scale)
+
+
+RECORD = Mechanism(
+    id="causal_mask", title="Decoder (look-ahead) mask, top-left and bottom-right", family="vanilla",
+    section="2 (Vaswani §3.2.3)", paper=VASWANI, equation=r"M_{ij} = [\,j \le i + \delta\,],\ \delta \in \{0,\ m - n\}",
+    time="O(n·m·d)", memory="O(n·m)", kind="mask", function=causal_mask, apply=_apply, noncausal=False, causal=True,
+    position_dependent=True, figure="refattn.figures.vanilla:causal_mask", exact_options={},
+    exact_limit="exact (sdpa with causal=True or 'bottom-right')",
+)

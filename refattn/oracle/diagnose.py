@@ -1,0 +1,118 @@
+r"""Naming the convention mix-up behind a failed check.
+
+When a candidate fails, each usual mix-up replaces one convention and the whole comparison is redone
+(oracle, baseline, floor):
+
+    causal      the other alignments ("top-left", "bottom-right") and no causal mask
+    mask        the boolean mask inverted (True = masked out, as torch.nn.MultiheadAttention), or ignored
+    scale       1, 1/d_k and 1/√d_k
+    policy      the other fully-masked policies (when a row is fully masked)
+    layout      the candidate's arrays in the other layout, or the inputs read in the other layout
+
+Each one under which every array passes is reported as "matches if ..."; when none does, those under
+which some arrays pass are listed as "partly".
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from ..common import default_scale
+from ..core.softmax import FULLY_MASKED_POLICIES
+from .evaluate import Conventions, Evaluation, Problem
+from .report import Comparison
+from .shapes import LAYOUT_SHAPES, other_layout
+
+__all__ = ["alternatives", "describe", "try_alternatives"]
+
+_CAUSAL_NAMES = {None: "no causal mask", "top-left": 'causal="top-left" (query i sees keys j <= i)',
+                 "bottom-right": 'causal="bottom-right" (query i sees keys j <= i + m - n)'}
+
+
+def alternatives(problem: Problem, conv: Conventions, oracle: Evaluation) -> list[tuple[str, Conventions]]:
+    """Every convention mix-up worth trying, as (label, conventions)."""
+    q_seq = problem.q.shape[-2] if conv.layout == "bhnd" else problem.q.shape[-3]
+    k_seq = problem.k.shape[-2] if conv.layout == "bhnd" else problem.k.shape[-3]
+    d_k = problem.q.shape[-1]
+    alts = []
+    for alignment in (None, "top-left", "bottom-right"):
+        if alignment == conv.causal or (q_seq == k_seq and "bottom-right" in (alignment, conv.causal)
+                                        and alignment is not None and conv.causal is not None):
+            continue                                               # n = m: the two alignments agree
+        if q_seq == k_seq and alignment == "bottom-right" and conv.causal is None:
+            continue
+        alts.append((f"{_CAUSAL_NAMES[alignment]} instead of {_CAUSAL_NAMES[conv.causal]}",
+                     replace(conv, causal=alignment)))
+    if conv.mask is not None:
+        if conv.mask.dtype == np.bool_:
+            alts.append(("the boolean mask is inverted (True = masked out, as torch.nn.MultiheadAttention)",
+                         replace(conv, mask=~conv.mask)))
+        alts.append(("the mask is ignored", replace(conv, mask=None)))
+    tried = [conv.scale]
+    for s, text in ((1.0, "scale=1 (no scaling)"), (1.0 / d_k, f"scale=1/d_k={1.0 / d_k:.6g}"),
+                    (default_scale(d_k), f"scale=1/√d_k={default_scale(d_k):.6g}")):
+        if not any(np.isclose(s, t, rtol=1e-9, atol=0) for t in tried):
+            tried.append(s)
+            alts.append((f"{text} instead of {conv.scale:.6g}", replace(conv, scale=s)))
+    if np.any(oracle.empty):
+        for policy in FULLY_MASKED_POLICIES:
+            if policy != conv.fully_masked:
+                alts.append((f'fully_masked="{policy}" instead of "{conv.fully_masked}"',
+                             replace(conv, fully_masked=policy)))
+    if problem.q.ndim >= 3 and problem.k.ndim >= 3 and problem.v.ndim >= 3:
+        other = other_layout(conv.layout)
+        alts.append((f"the candidate's outputs are in layout {other!r} {LAYOUT_SHAPES[other]} (axes -2 and -3 "
+                     "swapped)", replace(conv, outputs_transposed=True)))
+        alts.append((f"the candidate reads the inputs in layout {other!r} {LAYOUT_SHAPES[other]}",
+                     replace(conv, layout=other)))
+    return alts
+
+
+def try_alternatives(
+    problem: Problem,
+    conv: Conventions,
+    oracle: Evaluation,
+    compare: Callable[[Problem, Conventions], Sequence[Comparison]],
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(tried, matching, partly matching) labels of :func:`alternatives`.
+
+    ``compare(problem, conventions)`` redoes the whole comparison under other conventions; a
+    partial match is one where some arrays pass. An alternative that does not fit the shapes is
+    left out.
+    """
+    tried, matches, partial = [], [], []
+    for label, alt in alternatives(problem, conv, oracle):
+        try:
+            with np.errstate(all="ignore"):
+                comparisons = compare(problem, alt)
+        except (ValueError, TypeError):                            # the alternative does not fit the shapes
+            continue
+        tried.append(label)
+        passing = [c.name for c in comparisons if c.passed]
+        if len(passing) == len(comparisons):
+            matches.append(label)
+        elif passing:
+            failing = [c.name for c in comparisons if not c.passed]
+            partial.append(f"{', '.join(passing)} match if {label} ({', '.join(failing)} still fail)")
+    return tuple(tried), tuple(matches), tuple(partial)
+
+
+def describe(conv: Conventions, problem: Problem, oracle: Evaluation) -> dict[str, str]:
+    """The conventions of a check in words, for the report."""
+    d_k = problem.q.shape[-1]
+    scale = f"{conv.scale:.6g}" + (" (1/√d_k)" if np.isclose(conv.scale, default_scale(d_k), rtol=1e-12) else "")
+    if conv.mask is None:
+        mask = "none"
+    elif conv.mask.dtype == np.bool_:
+        mask = f"bool {tuple(conv.mask.shape)} (True = may attend)"
+    else:
+        mask = f"float bias {tuple(conv.mask.shape)}"
+    described = {"causal": conv.causal or "none", "scale": scale, "fully_masked": repr(conv.fully_masked),
+                 "layout": f"{conv.layout!r} {LAYOUT_SHAPES[conv.layout]}", "mask": mask}
+    if oracle.groups > 1:
+        h_axis = -3 if conv.layout == "bhnd" else -2
+        described["heads"] = (f"grouped-query, h={problem.q.shape[h_axis]} query heads over "
+                              f"h_kv={problem.k.shape[h_axis]} key/value heads ({oracle.groups} per group)")
+    return described
