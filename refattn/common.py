@@ -87,7 +87,10 @@ def as_float(name: str, x: ArrayLike, dtype=np.float64, *, min_ndim: int = 0) ->
     -------
     ndarray
     """
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as err:                          # ragged nested lists, odd objects
+        raise ValueError(f"{name} must be a rectangular array of real numbers: {err}") from None
     if arr.dtype.kind != "f":
         raise TypeError(
             f"{name} must be a real floating-point array, got dtype {arr.dtype} "
@@ -325,6 +328,8 @@ def as_rng(rng) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
     if _is_int(rng):
+        if rng < 0:
+            raise ValueError(f"rng as an int seed must be >= 0, got {rng}")
         return np.random.default_rng(int(rng))
     raise TypeError(
         f"rng must be a numpy.random.Generator or an int seed, got {type(rng).__name__}"
