@@ -15,7 +15,9 @@ Figures are plain :class:`matplotlib.figure.Figure` objects, made without ``pypl
 figure list, nothing to close, nothing shown twice in Jupyter (a figure displays as one PNG, with or
 without ``%matplotlib inline``). The style ``refattn.mplstyle`` (next to this file) is applied with
 ``matplotlib.style.context`` while drawing, never globally. :func:`save_figure` writes byte-stable
-files (no software version or date in the metadata).
+files: no software version or date in the metadata, and every drawn value rounded to
+:data:`SIGNIFICANT_DIGITS` significant digits first, so that last-bit differences between BLAS
+builds, CPUs or thread counts do not reach the pixels.
 
 To compose a sheet (a matrix beside a line plot), make a :func:`figure`, split it with
 ``fig.subfigures`` and draw into the parts with :func:`draw_attention` / :func:`draw_pattern`.
@@ -33,14 +35,17 @@ from pathlib import Path
 import matplotlib as mpl
 import matplotlib.style
 import numpy as np
-from matplotlib.colors import Colormap, ListedColormap
+from matplotlib.collections import QuadMesh
+from matplotlib.colors import Colormap, ListedColormap, LogNorm
 from matplotlib.figure import Figure, SubFigure
+from matplotlib.patches import Polygon, Rectangle
 from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike, NDArray
 
 from .common import check_choice
 
 __all__ = [
+    "SIGNIFICANT_DIGITS",
     "STYLE_PATH",
     "draw_attention",
     "draw_pattern",
@@ -55,6 +60,7 @@ __all__ = [
 STYLE_PATH = Path(__file__).parent / "refattn.mplstyle"
 BAD_COLOR = "0.72"                     # NaN / ±inf: a grey outside viridis and outside white/navy
 PATTERN_CMAP = ListedColormap(["white", "#1b2a49"], name="refattn_pattern")   # False, True
+SIGNIFICANT_DIGITS = 6                 # drawn values are rounded to this before saving (save_figure)
 STEP_MODES = ("html", "widget")
 STEP_KINDS = ("attention", "pattern")
 _STABLE_METADATA = {
@@ -332,11 +338,13 @@ def step_through(
 
 
 def pin_layout(fig: Figure) -> Figure:
-    r"""Run the figure's layout engine once, freeze it, and round every box to 1e-6 of its parent.
+    r"""Round the drawn values, run the figure's layout engine once, freeze it, and round every box.
 
     The constrained-layout solution of a nested sheet varies in its last bits from one process to
     the next (~1e-16 of the figure), and that occasionally moves an anti-aliased pixel: the PNG
-    bytes change although nothing was redrawn differently. Pinned and rounded, they do not.
+    bytes change although nothing was redrawn differently. Pinned and rounded to 1e-6 of their
+    parents, the boxes do not. The drawn values are rounded first, as :func:`save_figure` does,
+    so that the layout (which sees the tick labels) is computed from the rounded values.
 
     Parameters
     ----------
@@ -348,6 +356,7 @@ def pin_layout(fig: Figure) -> Figure:
     fig : matplotlib.figure.Figure
         The same figure, its layout engine removed.
     """
+    _round_drawn(fig)
     engine = fig.get_layout_engine()
     if engine is not None:
         engine.execute(fig)
@@ -367,6 +376,9 @@ def _round_subfigures(container) -> None:
 def save_figure(fig: Figure, path: str | Path) -> Path:
     r"""Write ``fig`` to ``path`` at 100 dpi with no software/date metadata, so re-runs change no bytes.
 
+    Every drawn value is first rounded in place to :data:`SIGNIFICANT_DIGITS` significant digits
+    (see Notes), so that last-bit differences between machines do not reach the file.
+
     Parameters
     ----------
     fig : matplotlib.figure.Figure
@@ -378,6 +390,40 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     Returns
     -------
     path : pathlib.Path
+
+    Notes
+    -----
+    The drawn values are computed through BLAS, whose last bits depend on the CPU kernel and the
+    thread count, and through NumPy's vectorised ``exp`` and ``log``, whose last bits depend on
+    the CPU's instruction set. A difference of ~1e-16 of a value rarely moves a pixel, but near a
+    tie it does: a dashed straight line on log-log axes (Lemma 2's MSE against m in
+    ``performer_trig.png``) moves anti-aliased pixels of its dashes when its axis limits change
+    by a few units in the last place. So every drawn value is first rounded in place:
+
+    - image data, the coordinates of lines, collections (``fill_between``, scatter offsets) and
+      patches (bars, spans), and the axis limits (on an autoscaled axis, the data limits that
+      autoscaling starts from): to :data:`SIGNIFICANT_DIGITS` = 6 significant digits of the
+      largest \|value\| of the array on linear axes and colour scales, a step of 1e-6 to 1e-5 of
+      that value, so that noise around 0 (a difference of two equal numbers) becomes exactly 0;
+      on a logarithmic axis, 6 significant digits of each value;
+    - the colour limits: 6 significant digits of the larger of \|vmin\| and \|vmax\|.
+
+    Why no figure changes visibly: a value moves by at most half a step, 5e-6 of the largest
+    \|value\| of its array. On an axis spanning at least a tenth of that magnitude (every refattn
+    figure) that is under 0.07 px of a 1400 px axis; on a log axis, under 2.2e-6 decade; on a
+    linear colour scale from 0 to its largest entry, 1/780 of one of its 256 colour levels (on the
+    square-root weights scale, under a tenth of a level above 0.4 % of vmax, at most one below).
+    Printed values (2 decimals) are formatted from the rounded numbers, so a tie such as 0.125
+    is broken the same way everywhere.
+
+    What remains: noise carries a value across a rounding boundary with a probability of about
+    noise / step, below 1e-15 / 1e-6 = 1e-9 per value for noise of a few units in the last place;
+    the crossed value then moves by one step, itself far below a pixel, and changes the file only
+    if that meets a tie as well (in refattn's figures, the noise between OpenBLAS kernels is at
+    most 1e-9 of a step). The rounding uses only correctly rounded operations (scaling by powers
+    of ten, ``rint``, decimal formatting and parsing), so it gives the same numbers on every
+    IEEE 754 machine. Matplotlib's transforms (the logarithm of a log axis) run after it and can
+    still differ in the last bit between CPUs; text placed at computed positions is not rounded.
 
     Examples
     --------
@@ -457,6 +503,7 @@ def _frame_player(frames, titles, kind, plot_kwargs) -> tuple[Figure, Callable[[
     def show(t: int) -> None:
         ax.images[0].set_data(frames[t])
         ax.set_title(title[t])
+        _round_drawn(fig)                                          # the HTML writer saves without _savefig
 
     return fig, show
 
@@ -506,6 +553,7 @@ def _new_figure(figsize, layout: str = "constrained") -> Figure:
 
 
 def _savefig(fig: Figure, target, fmt: str) -> None:
+    _round_drawn(fig)
     with mpl.style.context(STYLE_PATH):
         fig.savefig(target, format=fmt, dpi=100, metadata=_STABLE_METADATA.get(fmt))
 
@@ -578,6 +626,80 @@ def _grid_figsize(shape, size: float, *, colorbar: bool, suptitle, title_lines: 
     if _rotated(col_labels):                                       # vertical key labels below the grid
         height += 0.075 * max(len(str(s)) for s in col_labels)
     return width, height
+
+
+# --- byte-stable values (see save_figure's Notes) -------------------------------------------------------
+
+def _rounded(values: ArrayLike, *, relative: bool = False) -> NDArray:
+    """``values`` to SIGNIFICANT_DIGITS significant digits of the largest |value| (one step for the
+    whole array), or of each value when ``relative`` (log axes); NaN, ±inf kept, −0.0 made 0.0."""
+    x = np.array(values, dtype=np.float64)
+    finite = np.isfinite(x)
+    if not finite.any():
+        return x
+    if relative:                                   # decimal formatting and parsing are correctly rounded
+        x[finite] = [float(f"{v:.{SIGNIFICANT_DIGITS - 1}e}") for v in x[finite]]
+        return x + 0.0
+    scale = float(np.max(np.abs(x[finite])))
+    if scale == 0.0:
+        return x + 0.0
+    decimals = SIGNIFICANT_DIGITS - 1 - int(f"{scale:.{SIGNIFICANT_DIGITS - 1}e}".split("e")[1])
+    if decimals >= 0:                              # k / 10^decimals: the double nearest the decimal k·10^−decimals
+        x[finite] = np.rint(x[finite] * float(10**decimals)) / float(10**decimals)
+    else:
+        x[finite] = np.rint(x[finite] / float(10**-decimals)) * float(10**-decimals)
+    return x + 0.0
+
+
+def _round_drawn(fig: Figure) -> None:
+    """Round, in place, every value ``fig`` draws: images, colour limits, lines, collections, patches, limits."""
+    for ax in fig.axes:
+        log_x, log_y = ax.xaxis.get_scale() != "linear", ax.yaxis.get_scale() != "linear"
+
+        def xy(points, log_x=log_x, log_y=log_y):
+            points = np.ma.filled(np.ma.asarray(points, dtype=np.float64), np.nan).reshape(-1, 2)
+            return np.column_stack([_rounded(points[:, 0], relative=log_x), _rounded(points[:, 1], relative=log_y)])
+
+        for image in ax.images:
+            data = image.get_array()
+            if data is not None and data.dtype.kind == "f":
+                image.set_data(np.ma.masked_array(_rounded(np.ma.getdata(data)), mask=np.ma.getmaskarray(data)))
+            if image.norm.scaled():
+                image.set_clim(*_rounded(image.get_clim(), relative=isinstance(image.norm, LogNorm)))
+        for line in ax.lines:
+            try:
+                points = np.column_stack([np.ma.asarray(d, dtype=np.float64) for d in line.get_data()])
+            except (TypeError, ValueError):                # units (dates, categories): not numbers
+                continue
+            line.set_data(*xy(points).T)
+        for collection in ax.collections:
+            data_x, data_y = collection.get_offset_transform().contains_branch_separately(ax.transData)
+            offsets = collection.get_offsets()
+            if (data_x or data_y) and len(offsets):
+                collection.set_offsets(xy(offsets))        # scatter
+            if isinstance(collection, QuadMesh):           # drawn from its coordinates (colour bars)
+                continue
+            if any(collection.get_transform().contains_branch_separately(ax.transData)):
+                for path in collection.get_paths():        # fill_between, fill, hlines
+                    if not path.readonly:
+                        path.vertices = xy(path.vertices)
+        for patch in ax.patches:
+            if isinstance(patch, Rectangle):               # bars, spans
+                (x0, y0), (x1, y1) = xy([patch.get_xy(), (patch.get_x() + patch.get_width(),
+                                                          patch.get_y() + patch.get_height())])
+                patch.set_bounds(x0, y0, x1 - x0, y1 - y0)
+            elif isinstance(patch, Polygon):
+                patch.set_xy(xy(patch.get_xy()))
+    for ax in fig.axes:                                    # limits after set_clim, which the colour bars follow
+        relative_x, relative_y = ax.xaxis.get_scale() != "linear", ax.yaxis.get_scale() != "linear"
+        ax.dataLim.intervalx = _rounded(ax.dataLim.intervalx, relative=relative_x)   # autoscaling starts here
+        ax.dataLim.intervaly = _rounded(ax.dataLim.intervaly, relative=relative_y)
+        if not ax.get_autoscalex_on():
+            ax.xaxis.set_view_interval(*_rounded(ax.xaxis.get_view_interval(), relative=relative_x), ignore=True)
+        if not ax.get_autoscaley_on():
+            ax.yaxis.set_view_interval(*_rounded(ax.yaxis.get_view_interval(), relative=relative_y), ignore=True)
+    for ax in fig.axes:                                    # shared axes: after every sibling's data limits
+        ax.autoscale_view()
 
 
 def _require(module: str, who: str, package: str):

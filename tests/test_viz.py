@@ -1,6 +1,7 @@
 """refattn.viz: grid layout, shared colour scale, NaN handling, validation, stepping, stable files."""
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 
@@ -186,6 +187,68 @@ def test_save_figure_is_byte_stable(tmp_path, weights):
     assert data.startswith(PNG_SIGNATURE)
     assert data == second.read_bytes()
     assert b"Matplotlib" not in data                             # no Software text chunk
+
+
+def test_rounding_to_significant_digits():
+    x = np.array([0.123456789, -1.0e-17, 1.0e-17, 0.0, np.nan, np.inf])
+    np.testing.assert_array_equal(viz._rounded(x), [0.123457, 0.0, 0.0, 0.0, np.nan, np.inf])
+    assert not np.signbit(viz._rounded(x)[1])                              # noise around 0 becomes +0.0
+    np.testing.assert_array_equal(viz._rounded([1234.5678, 0.00123456789]), [1234.57, 0.0])   # step 1e-2
+    np.testing.assert_array_equal(viz._rounded([1234.5678, 0.00123456789], relative=True), [1234.57, 0.00123457])
+    # the step follows the largest value as rounded (999999.7 → 1.00000e6: step 10), so that keeps 6 digits
+    np.testing.assert_array_equal(viz._rounded([999999.7, 12.34]), [1000000.0, 10.0])
+    assert viz.SIGNIFICANT_DIGITS == 6
+
+
+def test_last_bit_differences_draw_identical_png_bytes(tmp_path):
+    # 0.25 of the scale sits on a boundary between two of its 256 colour levels (level 64); one unit
+    # in the last place below it is level 63, another colour, unless rounded first.
+    A = np.array([[0.25, 1.0], [0.0, 0.5]])
+    B = A.copy()
+    B[0, 0] = np.nextafter(0.25, 0.0)
+    image = viz.plot_attention(A).axes[0].images[0]
+    assert not np.array_equal(image.cmap(image.norm(A)), image.cmap(image.norm(B)))
+    a = viz.save_figure(viz.plot_attention(A), tmp_path / "a.png").read_bytes()
+    b = viz.save_figure(viz.plot_attention(B), tmp_path / "b.png").read_bytes()
+    assert a == b
+
+
+def test_last_bit_differences_in_a_line_plot_draw_identical_png_bytes():
+    # A straight dashed line on log-log axes, as Lemma 2's MSE against m in the Performer figures:
+    # without the rounding, one unit in the last place of every point moves its dashes' pixels
+    # (matplotlib 3.11's Agg backend).
+    def png(y) -> bytes:
+        fig = viz.figure((3.0, 2.0))
+        ax = fig.add_subplot()
+        ax.plot(2.0 ** np.arange(2, 11), y, "--")
+        ax.set(xscale="log", yscale="log")
+        buffer = io.BytesIO()
+        viz._savefig(fig, buffer, "png")
+        return buffer.getvalue()
+
+    y = 1.3 / 2.0 ** np.arange(2, 11)
+    noisy = np.nextafter(y, np.inf)
+    assert np.all(noisy != y)
+    assert png(y) == png(noisy)
+
+
+def test_saving_rounds_every_drawn_value_in_place(tmp_path):
+    fig = viz.figure((4.0, 3.0))
+    left, right = fig.subfigures(1, 2)
+    viz.draw_attention(left, np.full((2, 2), 1 / 3))
+    ax = right.add_subplot()
+    ax.plot([0.0, 1 / 3], [2 / 3, 1 / 7])
+    ax.bar([0.0], [1 / 3])
+    ax.fill_between([0.0, 1.0], [0.0, 0.0], [1 / 3, 1 / 3])
+    ax.scatter([1 / 3], [1 / 3])
+    viz.save_figure(fig, tmp_path / "sheet.png")
+    np.testing.assert_array_equal(fig.axes[0].images[0].get_array(), np.full((2, 2), 0.333333))
+    assert fig.axes[0].images[0].get_clim() == (0.0, 0.333333)
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), [0.666667, 0.142857])
+    assert ax.patches[0].get_height() == 0.333333
+    assert set(np.round(ax.collections[0].get_paths()[0].vertices[:, 1], 12)) == {0.0, 0.333333}
+    np.testing.assert_array_equal(ax.collections[1].get_offsets(), [[0.333333, 0.333333]])
+    assert ax.dataLim.intervaly[1] == 0.666667
 
 
 def test_figure_displays_as_one_png_without_pyplot(weights):
