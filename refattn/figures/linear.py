@@ -1,22 +1,21 @@
-r"""Figures of linearised attention (survey §3.2): each mechanism's effective matrix beside softmax.
+r"""Figures of linearised attention (survey §4.2): each mechanism's effective matrix beside softmax.
 
 One function per linear registry id, plus the sheet :func:`linear_overview`. Every figure uses the
 same seeded input (:func:`_qkv`: n = 24 positions, d = 16, q and k ~ N(0, 0.7²), v ~ N(0, 1)) and
 draws the effective attention matrix from the registry record's ``apply`` (its random draws, ω
 and the gate parameters, from the fixed seed ``DRAW``) next to exact softmax attention
 :func:`refattn.scaled_dot_product_attention` on the same q, k, and their difference. Row titles
-give the relative output error ‖y − y_sm‖ / ‖y_sm‖ (Frobenius norms, y = A v). Signed matrices
-(differences, trigonometric Performer weights, and any matrix with a negative entry) are drawn on a
-diverging scale centred on 0; causal colour scales leave out rows 0–1 (weights 1 and about ½ there),
-which saturate, marked by an arrow on the colour bar. Rows = queries *i*, columns = keys *j*, as
-everywhere in :mod:`refattn.viz`.
+give the relative output error ‖y − y_sm‖ / ‖y_sm‖ (Frobenius norms, y = A v). The conventions
+are :mod:`refattn.viz`'s: weights on the one-sided weights scale from 0; signed matrices
+(differences, trigonometric Performer weights, and any matrix with a negative entry) on a diverging
+scale centred on 0; in causal matrices the masked pairs j > i grey. Causal colour scales leave out
+rows 0–1 (weights 1 and about ½ there), which saturate, marked by an arrow on the colour bar.
+Rows = queries *i*, columns = keys *j*.
 """
 from __future__ import annotations
 
 import matplotlib.style
 import numpy as np
-from matplotlib.cm import ScalarMappable
-from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from numpy.typing import NDArray
@@ -43,7 +42,6 @@ __all__ = [
 N, D, SCALE = 24, 16, 0.7                          # positions, width, std of q and k
 SEED, DRAW = 40, 41                                # the input; ω and the gate parameters
 FEATURES = 4 * 2 ** np.arange(9)                   # m = 4, 8, …, 1024 random projections
-DIVERGING = "RdBu_r"
 ERROR = "relative output error ‖y − y_sm‖/‖y_sm‖"
 
 
@@ -73,9 +71,9 @@ def _run(mechanism: str, causal: bool, **options) -> tuple[NDArray, float]:
     return result.weights, _error(result.output, _softmax(causal)[0])
 
 
-def _same(figure_side: NDArray, door_side: NDArray, what: str) -> None:
+def _same(figure_side: NDArray, apply_side: NDArray, what: str) -> None:
     """Refuse to draw when the figure's recomputation and the record's ``apply`` disagree."""
-    if not np.allclose(figure_side, door_side, rtol=1e-12, atol=1e-14):
+    if not np.allclose(figure_side, apply_side, rtol=1e-12, atol=1e-14):
         raise ValueError(f"{what}: the figure's recomputation and the record's apply disagree")
 
 
@@ -86,16 +84,13 @@ def _limit(*matrices: NDArray, causal: bool = False) -> float:
     return float(max(np.max(np.abs(A[2:] if causal else A)) for A in matrices))
 
 
-def _draw(container, A: NDArray, *, signed: bool = False, limit: float | None = None, **kwargs) -> NDArray:
-    """Weights on viridis from 0, or ``signed`` on a diverging scale centred on 0; a colour bar that
-    shows an arrow where entries pass ``limit`` (default: the largest |entry|, nothing clipped)."""
-    lo_hi = float(np.max(np.abs(A))) if limit is None else limit
-    axes = draw_attention(container, A, cmap=DIVERGING if signed else "viridis", vmin=-lo_hi if signed else 0.0,
-                          vmax=lo_hi, colorbar=False, **kwargs)
-    over, under = bool(np.max(A) > lo_hi), bool(signed and np.min(A) < -lo_hi)
-    extend = {(False, False): "neither", (True, False): "max", (False, True): "min", (True, True): "both"}
-    container.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.9, aspect=25, pad=0.02, extend=extend[over, under])
-    return axes
+def _draw(container, A: NDArray, *, causal: bool = False, signed: bool = False, limit: float | None = None,
+          **kwargs) -> NDArray:
+    """Weights on the weights scale from 0, or ``signed`` on the diverging scale, up to ``limit``
+    (default the largest |entry|; an arrow on the colour bar marks entries beyond it); ``causal``:
+    the masked pairs j > i grey."""
+    return draw_attention(container, A, allowed=ra.causal_mask(N) if causal else None, signed=signed, vmax=limit,
+                          **kwargs)
 
 
 def _versus(container, A: NDArray, err: float, name: str, causal: bool, *, signed: bool = False,
@@ -106,11 +101,13 @@ def _versus(container, A: NDArray, err: float, name: str, causal: bool, *, signe
     pair, diff = container.subfigures(1, 2, width_ratios=[2.0 if own_scale else 1.85, 1.0])
     if own_scale:
         left, right = pair.subfigures(1, 2)
-        _draw(left, A, signed=signed, limit=_limit(A, causal=causal), titles=name)
-        _draw(right, S, limit=_limit(S, causal=causal), titles="softmax", ylabel="")
+        _draw(left, A, causal=causal, signed=signed, limit=_limit(A, causal=causal), titles=name)
+        _draw(right, S, causal=causal, limit=_limit(S, causal=causal), titles="softmax", ylabel="")
     else:
-        _draw(pair, np.stack([A, S]), signed=signed, limit=_limit(A, S, causal=causal), titles=[name, "softmax"])
-    _draw(diff, A - S, signed=True, limit=_limit(A - S, causal=causal), titles=f"{name} − softmax", ylabel="")
+        _draw(pair, np.stack([A, S]), causal=causal, signed=signed, limit=_limit(A, S, causal=causal),
+              titles=[name, "softmax"])
+    _draw(diff, A - S, causal=causal, signed=True, limit=_limit(A - S, causal=causal), titles=f"{name} − softmax",
+          ylabel="")
     saturate = "; colours saturate in rows 0–1 (arrow)" if causal else ""
     container.suptitle(title or f"{label}: {ERROR} = {err:.2f}{saturate}")
 
@@ -319,9 +316,9 @@ def efficient_attention() -> Figure:
 
 @_styled
 def rfa() -> Figure:
-    """The door's gates and their matrix against softmax; the limits g ≡ 0, constant g, decay form g ≡ 1."""
+    """The gates apply draws and their matrix against softmax; the limits g ≡ 0, constant g, decay form g ≡ 1."""
     _, k, _ = _qkv()
-    params = init_rfa_gate(DRAW, D)                                  # what the door draws from rng=DRAW
+    params = init_rfa_gate(DRAW, D)                                  # what apply draws from rng=DRAW
     gates = rfa_gates(k, params.w_g, params.b_g)
     A, err = _run("rfa", True)
     _same(_run("rfa", True, gates=gates)[0], A, "rfa gates")
@@ -334,20 +331,20 @@ def rfa() -> Figure:
     runs = [_run("rfa", True, **options) for _, options in limits]
     _same(runs[0][0], np.eye(N), "rfa, g ≡ 0")
     linear, linear_err = _run("linear_elu", True)
-    gap = float(np.max(np.abs(runs[2][0] - linear)))
+    _same(runs[2][0], linear, "rfa, decay form g ≡ 1, and linear_elu")
     fig = figure((12.6, 9.2))
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.0, 1.1])
     left, right = top.subfigures(1, 2, width_ratios=[1.0, 3.0])
-    ax = _line_axes(left, f"the door's gates g_t = σ(w_g·k_t + b_g),\nw_g Glorot (seed {DRAW}), b_g = 0",
-                    "step t", "g_t")
+    ax = _line_axes(left, "", "step t", "g_t")
+    left.suptitle(f"gates g_t = σ(w_g·k_t + b_g)\n(apply, rng = {DRAW}: w_g Glorot, b_g = 0)")
     ax.bar(np.arange(N), gates, color="C0", width=0.8)
     ax.set(ylim=(0, 1), xlim=(-1, N))
     _versus(right, A, err, "rfa", True,
-            title=f"the door's gates, c_ij = (1 − g_j) Π g_l over l = j+1 … i: {ERROR} = {err:.2f}")
+            title=f"c_ij = (1 − g_j) Π g_l over l = j+1 … i, the gates on the left:\n{ERROR} = {err:.2f}")
     matrices = np.stack([*(R for R, _ in runs), linear])
     titles = [*(f"{t}\nerror {e:.2f}" for (t, _), (_, e) in zip(limits, runs, strict=True)),
-              f"linear_elu, causal: the same\n(max |Δ| = {gap:.1g})\nerror {linear_err:.2f}"]
-    _draw(bottom, matrices, titles=titles, limit=_limit(*matrices[1:], causal=True))
+              f"linear_elu, causal: the same\n(equal to 1e-12)\nerror {linear_err:.2f}"]
+    _draw(bottom, matrices, causal=True, titles=titles, limit=_limit(*matrices[1:], causal=True))
     bottom.suptitle("limits of the gate (paper form unless stated; φ = elu + 1)")
     fig.suptitle(f"Random Feature Attention with a gate (Peng et al., 2021): causal only, n = {N}, d = {D}; "
                  "colours saturate in rows 0–1 (arrows)")
@@ -356,27 +353,27 @@ def rfa() -> Figure:
 
 @_styled
 def delta_rule() -> Figure:
-    """Effective matrices for the door's β and for β ≡ 1 against softmax; row sums (not 1) and the rates."""
+    """Effective matrices for the β apply draws and for β ≡ 1 against softmax; row sums (not 1) and the rates."""
     _, k, _ = _qkv()
-    params = init_delta_beta(DRAW, D)                                # what the door draws from rng=DRAW
+    params = init_delta_beta(DRAW, D)                                # what apply draws from rng=DRAW
     beta = delta_beta(k, params.w, params.b)
-    door, ones = _run("delta_rule", True), _run("delta_rule", True, beta=np.ones(N))
-    _same(_run("delta_rule", True, beta=beta)[0], door[0], "delta_rule β")
+    drawn, ones = _run("delta_rule", True), _run("delta_rule", True, beta=np.ones(N))
+    _same(_run("delta_rule", True, beta=beta)[0], drawn[0], "delta_rule β")
     fig = figure((12.6, 12.4))
     top, middle, bottom = fig.subfigures(3, 1, height_ratios=[0.8, 1.0, 1.0])
     left, right = top.subfigures(1, 2)
     ax = _line_axes(left, f"learning rates β_i = σ(w·k_i), w Glorot (seed {DRAW}), no bias", "step i", "β_i")
-    ax.bar(np.arange(N), beta, color="C0", width=0.8, label="the door's β")
+    ax.bar(np.arange(N), beta, color="C0", width=0.8, label=f"β of apply (rng = {DRAW})")
     ax.axhline(1.0, color="C1", label="β ≡ 1")
     ax.set(ylim=(0, 1.35), xlim=(-1, N))
     ax.legend(loc="upper center", ncols=2)
     ax = _line_axes(right, "row sums Σ_j A_ij: not 1 (no normaliser)", "query i", "Σ_j A_ij")
-    ax.plot(door[0].sum(axis=1), "o-", label="the door's β")
+    ax.plot(drawn[0].sum(axis=1), "o-", label=f"β of apply (rng = {DRAW})")
     ax.plot(ones[0].sum(axis=1), "s-", label="β ≡ 1")
     ax.axhline(1.0, color="0.5", lw=0.8, ls="--", label="softmax (every row)")
     ax.set_ylim(0, 1.1)
     ax.legend(loc="lower right")
-    for sub, (A, err), what in ((middle, door, "the door's β"), (bottom, ones, "β ≡ 1")):
+    for sub, (A, err), what in ((middle, drawn, f"β of apply (rng = {DRAW})"), (bottom, ones, "β ≡ 1")):
         sign = "signed: diverging scale" if A.min() < 0 else "all ≥ 0 here, though the rule allows negative weights"
         _versus(sub, A, err, "delta_rule", True, own_scale=True, signed=bool(A.min() < 0),
                 title=f"{what}: {ERROR} = {err:.2f}; A on its own scale ({sign})")
@@ -389,31 +386,33 @@ def delta_rule() -> Figure:
 
 @_styled
 def linear_overview() -> Figure:
-    """The effective matrix of every linear mechanism beside softmax, on one diverging colour scale."""
+    """Every linear mechanism's effective matrix beside softmax: the weights on one-sided scales,
+    the signed trigonometric Performer on a diverging one; causal pairs j > i grey."""
     rows = {
-        False: ["linear_elu", "performer_positive", "performer_trig", "efficient_attention"],
-        True: ["linear_elu", "performer_positive", "performer_trig", "rfa", "delta_rule"],
+        False: ["linear_elu", "performer_positive", "efficient_attention"],
+        True: ["linear_elu", "performer_positive", "rfa", "delta_rule"],
     }
     notes = {"delta_rule": " (rows sum < 1)"}
-    limit = 0.2
-    fig = figure((13.6, 7.0))
-    sheet, bar = fig.subfigures(1, 2, width_ratios=[30, 1.6])
-    for sub, (causal, names) in zip(sheet.subfigures(2, 1), rows.items(), strict=True):
+    fig = figure((13.6, 7.4))
+    for sub, (causal, names) in zip(fig.subfigures(2, 1), rows.items(), strict=True):
         runs = [_run(name, causal) for name in names]
         panels = [_softmax(causal)[1], *(A for A, _ in runs)]
         titles = ["softmax (exact)", *(f"{name}{notes.get(name, '')}\nerror {err:.2f}"
                                        for name, (_, err) in zip(names, runs, strict=True))]
-        blank = 6 - len(panels)                                    # non-causal: a note in the sixth slot
-        axes = draw_attention(sub, np.stack([*panels, *[np.full((N, N), np.nan)] * blank]),
-                              titles=titles + [""] * blank, cmap=DIVERGING, vmin=-limit, vmax=limit, colorbar=False)
+        blank = 5 - len(panels)                                    # non-causal: a note in the fifth slot
+        weights, trig = sub.subfigures(1, 2, width_ratios=[5.0, 1.25])
+        axes = _draw(weights, np.stack([*panels, *[np.full((N, N), np.nan)] * blank]), causal=causal,
+                     limit=_limit(*panels, causal=causal), titles=titles + [""] * blank)
         for ax in axes[0, len(panels):]:
             ax.images[0].remove()
             ax.axis("off")
             ax.text(0.5, 0.5, "rfa, delta_rule:\ncausal recurrences,\nno non-causal form", ha="center",
                     va="center", transform=ax.transAxes)
+        A, err = _run("performer_trig", causal)
+        _draw(trig, A, causal=causal, signed=True, limit=_limit(A, causal=causal),
+              titles=f"performer_trig\nerror {err:.2f}", ylabel="")
         sub.suptitle("causal, j ≤ i (efficient_attention has no causal form)" if causal else "non-causal")
-    cax = bar.add_axes((0.05, 0.15, 0.2, 0.7))
-    bar.colorbar(ScalarMappable(Normalize(-limit, limit), cmap=DIVERGING), cax=cax, extend="both")
-    fig.suptitle(f"Linearised attention beside softmax, n = {N}, d = {D}: effective matrices on one diverging scale,\n"
-                 f"clipped at ±{limit} (trig weights can be negative); error = {ERROR}")
+    fig.suptitle(f"Linearised attention beside softmax, n = {N}, d = {D}: weights on a one-sided scale from 0 "
+                 "(square root), the trigonometric\nPerformer's signed weights on a diverging one; grey = masked pair "
+                 f"(j > i); colours saturate in rows 0–1 (arrows); error = {ERROR}")
     return fig
