@@ -41,7 +41,7 @@ __all__ = [
 
 N, D, SCALE = 24, 16, 0.7                          # positions, width, std of q and k
 SEED, DRAW = 40, 41                                # the input; ω and the gate parameters
-FEATURES = 4 * 2 ** np.arange(9)                   # m = 4, 8, …, 1024 random projections
+FEATURES = 4 * 2 ** np.arange(9)                   # r = 4, 8, …, 1024 random projections
 ERROR = "relative output error ‖y − y_sm‖/‖y_sm‖"
 
 
@@ -132,22 +132,22 @@ def _pair(theta_deg, norm: float = 1.0) -> tuple[NDArray, NDArray]:
     return norm * e_1 * np.ones_like(theta), norm * (np.cos(theta) * e_1 + np.sin(theta) * e_2)
 
 
-def _omegas(m: int, *, orthogonal: bool) -> NDArray:
-    """Seeded draws of m projections, (draws, m, d), from one :func:`draw_omega` call.
+def _omegas(r: int, *, orthogonal: bool) -> NDArray:
+    """Seeded draws of r projections, (draws, r, d), from one :func:`draw_omega` call.
 
     At most 1000 draws and 2¹⁷ rows (i.i.d.) or 2¹⁵ rows (orthogonal: one QR per d rows).
 
-    I.i.d. rows: any m of them are a draw. Orthogonal: consecutive m rows are a valid orthogonal
-    draw (whole blocks of d when d | m; part of one block when m < d, where neighbouring draws
+    I.i.d. rows: any r of them are a draw. Orthogonal: consecutive r rows are a valid orthogonal
+    draw (whole blocks of d when d | r; part of one block when r < d, where neighbouring draws
     share a block: dependent, but each has the right distribution, so mean errors are unbiased).
     """
-    draws = min(1000, 2**15 // m if orthogonal else 2**17 // m)
-    return draw_omega(m + int(orthogonal), draws * m, D, orthogonal=orthogonal).reshape(draws, m, D)
+    draws = min(1000, 2**15 // r if orthogonal else 2**17 // r)
+    return draw_omega(r + int(orthogonal), draws * r, D, orthogonal=orthogonal).reshape(draws, r, D)
 
 
-def _empirical_mse(pairs, m: int, *, kind: str, orthogonal: bool) -> list[float]:
+def _empirical_mse(pairs, r: int, *, kind: str, orthogonal: bool) -> list[float]:
     """For each (x, y) of ``pairs``: the mean over the draws of ω of (φ(x)ᵀφ(y) − exp(xᵀy))²."""
-    omega = _omegas(m, orthogonal=orthogonal)
+    omega = _omegas(r, orthogonal=orthogonal)
     mse = []
     for x, y in pairs:
         estimate = np.sum(favor_features(x[None], omega, kind=kind) * favor_features(y[None], omega, kind=kind),
@@ -156,21 +156,21 @@ def _empirical_mse(pairs, m: int, *, kind: str, orthogonal: bool) -> list[float]
     return mse
 
 
-def _log_m_axis(ax, ylabel: str) -> None:
+def _log_r_axis(ax, ylabel: str) -> None:
     ax.set(xscale="log", yscale="log", ylabel=ylabel)
-    ax.set_xticks(FEATURES[::2], labels=[str(m) for m in FEATURES[::2]])
+    ax.set_xticks(FEATURES[::2], labels=[str(r) for r in FEATURES[::2]])
     ax.minorticks_off()
 
 
 def _mse_panel(ax, pairs: dict[str, tuple[NDArray, NDArray]], kinds: tuple[str, ...]) -> None:
-    """Lemma 2's MSE against m (lines: one style per kind, one colour per pair) and the empirical MSE
-    of the first kind (markers: filled i.i.d., open orthogonal ω; up to 1000 draws per m)."""
+    """Lemma 2's MSE against r (lines: one style per kind, one colour per pair) and the empirical MSE
+    of the first kind (markers: filled i.i.d., open orthogonal ω; up to 1000 draws per r)."""
     colors = [f"C{i}" for i in range(len(pairs))]
-    empirical = {orthogonal: np.array([_empirical_mse(pairs.values(), int(m), kind=kinds[0], orthogonal=orthogonal)
-                                       for m in FEATURES]) for orthogonal in (False, True)}    # (len(FEATURES), pairs)
+    empirical = {orthogonal: np.array([_empirical_mse(pairs.values(), int(r), kind=kinds[0], orthogonal=orthogonal)
+                                       for r in FEATURES]) for orthogonal in (False, True)}    # (len(FEATURES), pairs)
     for p, ((x, y), color) in enumerate(zip(pairs.values(), colors, strict=True)):
         for kind, style in zip(kinds, ("-", "--"), strict=False):
-            ax.plot(FEATURES, [favor_mse(x, y, int(m), kind=kind) for m in FEATURES], style, color=color)
+            ax.plot(FEATURES, [favor_mse(x, y, int(r), kind=kind) for r in FEATURES], style, color=color)
         ax.plot(FEATURES, empirical[False][:, p], "o", color=color)
         ax.plot(FEATURES, empirical[True][:, p], "s", color=color, mfc="none")
     shown = pairs if len(pairs) > 1 else {}                     # one pair: its colour needs no entry
@@ -180,32 +180,32 @@ def _mse_panel(ax, pairs: dict[str, tuple[NDArray, NDArray]], kinds: tuple[str, 
                Line2D([], [], color="0.2", ls="", marker="o", label=f"{kinds[0]}: empirical, i.i.d. ω"),
                Line2D([], [], color="0.2", ls="", marker="s", mfc="none", label=f"{kinds[0]}: empirical, orthogonal ω")]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
-    _log_m_axis(ax, "MSE of φ(x)ᵀφ(y) for exp(xᵀy)")
-    ax.set_xlabel("number of random projections m")
+    _log_r_axis(ax, "MSE of φ(x)ᵀφ(y) for exp(xᵀy)")
+    ax.set_xlabel("number of random projections r")
 
 
 def _feature_sweep(ax, seeds: int = 8) -> None:
-    """Relative output error of positive Performer attention against m, i.i.d. and orthogonal ω."""
+    """Relative output error of positive Performer attention against r, i.i.d. and orthogonal ω."""
     q, k, v = _qkv()
     exact = _softmax(False)[0]
     record = registry.get("performer_positive")
     mean = {}
     for orthogonal, color in ((False, "C0"), (True, "C1")):
-        errors = np.array([[_error(record.apply(q, k, v, rng=seed, num_features=int(m), orthogonal=orthogonal).output,
-                                   exact) for seed in range(seeds)] for m in FEATURES])     # (len(FEATURES), seeds)
+        errors = np.array([[_error(record.apply(q, k, v, rng=seed, num_features=int(r), orthogonal=orthogonal).output,
+                                   exact) for seed in range(seeds)] for r in FEATURES])     # (len(FEATURES), seeds)
         ax.fill_between(FEATURES, errors.min(axis=1), errors.max(axis=1), color=color, alpha=0.2, lw=0)
         mean[orthogonal] = errors.mean(axis=1)
         ax.plot(FEATURES, mean[orthogonal], "o-", color=color,
                 label=f"{'orthogonal' if orthogonal else 'i.i.d.'} ω: mean; band: min–max of {seeds} seeds")
     tail = FEATURES[FEATURES >= 64]
-    ax.plot(tail, mean[False][-1] * np.sqrt(FEATURES[-1] / tail), ":", color="0.2", label="∝ m^(−1/2)")
+    ax.plot(tail, mean[False][-1] * np.sqrt(FEATURES[-1] / tail), ":", color="0.2", label="∝ r^(−1/2)")
     ax.axhline(_run("linear_elu", False)[1], color="C2", lw=1.0, ls="--", label="linear_elu (φ = elu + 1)")
     ax.axhline(_error(np.broadcast_to(v.mean(axis=0), v.shape), exact), color="0.55", lw=1.0, ls="-.",
                label="uniform weights 1/n")
-    _log_m_axis(ax, "relative output error")
+    _log_r_axis(ax, "relative output error")
     ax.set_yticks([0.2, 0.3, 0.5, 1.0, 2.0], labels=["0.2", "0.3", "0.5", "1", "2"])
-    ax.set(xlabel="number of random features m",
-           title="non-causal attention on the example: error against m;\nbelow uniform weights only from m ≈ 100")
+    ax.set(xlabel="number of random projections r",
+           title="non-causal attention on the example: error against r;\nbelow uniform weights only from r ≈ 100")
     ax.legend(loc="lower left")
 
 
@@ -224,8 +224,8 @@ def _trig_over_positive(ax) -> None:
     ax.text(4, 2.0, "trig worse ↑", va="bottom")
     ax.text(4, 0.5, "trig better ↓", va="top")
     ax.set(yscale="log", ylim=(1e-8, 1e8), xlim=(0, 180), xticks=range(0, 181, 30),
-           xlabel="angle θ between x and y (degrees)", ylabel="MSE_trig / MSE_positive (any m)",
-           title="Lemma 2 for the same m: trig wins for aligned x, y and blows up\n"
+           xlabel="angle θ between x and y (degrees)", ylabel="MSE_trig / MSE_positive (any r)",
+           title="Lemma 2 for the same r: trig wins for aligned x, y and blows up\n"
                  "as x → −y, where exp(xᵀy) is small (most softmax weights)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
 
@@ -258,7 +258,7 @@ def linear_elu() -> Figure:
 
 @_styled
 def performer_positive() -> Figure:
-    """FAVOR+ (64 orthogonal features) against softmax; error against m; Lemma 2's MSE against sampling."""
+    """FAVOR+ (64 orthogonal features) against softmax; error against r; Lemma 2's MSE against sampling."""
     fig = figure((12.4, 12.2))
     top, middle, bottom = fig.subfigures(3, 1, height_ratios=[1.0, 1.0, 1.35])
     for sub, causal in ((top, False), (middle, True)):
@@ -270,7 +270,7 @@ def performer_positive() -> Figure:
     ax.set_title("kernel estimate for one pair x ⊥ y ∈ R¹⁶, ‖x‖ = ‖y‖ = 0.75:\n"
                  "Lemma 2 against sampling; orthogonal ω helps little here")
     fig.suptitle("Performer FAVOR+, positive random features (Choromanski et al., 2020): "
-                 f"m = 64 orthogonal ω (seed {DRAW}), n = {N}, d = {D}")
+                 f"r = 64 orthogonal ω (seed {DRAW}), n = {N}, d = {D}")
     return fig
 
 
@@ -290,7 +290,7 @@ def performer_trig() -> Figure:
     ax.set_title("kernel estimate for two pairs, ‖x‖ = ‖y‖ = 1:\ntrig beats positive at 45° and loses at 135°")
     _trig_over_positive(right.add_subplot())
     fig.suptitle("Performer, trigonometric random features [sin ωᵀx, cos ωᵀx] (Choromanski et al., 2020): "
-                 f"m = 64 orthogonal ω (seed {DRAW}), n = {N}, d = {D}")
+                 f"r = 64 orthogonal ω (seed {DRAW}), n = {N}, d = {D}")
     return fig
 
 
