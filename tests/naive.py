@@ -532,18 +532,6 @@ def _heads(num_heads=None, mask=False):
     return options
 
 
-def naive_average(v, n, causal):
-    """Zhang et al. (2018), Eq. 1: g_i = (1/|J_i|) Σ_{j ∈ J_i} v_j over the keys query i may see (none: 0)."""
-    m, d_v = v.shape
-    out = np.zeros((n, d_v))
-    for i in range(n):
-        seen = [j for j in range(m) if causal is False or j <= i + (m - n if causal == "bottom-right" else 0)]
-        for j in seen:
-            for c in range(d_v):
-                out[i, c] += v[j, c] / len(seen)
-    return out
-
-
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -590,5 +578,4 @@ NAIVE: dict[str, NaiveCase] = {
     "delta_rule": NaiveCase(delta_rule, (lambda rng, n, m, d, causal: {"beta": rng.uniform(size=m)},
                                          lambda rng, n, m, d, causal: {"beta": rng.uniform(0, 0.1, size=m),
                                                                        "normalize": False})),
-    "average_attention": NaiveCase(lambda q, k, v, causal: naive_average(v, len(q), causal), (DEFAULTS,)),
 }
