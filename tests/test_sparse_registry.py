@@ -295,3 +295,17 @@ def test_csr_through_apply_holds_no_n_by_m_array_at_65536(mech):
         tracemalloc.stop()
     # An n × m boolean mask alone is 4 GiB; the patterns' own indices (axial: n·(H + W) pairs) stay far below.
     assert peak < n * n / 8, f"{mech.id}: peak {peak / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("mech", SPARSE, ids=_id)
+def test_weights_are_zero_outside_the_pattern_in_both_methods_even_in_a_nan_row(mech):
+    L = mech.example_length
+    q, k, v = _qkv(L, L, d=3, d_v=3)
+    k[L // 2, 1] = np.nan                                            # rows that keep key L // 2 become NaN
+    results = [mech.apply(q, k, v, method=method, rng=0, return_weights=True) for method in METHODS]
+    for result in results:
+        np.testing.assert_array_equal(result.weights[~result.allowed], 0.0)
+        assert np.isnan(result.weights[result.allowed]).any()
+    np.testing.assert_array_equal(results[1].allowed, results[0].allowed)
+    np.testing.assert_allclose(results[1].weights, results[0].weights, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(results[1].output, results[0].output, rtol=1e-12, atol=1e-12)

@@ -165,8 +165,9 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "equation",
                    return_weights: bool = False) -> AttentionResult:
     """Sparse attention over ``pattern`` as an :class:`~refattn.mechanism.AttentionResult`.
 
-    With ``return_weights``, the weights are dense (n × m, for plots and error measurements) and
-    ``allowed`` is the pattern's mask; weights above the memory budget raise
+    With ``return_weights``, the weights are dense (n × m, for plots and error measurements), exactly
+    0 outside the pattern in both methods (also in a row that a non-finite kept score makes NaN),
+    and ``allowed`` is the pattern's mask; weights above the memory budget raise
     :class:`~refattn.common.MemoryBudgetError` before anything is allocated. Without, the csr
     method never holds an n × m array.
 
@@ -195,8 +196,11 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "equation",
     check_weights_fit(batch, pattern.n, pattern.m)
     out, w = sparse_attention(q, k, v, pattern, method=method, return_weights=True)
     mask = pattern.to_mask(max_size=pattern.n * pattern.m)         # within budget: 1/8 of the weights
-    return AttentionResult(out, w if method == "equation" else pattern.to_dense(w),
-                           np.broadcast_to(mask, (*out.shape[:-1], pattern.m)))
+    if method == "equation":
+        np.copyto(w, 0.0, where=~mask)                             # a NaN row (non-finite kept score) too
+    else:
+        w = pattern.to_dense(w)
+    return AttentionResult(out, w, np.broadcast_to(mask, (*out.shape[:-1], pattern.m)))
 
 
 def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool = True,
