@@ -233,19 +233,22 @@ def check_bool(name: str, value) -> bool:
 def check_sizes(n, m) -> tuple[int, int]:
     """Validate the query count ``n`` and the optional key count ``m`` (default ``n``) of a pattern.
 
+    Zero is allowed: a pattern of no query (or no key) is empty, and attention over it follows the
+    edge-size rule (n = 0: no output row; m = 0: every query sees no key).
+
     Parameters
     ----------
     n : int
-        Number of queries, >= 1.
+        Number of queries, >= 0.
     m : int or None
-        Number of keys, >= 1; ``None`` for ``n``.
+        Number of keys, >= 0; ``None`` for ``n``.
 
     Returns
     -------
     (int, int)
     """
     m = n if m is None else m
-    return check_positive_int("n", n), check_positive_int("m", m)
+    return check_non_negative_int("n", n), check_non_negative_int("m", m)
 
 
 def causal_alignment(causal) -> str | None:

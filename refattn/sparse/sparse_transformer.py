@@ -155,9 +155,11 @@ def _summary_columns(n: int, l: int, offsets: range, causal: bool) -> SparsePatt
     return pattern
 
 
-def _sparse_transformer(n, m, causal, rng, stride=3, kind="strided", **options):
+def _sparse_transformer(n, m, causal, rng, stride=3, kind="strided", c=1, part=None, local_window="paper",
+                        subblock=0):
     """l = 3, strided"""
-    return sparse_transformer_pattern(n, stride, kind=kind, causal=causal, **options)
+    return sparse_transformer_pattern(n, stride, kind=kind, c=c, part=part, causal=causal, local_window=local_window,
+                                      subblock=subblock)
 
 
 RECORD = Mechanism(
