@@ -210,7 +210,7 @@ def _validated(apply: Callable, name: str, settings: tuple) -> Callable:
 
     @functools.wraps(apply)
     def entry(q, k, v, **options):
-        q, k, v = (as_float(label, x, min_ndim=2) for label, x in (("q", q), ("k", k), ("v", v)))
+        q, k, v = (as_float(label, x) for label, x in (("q", q), ("k", k), ("v", v)))
         check_qkv(q, k, v)
         if "causal" in options:
             try:
