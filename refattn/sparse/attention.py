@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, causal_alignment, check_choice, check_qkv, check_scale, default_scale
+from ..common import as_float, causal_alignment, check_bool, check_choice, check_qkv, check_scale, default_scale
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
@@ -76,6 +76,13 @@ def sparse_attention(
     weights : ndarray
         Only if ``return_weights``.
 
+    Notes
+    -----
+    Both methods follow :func:`~refattn.scaled_dot_product_attention`'s rules for edge sizes
+    (m = 0: every row follows ``fully_masked``, 0 under "zero" and "uniform", NaN under "nan") and
+    for a kept score that is not finite (Inf/NaN in its query or key, or an overflowing dot
+    product): its row is NaN.
+
     References
     ----------
     .. [1] T. Lin et al., "A Survey of Transformers", arXiv:2106.04554v2, §4.1, Eq. (9).
@@ -91,6 +98,7 @@ def sparse_attention(
     """
     check_choice("method", method, METHODS)
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
+    return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
@@ -101,7 +109,7 @@ def sparse_attention(
         return _per_head(q, k, v, _check_patterns(pattern, n, m, batch), batch, method, options)
     _check_pattern(pattern, n, m, "pattern")
     if method == "equation":
-        return scaled_dot_product_attention(q, k, v, pattern.to_mask(), **options)
+        return scaled_dot_product_attention(q, k, v, pattern.to_mask(), method="equation", **options)
     return _csr(q, k, v, pattern, batch, **options)
 
 
