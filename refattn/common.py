@@ -379,14 +379,15 @@ def weighted_values(
     empty : (..., n, 1) ndarray of bool
         Rows that see no key (fully masked).
     fully_masked : {"zero", "nan", "uniform"}
-        The policy for those rows; "uniform" rows use every key.
+        The policy for those rows; "uniform" rows use every key. With no key at all (m = 0) every
+        row is 0 under "zero" and "uniform" (the empty sum) and NaN under "nan".
 
     Returns
     -------
     (..., n, d_v) ndarray
     """
     if A.shape[-1] == 0:                                           # no key at all: every row is fully masked
-        fill = 0.0 if fully_masked == "zero" else np.nan           # "uniform" over no key is 0/0
+        fill = np.nan if fully_masked == "nan" else 0.0            # "uniform": a mean over no key, the empty sum
         return np.full((*A.shape[:-1], v.shape[-1]), fill, dtype=A.dtype)
     finite = np.isfinite(v)
     if finite.all():

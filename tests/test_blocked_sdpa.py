@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from refattn import init_multi_head, multi_head_attention, padding_mask, scaled_dot_product_attention
 from refattn.core.sdpa import AUTO_BLOCKED_ENTRIES, resolve_method
 from refattn.kernels import POLICY_CODES
-from refattn.kernels.blocked import Visibility, blocked_attention
+from refattn.kernels.blocked import Visibility, _blocked_loop, blocked_attention
 
 EXACT = {"rtol": 1e-13, "atol": 1e-13}
 BLOCKS = [1, 3, 16, 64, (3, 5)]
@@ -207,12 +207,12 @@ def test_kernel_py_func_equals_compiled(rng, masked):
     bias = rng.standard_normal((2, 7, 9))
     if not masked:
         mask, bias = np.zeros((0, 0, 0), dtype=bool), np.zeros((0, 0, 0))
-    python_source = getattr(blocked_attention, "py_func", blocked_attention)   # no py_func when JIT is disabled
+    python_source = getattr(_blocked_loop, "py_func", _blocked_loop)   # no py_func when JIT is disabled
     visibility = Visibility(True, 2, np.array([9, 6]), mask, np.zeros(2, dtype=np.int64), bias,
                             np.arange(2, dtype=np.int64))
     args = (q, k, v, 0.5, visibility, (POLICY_CODES["uniform"], v.mean(axis=1)), (3, 4))
     results = []
-    for fn in (blocked_attention, python_source):
+    for fn in (blocked_attention, python_source):                  # the checked entry runs the compiled loop
         out, lse = np.empty((2, 7, 3)), np.empty((2, 7))
         fn(*args, out, lse)
         results.append((out, lse))
@@ -221,12 +221,13 @@ def test_kernel_py_func_equals_compiled(rng, masked):
 
 
 def test_auto_chooses_blocked_above_the_threshold():
-    big, small = AUTO_BLOCKED_ENTRIES + 1, AUTO_BLOCKED_ENTRIES
+    big, small = (2, AUTO_BLOCKED_ENTRIES // 2 + 1), (2, AUTO_BLOCKED_ENTRIES // 2)   # score shapes
     assert resolve_method("auto", np.float64, big) == "blocked"
     assert resolve_method("auto", np.float64, small) == "equation"
     assert resolve_method("auto", np.float32, big) == "equation"
     assert resolve_method("auto", np.float64, big, return_weights=True) == "equation"
     assert resolve_method("equation", np.float64, big) == "equation"
+    assert resolve_method(None, np.float64, big) == "equation"        # the default: equation within the budget
 
 
 def test_auto_small_is_the_equation_path(rng):
@@ -258,6 +259,60 @@ def test_finite_rows_flags_every_row_holding_nan_or_inf(rng):
     v = rng.standard_normal((2, 5, 3))
     v[0, 1, 2], v[1, 4, 0], v[1, 0, 1] = np.nan, np.inf, -np.inf
     for fn in (finite_rows, getattr(finite_rows, "py_func", finite_rows)):   # no py_func when JIT is disabled
-        out = np.empty((2, 5), dtype=bool)
-        fn(v, out)
-        np.testing.assert_array_equal(out, np.isfinite(v).all(axis=-1))
+        np.testing.assert_array_equal(fn(v), np.isfinite(v).all(axis=-1))
+
+
+def kernel_arguments(rng, B=2, n=5, m=7, d=3, d_v=2):
+    """Valid arguments of blocked_attention: a bool mask of one slab shared by the rows, and no bias."""
+    q, k, v = qkv(rng, n, m, d, d_v, batch=(B,))
+    visibility = Visibility(False, 0, np.full(B, m), rng.random((1, n, m)) < 0.5, np.zeros(B, dtype=np.int64),
+                            np.zeros((0, 0, 0)), np.zeros(0, dtype=np.int64))
+    return {"q": q, "k": k, "v": v, "scale": 0.5, "visibility": visibility,
+            "fully_masked": (POLICY_CODES["uniform"], v.mean(axis=1)), "tiles": (2, 3),
+            "out": np.empty((B, n, d_v)), "lse": np.empty((B, n))}
+
+
+def _visibility(**fields):
+    return lambda args: args["visibility"]._replace(**fields)
+
+
+@pytest.mark.parametrize(("name", "change", "error", "match"), [
+    ("visibility", _visibility(mask_index=np.array([0, 1])), ValueError,
+     r"visibility.mask_index must lie in \[0, 0\], got values in \[0, 1\]"),
+    ("visibility", _visibility(mask=np.ones((1, 5, 8), bool)), ValueError,
+     r"visibility.mask must have shape \(1, 5, 7\), got shape \(1, 5, 8\)"),
+    ("visibility", _visibility(mask=np.ones((1, 5, 7))), TypeError, r"visibility.mask must have dtype bool"),
+    ("visibility", _visibility(bias=np.zeros((2, 5, 7)), bias_index=np.array([0, -1])), ValueError,
+     r"visibility.bias_index must lie in \[0, 1\], got values in \[-1, 0\]"),
+    ("visibility", _visibility(lengths=np.array([7, 8])), ValueError,
+     r"visibility.lengths must lie in \[0, 7\], got values in \[7, 8\]"),
+    ("visibility", _visibility(lengths=np.array([7])), ValueError, r"visibility.lengths must have shape \(2,\)"),
+    ("visibility", _visibility(lengths=np.array([7, 7], dtype=np.int32)), TypeError,
+     r"visibility.lengths must have dtype int64, got int32"),
+    ("visibility", _visibility(causal=1), TypeError, r"visibility.causal must be True or False, got 1"),
+    ("visibility", _visibility(delta=1.5), TypeError, r"visibility.delta must be an int, got 1.5"),
+    ("visibility", lambda args: tuple(args["visibility"]), TypeError, r"visibility must be a Visibility, got tuple"),
+    ("k", lambda args: args["k"][:1].copy(), ValueError, r"k must have shape \(2, ·, 3\), got shape \(1, 7, 3\)"),
+    ("v", lambda args: args["v"][:, :6].copy(), ValueError, r"v must have shape \(2, 7, ·\), got shape \(2, 6, 2\)"),
+    ("q", lambda args: args["q"].astype(np.float32), TypeError, r"q must have dtype float64, got float32"),
+    ("q", lambda args: np.asfortranarray(args["q"]), ValueError, r"q must be C-contiguous"),
+    ("out", lambda args: np.empty((2, 5, 3)), ValueError, r"out must have shape \(2, 5, 2\)"),
+    ("lse", lambda args: np.broadcast_to(np.empty(5), (2, 5)), ValueError, r"lse must be C-contiguous and writeable"),
+    ("fully_masked", lambda args: (2, np.zeros((2, 3))), ValueError, r"vmean must have shape \(2, 2\)"),
+    ("fully_masked", lambda args: (3, np.zeros((0, 0))), ValueError, r"policy must be one of the codes"),
+    ("tiles", lambda args: (0, 3), ValueError, r"block_size must be a positive int, got 0"),
+    ("scale", lambda args: np.nan, ValueError, r"scale must be finite"),
+])
+def test_kernel_checks_every_array_it_indexes(rng, name, change, error, match):
+    args = kernel_arguments(rng)
+    args[name] = change(args)
+    with pytest.raises(error, match=match):
+        blocked_attention(**args)
+
+
+def test_kernel_arguments_are_valid_as_built(rng):
+    args = kernel_arguments(rng)
+    blocked_attention(**args)
+    mask = args["visibility"].mask[0]
+    expected = scaled_dot_product_attention(args["q"], args["k"], args["v"], mask, scale=0.5, fully_masked="uniform")
+    np.testing.assert_allclose(args["out"], expected, **EXACT)

@@ -266,3 +266,47 @@ def test_bad_mask_shape_is_reported_as_given(rng):
     x, mem = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4))
     with pytest.raises(ValueError, match=r"mask has shape \(2, 3, 4\)"):
         multi_head_attention(x, mem, p, num_heads=2, mask=np.ones((2, 3, 4), dtype=bool))
+
+
+@pytest.mark.parametrize("policy", ["zero", "nan", "uniform"])
+@pytest.mark.parametrize("method", [None, "equation", "blocked"])
+def test_edge_sizes(rng, method, policy):
+    d_model, h = 6, 2
+    params = random_params(rng, d_model, h, 3)
+
+    def mha(n, m, batch=()):
+        x_q, x_kv = rng.standard_normal((*batch, n, d_model)), rng.standard_normal((*batch, m, d_model))
+        return multi_head_attention(x_q, x_kv, params, num_heads=h, fully_masked=policy, method=method)
+
+    assert mha(0, 4).shape == (0, d_model)
+    assert mha(0, 4, batch=(3,)).shape == (3, 0, d_model)
+    assert mha(2, 4, batch=(0,)).shape == (0, 2, d_model)
+    assert mha(0, 0, batch=(0, 2)).shape == (0, 2, 0, d_model)
+    # m = 0: every head's row is 0 ("zero", and "uniform": a mean over no key) or NaN; Wᴼ then adds bᴼ.
+    out = mha(3, 0, batch=(2,))
+    expected = np.full((2, 3, d_model), np.nan) if policy == "nan" else np.broadcast_to(params.b_o, (2, 3, d_model))
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("params", [{"w_q": np.eye(4)}, None, "identity", (np.eye(4),) * 4])
+def test_params_of_another_type_are_named(rng, params):
+    x = rng.standard_normal((3, 4))
+    with pytest.raises(TypeError, match=r"params must be MultiHeadParams \(see init_multi_head\), got "):
+        multi_head_attention(x, x, params, num_heads=1)
+
+
+@pytest.mark.parametrize(("q", "error", "match"), [
+    (np.ones(4), ValueError, r"q must have at least 2 dimensions, got shape \(4,\)"),
+    (np.float64(1.0), ValueError, r"q must have at least 2 dimensions, got shape \(\)"),
+    (None, TypeError, r"q must be a real floating-point array, got dtype object"),
+])
+@pytest.mark.parametrize("params", [None, "identity"])
+def test_apply_names_a_query_without_length_and_width(q, error, match, params):
+    from refattn import registry
+
+    kv = np.ones((3, 4))
+    num_heads = 1 if params == "identity" else 2
+    with pytest.raises(error, match=match):
+        registry.get("multi_head").apply(q, kv, kv, rng=0, params=params, num_heads=num_heads)
+    with pytest.raises(error, match="x_" + match):                 # the natural function names its x_q
+        multi_head_attention(q, kv, init_multi_head(0, 4, 2), num_heads=2)

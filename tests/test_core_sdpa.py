@@ -272,6 +272,10 @@ def _bad(q=(3, 4), k=(5, 4), v=(5, 2), **kwargs):
     (_bad(q=(2, 3, 4), k=(4, 5, 4), v=(4, 5, 2)), ValueError,
      r"leading \(batch\) dimensions do not broadcast: q \(2,\), k \(4,\)"),
     (_bad(q=(4,)), ValueError, r"q must have shape \(\.\.\., length, dim\), got shape \(4,\)"),
+    (_bad(q=np.float64(1.0)), ValueError, r"q must have shape \(\.\.\., length, dim\), got shape \(\)"),
+    (_bad(q=None), TypeError, r"q must be a real floating-point array, got dtype object with shape \(\)"),
+    (_bad(return_weights=1), TypeError, r"return_weights must be True or False, got 1"),
+    (_bad(method="flash"), ValueError, r"method must be one of \(None, 'equation', 'blocked', 'auto'\)"),
     (_bad(mask=np.ones((3, 4), bool)), ValueError, r"mask has shape \(3, 4\).*\(\.\.\., n=3, m=5\)"),
     (_bad(mask=np.ones((3, 5), int)), TypeError, "mask must be bool .* or float .*, got dtype int"),
     (_bad(q=np.ones((3, 4), int)), TypeError, "q must be a real floating-point array, got dtype int"),
@@ -340,5 +344,5 @@ def test_zero_keys_means_every_row_is_fully_masked(rng, policy):
     out, A, lse = scaled_dot_product_attention(q, k, v, fully_masked=policy, return_weights=True, return_lse=True)
     assert out.shape == (3, 2) and A.shape == (3, 0)
     np.testing.assert_array_equal(lse, -np.inf)
-    expected = {"zero": 0.0, "nan": np.nan, "uniform": np.nan}[policy]   # uniform over no key: mean of nothing
+    expected = {"zero": 0.0, "nan": np.nan, "uniform": 0.0}[policy]   # uniform over no key: the empty sum
     np.testing.assert_array_equal(out, np.full((3, 2), expected))

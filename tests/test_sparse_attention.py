@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from refattn import scaled_dot_product_attention
 from refattn.kernels import POLICY_CODES
-from refattn.kernels.csr import sparse_attention_csr
+from refattn.kernels.csr import _csr_loop, sparse_attention_csr
 from refattn.sparse import SparsePattern, sparse_attention
 from refattn.sparse.band import band_pattern
 
@@ -93,8 +93,8 @@ def test_kernel_python_source_equals_compiled(rng):
     q, k, v = qkv(rng, 5, 7, batch=(2,))
     p = SparsePattern.from_mask(random_pattern_mask(rng, 5, 7, 0.5))
     results = []
-    python_source = getattr(sparse_attention_csr, "py_func", sparse_attention_csr)    # no py_func when JIT is disabled
-    for fn in (sparse_attention_csr, python_source):
+    python_source = getattr(_csr_loop, "py_func", _csr_loop)    # no py_func when JIT is disabled
+    for fn in (sparse_attention_csr, python_source):             # the checked entry runs the compiled loop
         out, w = np.empty((2, 5, 3)), np.empty((2, p.nnz))
         fn(q, k, v, (p.indptr, p.indices), 0.5, POLICY_CODES["uniform"], out, w)
         results.append((out, w))
@@ -113,3 +113,54 @@ def test_bad_input(rng, kwargs, error, match):
     q, k, v = qkv(rng, 4, 6)
     with pytest.raises(error, match=match):
         sparse_attention(q, k, v, **kwargs)
+
+
+def csr_arguments(rng, B=2, n=4, m=6, d=3, d_v=2):
+    q, k, v = qkv(rng, n, m, d, d_v, batch=(B,))
+    p = SparsePattern.from_mask(random_pattern_mask(rng, n, m, 0.5))
+    return {"q": q, "k": k, "v": v, "pattern": (p.indptr.copy(), p.indices.copy()), "scale": 0.5,
+            "policy": POLICY_CODES["zero"], "out": np.empty((B, n, d_v)), "weights": np.empty((B, p.nnz))}
+
+
+def _indices(change):
+    return lambda args: (args["pattern"][0], change(args["pattern"][1].copy()))
+
+
+def _indptr(change):
+    return lambda args: (change(args["pattern"][0].copy()), args["pattern"][1])
+
+
+def _set(position, value):
+    def change(x):
+        x[position] = value
+        return x
+    return change
+
+
+@pytest.mark.parametrize(("name", "change", "error", "match"), [
+    ("pattern", _indices(_set(-1, 6)), ValueError, r"indices must lie in \[0, 5\], got values in \[\d, 6\]"),
+    ("pattern", _indices(_set(0, -1)), ValueError, r"indices must lie in \[0, 5\], got values in \[-1, \d\]"),
+    ("pattern", _indices(lambda x: x.astype(np.float64)), TypeError,
+     r"indices must have a signed integer dtype, got float64"),
+    ("pattern", _indptr(lambda x: x[:-1].copy()), ValueError, r"indptr must have shape \(5,\), got shape \(4,\)"),
+    ("pattern", _indptr(_set(0, 1)), ValueError, r"indptr must start at 0, never decrease, and end at len\(indices\)"),
+    ("pattern", _indptr(_set(-1, 0)), ValueError, r"indptr must start at 0, never decrease"),
+    ("pattern", _indptr(lambda x: np.concatenate([[0], x[-1:], x[2:]])), ValueError, r"never decrease"),
+    ("weights", lambda args: np.empty((2, 1)), ValueError, r"weights must have shape \(B, 0\) or \(B, nnz\)"),
+    ("out", lambda args: np.empty((2, 4, 3)), ValueError, r"out must have shape \(2, 4, 2\)"),
+    ("k", lambda args: args["k"][:, :5].copy(), ValueError, r"v must have shape \(2, 5, ·\), got shape \(2, 6, 2\)"),
+    ("policy", lambda args: True, ValueError, r"policy must be one of the codes"),
+])
+def test_kernel_checks_every_array_it_indexes(rng, name, change, error, match):
+    args = csr_arguments(rng)
+    args[name] = change(args)
+    with pytest.raises(error, match=match):
+        sparse_attention_csr(**args)
+
+
+def test_a_tampered_pattern_is_refused_not_read_out_of_bounds(rng):
+    q, k, v = qkv(rng, 4, 6)
+    p = band_pattern(4, 1, m=6)
+    object.__setattr__(p, "indices", np.where(p.indices == p.indices.max(), 60, p.indices).astype(np.int32))
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 5\], got values in \[0, 60\]"):
+        sparse_attention(q, k, v, p, method="csr")

@@ -60,10 +60,17 @@ def causal_mask(n: int, m: int | None = None, *, alignment: str = "top-left") ->
     n = check_non_negative_int("n", n)
     m = n if m is None else check_non_negative_int("m", m)
     check_choice("alignment", alignment, ALIGNMENTS)
-    delta = 0 if alignment == "top-left" else m - n
-    i = np.arange(n)[:, None]                                      # (n, 1)
+    return causal_rows(range(n), m, 0 if alignment == "top-left" else m - n)
+
+
+def causal_rows(rows: range, m: int, delta: int) -> NDArray:
+    """The causal mask's query rows ``rows`` (validated): ``j <= i + delta``, of shape (len(rows), m).
+
+    The equation path takes the rows of one chunk of queries at a time, without the n × m mask.
+    """
+    i = np.arange(rows.start, rows.stop)[:, None]                  # (rows, 1)
     j = np.arange(m)[None, :]                                      # (1, m)
-    return j <= i + delta                                          # (n, m)
+    return j <= i + delta                                          # (rows, m)
 
 
 def _apply(q, k, v, *, causal=True, rng=None, return_weights=False, scale=None):

@@ -13,21 +13,27 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import causal_alignment
-from .causal_mask import causal_mask
+from .causal_mask import causal_rows
 
 __all__ = ["attention_mask", "check_mask_shape"]
 
 
-def attention_mask(mask, causal, n: int, m: int, dtype) -> tuple[NDArray | None, NDArray | None]:
+def attention_mask(
+    mask, causal, n: int, m: int, dtype, rows: range | None = None
+) -> tuple[NDArray | None, NDArray | None]:
     """Resolve ``mask`` and ``causal`` into ``(allowed, bias)``.
 
     ``allowed`` is a boolean array broadcastable to ``(..., n, m)`` (``None`` when every pair is
     allowed) and ``bias`` an additive float array (``None`` when there is none). The ``-inf``
-    entries of a float mask move into ``allowed``, so that they mask by selection.
+    entries of a float mask move into ``allowed``, so that they mask by selection. ``rows`` (a
+    range of query rows) restricts both to those rows: ``(..., len(rows), m)``.
     """
     allowed = bias = None
+    rows = range(n) if rows is None else rows
     if mask is not None:
         mask = check_mask_shape(mask, n, m)
+        if mask.ndim >= 2 and mask.shape[-2] == n and len(rows) != n:
+            mask = mask[..., rows.start:rows.stop, :]
         if mask.dtype == np.bool_:
             allowed = mask
         elif mask.dtype.kind == "f":
@@ -40,7 +46,7 @@ def attention_mask(mask, causal, n: int, m: int, dtype) -> tuple[NDArray | None,
             )
     alignment = causal_alignment(causal)
     if alignment is not None:
-        tri = causal_mask(n, m, alignment=alignment)
+        tri = causal_rows(rows, m, 0 if alignment == "top-left" else m - n)
         allowed = tri if allowed is None else allowed & tri
     return allowed, bias
 

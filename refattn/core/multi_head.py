@@ -139,7 +139,7 @@ def multi_head_attention(
     fully_masked: str = "zero",
     x_v: ArrayLike | None = None,
     return_weights: bool = False,
-    method: str = "equation",
+    method: str | None = None,
     dtype=np.float64,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Multi-head attention: h scaled dot-product attentions on learned projections.
@@ -173,10 +173,13 @@ def multi_head_attention(
         Value-side input :math:`V` when it differs from the keys' input.
     return_weights : bool, default False
         Also return every head's attention matrix.
-    method : {"equation", "blocked", "auto"}, default "equation"
+    method : {None, "equation", "blocked", "auto"}, default None
         How each head's attention is computed, as in
         :func:`~refattn.scaled_dot_product_attention` ("blocked": the Numba online-softmax kernel,
-        float64 only and without ``return_weights``).
+        float64 only and without ``return_weights``). The default is the equation path while the
+        ``(..., h, n, m)`` scores fit :func:`refattn.common.memory_budget`, and streams beyond it:
+        the blocked kernel in float64, the equation path one chunk of query rows at a time in
+        float32/float16.
     dtype : float dtype, default float64
         Compute and output dtype.
 
@@ -200,6 +203,8 @@ def multi_head_attention(
     ((3, 8), (2, 3, 5))
     """
     check_positive_int("num_heads", num_heads)
+    if not isinstance(params, MultiHeadParams):
+        raise TypeError(f"params must be MultiHeadParams (see init_multi_head), got {type(params).__name__}")
     x_q = as_float("x_q", x_q, dtype, min_ndim=2)
     x_kv = as_float("x_kv", x_kv, dtype, min_ndim=2)
     x_v = x_kv if x_v is None else as_float("x_v", x_v, dtype, min_ndim=2)
@@ -254,7 +259,7 @@ def split_heads(y: NDArray, num_heads: int) -> NDArray:
 def merge_heads(heads: NDArray) -> NDArray:
     """(..., h, T, d_head) → (..., T, h·d_head), the inverse of :func:`split_heads` (Concat(head_i))."""
     concat = np.swapaxes(heads, -2, -3)                            # (..., T, h, d_head)
-    return concat.reshape(*concat.shape[:-2], -1)                  # (..., T, h·d_head)
+    return concat.reshape(*concat.shape[:-2], concat.shape[-2] * concat.shape[-1])   # (..., T, h·d_head)
 
 
 def head_shared(mask: ArrayLike | None) -> ArrayLike | None:
@@ -269,15 +274,16 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2
     """MultiHead(Q, K, V) with ``params``: a :class:`MultiHeadParams`, drawn from ``rng``
     (:func:`init_multi_head`, d_model = q's width) when omitted, or ``"identity"``: one head whose
     four projections are the identity (no bias), which is scaled dot-product attention itself."""
+    q = as_float("q", q, min_ndim=2)                               # its width sizes the drawn parameters
     if params is None:
         if rng is None:
             raise ValueError("multi-head attention needs params= or rng= to draw them")
-        params = init_multi_head(rng, np.shape(q)[-1], num_heads)
+        params = init_multi_head(rng, q.shape[-1], num_heads)
     elif isinstance(params, str):
         if params != "identity" or num_heads != 1:
             raise ValueError(f"params must be MultiHeadParams, None or 'identity' (with num_heads=1), got {params!r} "
                              f"with num_heads={num_heads}")
-        eye = np.eye(np.shape(q)[-1])
+        eye = np.eye(q.shape[-1])
         params = MultiHeadParams(eye, eye, eye, eye)
     elif not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be MultiHeadParams, None or 'identity', got {type(params).__name__}")

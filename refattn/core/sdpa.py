@@ -9,6 +9,8 @@ Inf stored there (padding garbage, an uninitialised cache slot) cannot reach the
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -16,12 +18,15 @@ from ..common import (
     as_float,
     broadcast_batch,
     causal_alignment,
+    check_bool,
     check_choice,
+    check_fits,
     check_positive_int,
     check_qkv,
     check_scale,
     compute_dtype,
     default_scale,
+    memory_budget,
     weighted_values,
 )
 from ..kernels import kernel_rows
@@ -33,10 +38,12 @@ from .softmax import FULLY_MASKED_POLICIES, masked_softmax
 
 __all__ = ["scaled_dot_product_attention"]
 
-METHODS = ("equation", "blocked", "auto")
+METHODS = (None, "equation", "blocked", "auto")
 AUTO_BLOCKED_ENTRIES = 2**21     # "auto": blocked once the score matrix batch·n·m exceeds this (16 MiB),
 # where blocked was faster alone and inside multi_head_attention (README, "Speed and memory")
 BLAS_ONE_THREAD_WORK = 2**18     # OpenBLAS runs a product of M·N·K <= this on the calling thread only
+EQUATION_ARRAYS = 4              # arrays of the scores' size the equation path holds at its peak
+# (S, the selected scores, their exponentials, the weights): a chunk of query rows takes 1/4 of the budget
 
 
 def scaled_dot_product_attention(
@@ -51,7 +58,7 @@ def scaled_dot_product_attention(
     return_weights: bool = False,
     return_lse: bool = False,
     key_lengths: ArrayLike | None = None,
-    method: str = "equation",
+    method: str | None = None,
     block_size: int | tuple[int, int] | None = None,
     dtype=np.float64,
 ) -> NDArray | tuple[NDArray, ...]:
@@ -94,14 +101,18 @@ def scaled_dot_product_attention(
         broadcasts against the leading dims of ``q``, ``k``, ``v`` from the right, so for
         ``(B, H, n, d)`` inputs pass ``lengths[:, None]``. The equation path turns it into
         :func:`refattn.padding_mask`; the blocked kernel just stops at the length.
-    method : {"equation", "blocked", "auto"}, default "equation"
+    method : {None, "equation", "blocked", "auto"}, default None
         "equation": the readable definition above, materialising the ``(..., n, m)`` scores.
         "blocked": a Numba kernel with an online softmax over tiles (FlashAttention's Algorithm 1,
         :mod:`refattn.kernels.blocked`) that never materialises the scores; float64 only, no
-        ``return_weights``. "auto": "blocked" when the scores would have more than ``2**21``
-        entries, ``dtype`` is float64 and the weights are not asked for; else "equation".
+        ``return_weights``. None (the default): "equation" while the scores fit the memory budget
+        (see Notes), else it streams. "auto": also streams once the scores have more than ``2**21``
+        entries, where the blocked kernel is faster. Streaming is the blocked kernel in float64,
+        and the equation path one chunk of query rows at a time in float32/float16; the weights,
+        when asked for, always come from "equation".
     block_size : int or (int, int), optional
-        Query and key tile rows of the blocked kernel. Default: :func:`default_block_size`, ``(64, 64)``
+        Query and key tile rows of the blocked kernel, positive ints (checked whatever the method);
+        a tile larger than the problem is cut to it. Default: :func:`default_block_size`, ``(64, 64)``
         for ``d_k, d_v <= 64``. Tiles whose products exceed ``2**18`` multiply-adds let OpenBLAS start
         threads inside Numba's, which is several times slower (measured in the README, "Speed and
         memory").
@@ -124,7 +135,27 @@ def scaled_dot_product_attention(
     its O(n m) input). The blocked result equals the equation path to about 1e-13 relative: the
     online rescaling adds a few roundings per key tile. Rows follow IEEE
     for non-finite inputs they use (a NaN query, or a NaN key or value the row may attend to, gives
-    a NaN row) and are unaffected by those they may not use.
+    a NaN row) and are unaffected by those they may not use. A score
+    :math:`\mathrm{scale} \cdot q_i \cdot k_j` that is not finite (an Inf or NaN in :math:`q_i` or
+    :math:`k_j`, or a dot product beyond the float64 range, e.g. inputs near 1e155) is NaN before
+    the bias is added, so its row is NaN whenever the pair is visible: the rounding of such a sum
+    to +inf, -inf or NaN depends on the order of summation and on fused multiply-adds, which differ
+    between BLAS and the kernels, and an overflow must not pass for a masked key.
+
+    Edge sizes follow one rule in every method: n = 0 gives ``(..., 0, d_v)`` (weights
+    ``(..., 0, m)``); m = 0 leaves every query without a key, so it follows ``fully_masked``: 0
+    under "zero" and "uniform" (a mean over no key is the empty sum), NaN under "nan", with
+    ``lse = -inf``; d_k = 0 refuses the default scale (``ValueError`` naming d_k), while an explicit
+    ``scale`` gives scores 0 (uniform attention); d_v = 0 gives ``(..., n, 0)``; a batch of size 0
+    gives empty results of the right shape.
+
+    Memory: :func:`refattn.common.memory_budget` (4 GiB unless ``REFATTN_MEMORY_BUDGET`` or
+    :func:`refattn.common.set_memory_budget` says otherwise) bounds one dense ``(..., n, m)`` array.
+    Above it the default and "auto" stream, ``return_weights=True`` and ``method="equation"``
+    raise :class:`~refattn.common.MemoryBudgetError` (a ``ValueError`` and a ``MemoryError``)
+    before allocating, naming the size in GiB, and so do blocked score tiles or a mask that the
+    blocked kernel would have to broadcast to ``(..., n, m)`` (pass ``key_lengths`` and ``causal``
+    instead). The equation path itself holds about four arrays of the scores' size at its peak.
 
     References
     ----------
@@ -142,11 +173,14 @@ def scaled_dot_product_attention(
     """
     dtype = compute_dtype(dtype)
     check_choice("method", method, METHODS)
+    return_weights, return_lse = check_bool("return_weights", return_weights), check_bool("return_lse", return_lse)
     q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
-    n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
+    n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     scale = default_scale(d_k) if scale is None else check_scale(scale)
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
+    causal_alignment(causal)
+    tiles = check_block_size(block_size, d_k, d_v)                # checked whatever the method
     if key_lengths is not None:
         key_lengths = check_key_lengths(key_lengths, m)
     if mask is not None:
@@ -154,36 +188,72 @@ def scaled_dot_product_attention(
         batch = broadcast_batch({"q, k, v": batch, "mask": mask.shape[:-2]})
     if key_lengths is not None:
         batch = broadcast_batch({"q, k, v (and mask)": batch, "key_lengths": key_lengths.shape})
-    method = resolve_method(method, dtype, int(np.prod(batch)) * n * m, return_weights)
+    method = resolve_method(method, dtype, (*batch, n, m), return_weights)
     if method == "blocked":
-        return _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked,
-                        block_size, return_lse)
-
-    allowed, bias = attention_mask(mask, causal, n, m, dtype)
-    if key_lengths is not None:
-        padded = padding_mask(key_lengths, m)                      # (..., 1, m)
-        allowed = padded if allowed is None else allowed & padded
-
-    with np.errstate(invalid="ignore"):                            # masked-out garbage may be inf − inf
-        S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ/√d_k
-    if bias is not None:
-        S = S + bias                                               # (..., n, m)  S + B
-    A, empty, lse = masked_softmax(S, allowed, fully_masked, return_lse=True)   # (..., n, m)  softmax(S)
-    out = weighted_values(A, v, allowed, empty, fully_masked)      # (..., n, d_v)  A V
+        return _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, tiles, return_lse)
+    if method == "equation":
+        out, A, lse = _equation(q, k, v, mask, causal, key_lengths, scale, fully_masked)
+    else:                                                          # "rows": no weights asked for
+        (out, lse), A = _equation_by_rows(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked), None
     extra = (A,) * return_weights + (lse,) * return_lse
     return (out, *extra) if extra else out
 
 
-def resolve_method(method: str, dtype, entries: int, return_weights: bool = False) -> str:
-    """The method that runs: "auto" becomes "blocked" above ``AUTO_BLOCKED_ENTRIES`` score entries.
+def _equation(q, k, v, mask, causal, key_lengths, scale, fully_masked, rows: range | None = None):
+    """The definition, for the query rows ``rows`` (all by default): ``(out, weights, lse)``."""
+    n, m = q.shape[-2], k.shape[-2]
+    allowed, bias = attention_mask(mask, causal, n, m, q.dtype, rows)
+    if key_lengths is not None:
+        padded = padding_mask(key_lengths, m)                      # (..., 1, m)
+        allowed = padded if allowed is None else allowed & padded
+    if rows is not None:
+        q = q[..., rows.start:rows.stop, :]
 
-    Raises ``ValueError`` for "blocked" with a dtype other than float64 or with ``return_weights``.
+    with np.errstate(invalid="ignore", over="ignore"):             # masked-out garbage may be inf − inf
+        S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ/√d_k
+    S[~np.isfinite(S)] = np.nan                                    # Inf/NaN in q_i, k_j or overflow: undefined
+    if bias is not None:
+        S = S + bias                                               # (..., n, m)  S + B
+    A, empty, lse = masked_softmax(S, allowed, fully_masked, return_lse=True)   # (..., n, m)  softmax(S)
+    out = weighted_values(A, v, allowed, empty, fully_masked)      # (..., n, d_v)  A V
+    return out, A, lse
+
+
+def _equation_by_rows(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked):
+    """The equation path over chunks of query rows whose scores take 1/EQUATION_ARRAYS of the budget: ``(out, lse)``."""
+    n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    check_fits("the scores of one query row", (*batch, 1, m), q.dtype.itemsize)
+    step = max(1, memory_budget() // (EQUATION_ARRAYS * max(1, math.prod(batch) * m * q.dtype.itemsize)))
+    out, lse = np.empty((*batch, n, d_v), dtype=q.dtype), np.empty((*batch, n), dtype=q.dtype)
+    for i0 in range(0, n, step):
+        rows = range(i0, min(n, i0 + step))
+        out[..., i0:rows.stop, :], _, lse[..., i0:rows.stop] = _equation(
+            q, k, v, mask, causal, key_lengths, scale, fully_masked, rows)
+    return out, lse
+
+
+def resolve_method(method: str | None, dtype, scores_shape: tuple[int, ...], return_weights: bool = False) -> str:
+    """The path that runs for scores of ``scores_shape``: "equation", "blocked", or "rows" (the
+    equation path over chunks of query rows).
+
+    None and "auto" give "equation" while the scores fit :func:`~refattn.common.memory_budget`
+    ("auto": and have at most ``AUTO_BLOCKED_ENTRIES`` entries), else "blocked" in float64 and
+    "rows" in other dtypes. Raises :class:`~refattn.common.MemoryBudgetError` before allocating
+    over-budget weights (``return_weights``) or scores (``method="equation"``), and ``ValueError``
+    for "blocked" with a dtype other than float64 or with ``return_weights``.
     """
     check_choice("method", method, METHODS)
     dtype = np.dtype(dtype)
-    if method == "auto":
-        big = entries > AUTO_BLOCKED_ENTRIES
-        return "blocked" if big and dtype == np.float64 and not return_weights else "equation"
+    if return_weights:
+        check_fits("the weights (return_weights=True)", scores_shape, dtype.itemsize)
+    entries = math.prod(scores_shape)
+    fits = entries * dtype.itemsize <= memory_budget()
+    if method in (None, "auto"):
+        if return_weights or (fits and (method is None or entries <= AUTO_BLOCKED_ENTRIES)):
+            return "equation"
+        if dtype == np.float64:
+            return "blocked"
+        return "equation" if fits else "rows"
     if method == "blocked":
         if dtype != np.float64:
             raise ValueError(f'method="blocked" computes in float64 only, got dtype={dtype}; '
@@ -191,6 +261,8 @@ def resolve_method(method: str, dtype, entries: int, return_weights: bool = Fals
         if return_weights:
             raise ValueError('method="blocked" never materialises the attention weights: '
                              'return_weights=True needs method="equation"')
+    else:
+        check_fits('the scores of method="equation"', scores_shape, dtype.itemsize)
     return method
 
 
@@ -226,19 +298,19 @@ def check_block_size(block_size, d_k: int, d_v: int) -> tuple[int, int]:
     """``block_size`` (None, an int or a pair of ints >= 1) as ``(block_q, block_k)``; None: the default."""
     if block_size is None:
         return default_block_size(d_k, d_v)
-    sizes = (block_size, block_size) if np.ndim(block_size) == 0 else tuple(block_size)
+    pair = isinstance(block_size, (tuple, list)) or (isinstance(block_size, np.ndarray) and block_size.ndim > 0)
+    sizes = tuple(block_size) if pair else (block_size, block_size)
     if len(sizes) != 2:
         raise ValueError(f"block_size must be a positive int or a pair of them, got {block_size!r}")
     return check_positive_int("block_size", sizes[0]), check_positive_int("block_size", sizes[1])
 
 
-def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, block_size, return_lse):
+def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, tiles, return_lse):
     """Flatten the batch, split ``mask`` into tiles' sources, run :func:`blocked_attention`."""
     from ..kernels import POLICY_CODES
     from ..kernels.blocked import Visibility, blocked_attention  # Numba loads on first use only
 
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    block_q, block_k = check_block_size(block_size, q.shape[-1], d_v)
     flat = [kernel_rows(x, batch, x.shape[-2:]) for x in (q, k, v)]   # (B, ·, ·)
     B = flat[0].shape[0]
     no_index = np.zeros(0, dtype=np.int64)
@@ -265,7 +337,7 @@ def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, blo
         vmean = np.ascontiguousarray(vmean[:, 0, :])
     out, lse = np.empty((B, n, d_v)), np.empty((B, n))
     visibility = Visibility(alignment is not None, delta, lengths, bool_mask, mask_index, bias, bias_index)
-    blocked_attention(*flat, scale, visibility, (POLICY_CODES[fully_masked], vmean), (block_q, block_k), out, lse)
+    blocked_attention(*flat, scale, visibility, (POLICY_CODES[fully_masked], vmean), tiles, out, lse)
     out = out.reshape(*batch, n, d_v)
     return (out, lse.reshape(*batch, n)) if return_lse else out
 
@@ -273,10 +345,18 @@ def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, blo
 def _mask_slabs(mask: NDArray, batch: tuple[int, ...], n: int, m: int) -> tuple[NDArray, NDArray]:
     """Mask as C-contiguous (S, n, m) slabs and, per flattened batch row, the index of its slab.
 
-    The mask's own leading dims are kept (no copy per head when a mask is shared by the heads).
+    The mask's own leading dims are kept (no copy per head when a mask is shared by the heads). A
+    mask that must be broadcast along n or m (a padding mask, a row of biases) is copied, after
+    :func:`~refattn.common.check_fits`.
     """
     mask_batch = mask.shape[:-2] if mask.ndim >= 2 else ()
-    slabs = np.ascontiguousarray(np.broadcast_to(mask, (*mask_batch, n, m)).reshape(-1, n, m))
+    full = (*mask_batch, n, m)
+    itemsize = 1 if mask.dtype == np.bool_ else 8
+    if mask.shape != full or not mask.flags.c_contiguous or mask.dtype not in (np.bool_, np.float64):
+        check_fits("the mask broadcast to (..., n, m) for the blocked kernel (key_lengths= and causal= need none)",
+                   full, itemsize)
+    slabs = np.ascontiguousarray(mask if mask.shape == full else np.broadcast_to(mask, full))   # writeable if
+    slabs = slabs.reshape(math.prod(mask_batch), n, m)             # the mask is: one compiled kernel type
     index = np.arange(slabs.shape[0], dtype=np.int64).reshape(mask_batch)
     return slabs, np.ascontiguousarray(np.broadcast_to(index, batch).reshape(-1))
 

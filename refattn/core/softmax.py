@@ -110,7 +110,7 @@ def masked_softmax(
     if fully_masked == "nan":
         weights = np.where(empty, np.nan, weights)
     elif fully_masked == "uniform":
-        weights = np.where(empty, 1 / x.shape[axis] if x.shape[axis] else np.nan, weights)   # no entry: 0/0
+        weights = np.where(empty, 1 / max(x.shape[axis], 1), weights)   # (an empty axis has no weight to set)
     if not return_lse:
         return weights.astype(x.dtype, copy=False), empty
     with np.errstate(divide="ignore"):                             # log 0 = −inf for empty slices

@@ -27,7 +27,11 @@ tiles beyond the causal frontier of the query tile, or beyond the key length, ar
 first finite score arrives, the rescaling factor ``exp(−inf − μ') = 0`` multiplies those zeros. A
 query whose maximum stays ``-inf`` follows the fully-masked policy (0 zero, 1 NaN, 2 uniform = the
 mean of all m values, ``vmean``) and gets ``lse = -inf``. NaN scores propagate into the running
-maximum, so a NaN in a visible score makes the row NaN, as in the equation path.
+maximum, so a NaN in a visible score makes the row NaN, as in the equation path. A score
+``scale · q_i·k_j`` that is not finite (an Inf or NaN in q_i or k_j, or a dot product beyond the
+float64 range, which BLAS rounds to +inf, -inf or NaN depending on its order of summation and its
+fused multiply-adds) is made NaN before the bias and the selection, as in the equation path, so
+that every method gives that row the same NaN.
 
 Layout: the score tile is computed transposed, ``S_JIᵀ = K_J Q_Iᵀ`` of shape (keys, queries), so
 that every per-query quantity (running max, rescale, ``exp``, running sum) is an update of a
@@ -56,10 +60,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numba
 import numpy as np
 from numpy.typing import NDArray
 
 from .._jit import jit, jit_inline, jit_parallel, prange
+from ..common import check_bool, check_fits, check_positive_int, check_scale
+from . import POLICY_CODES, check_kernel_array, check_kernel_indices, check_policy
 from .vexp import vexp
 
 __all__ = ["Visibility", "blocked_attention", "finite_rows"]
@@ -80,22 +87,59 @@ class Visibility(NamedTuple):
     bias_index: NDArray      # (B,) int64: the bias slab of row b
 
 
-@jit_parallel
-def blocked_attention(q, k, v, scale, visibility, fully_masked, tiles, out, lse):  # pragma: no cover - jitted
-    """Blocked online-softmax attention over flattened batch rows.
+def blocked_attention(q, k, v, scale, visibility, fully_masked, tiles, out, lse) -> None:
+    """Blocked online-softmax attention over flattened batch rows, after checking what the kernel indexes.
 
-    q (B, n, d), k (B, m, d), v (B, m, d_v): C-contiguous float64. ``scale`` float.
-    ``visibility``: a :class:`Visibility`. ``fully_masked`` = (policy, vmean): the policy code
+    q (B, n, d), k (B, m, d), v (B, m, d_v): C-contiguous float64. ``scale`` a finite float.
+    ``visibility``: a :class:`Visibility` (``lengths`` in [0, m]; a mask or bias of shape
+    (S, n, m) with its index in [0, S)). ``fully_masked`` = (policy, vmean): the policy code
     0/1/2 and, for 2 (uniform), each row's mean value (B, d_v) (else (0, 0)). ``tiles`` =
-    (block_q, block_k). Writes ``out`` (B, n, d_v) and ``lse`` (B, n).
+    (block_q, block_k), positive ints; a tile larger than the problem is cut to it, and score tiles
+    (one per task running at once, at most one per Numba thread) above
+    :func:`refattn.common.memory_budget` raise
+    :class:`~refattn.common.MemoryBudgetError`. Writes ``out`` (B, n, d_v) and ``lse`` (B, n).
+    A wrong shape, dtype, layout or index raises ``ValueError``/``TypeError`` naming the argument.
     """
+    B, n, d = check_kernel_array("q", q, (None, None, None))
+    m = check_kernel_array("k", k, (B, None, d))[1]
+    d_v = check_kernel_array("v", v, (B, m, None))[2]
+    check_kernel_array("out", out, (B, n, d_v), writeable=True)
+    check_kernel_array("lse", lse, (B, n), writeable=True)
+    scale = check_scale(scale)
+    if not isinstance(visibility, Visibility):
+        raise TypeError(f"visibility must be a Visibility, got {type(visibility).__name__}")
+    causal, delta = check_bool("visibility.causal", visibility.causal), visibility.delta
+    if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, np.integer)):
+        raise TypeError(f"visibility.delta must be an int, got {delta!r}")
+    check_kernel_indices("visibility.lengths", visibility.lengths, (B,), 0, m, np.int64)
+    for name, dtype in (("mask", np.bool_), ("bias", np.float64)):
+        slabs, index = getattr(visibility, name), getattr(visibility, name + "_index")
+        S = check_kernel_array(f"visibility.{name}", slabs, (None, None, None), dtype)[0]
+        if S:
+            check_kernel_array(f"visibility.{name}", slabs, (S, n, m), dtype)
+            check_kernel_indices(f"visibility.{name}_index", index, (B,), 0, S - 1, np.int64)
+    policy, vmean = fully_masked
+    policy = check_policy(policy)
+    check_kernel_array("vmean", vmean, (B, d_v) if policy == POLICY_CODES["uniform"] else (None, None))
+    block_q, block_k = (check_positive_int("block_size", t) for t in tiles)
+    block_q, block_k = min(block_q, max(n, 1)), min(block_k, max(m, 1))   # no tile beyond the problem
+    tasks = min(numba.get_num_threads(), B * -(-n // block_q))              # score tiles alive at once
+    check_fits(f"the blocked kernel's score tiles (block_size=({block_q}, {block_k}), one per running task)",
+               (tasks, block_k, block_q))
+    visibility = visibility._replace(causal=causal, delta=int(delta))      # one compiled type
+    _blocked_loop(q, k, v, scale, visibility, (policy, vmean), (block_q, block_k), out, lse)
+
+
+@jit_parallel
+def _blocked_loop(q, k, v, scale, visibility, fully_masked, tiles, out, lse):  # pragma: no cover - jitted
+    """The kernel of :func:`blocked_attention` (its arguments, checked)."""
     B, n, d = q.shape
     m, d_v = v.shape[1], v.shape[2]
     causal, delta, lengths = visibility.causal, visibility.delta, visibility.lengths
     policy, vmean = fully_masked
     block_q, block_k = tiles
-    v_row_finite = np.empty((B, m), dtype=np.bool_)               # value row j holds no NaN/Inf: once,
-    finite_rows(v, v_row_finite)                                   # not per tile pair
+    v_row_finite = finite_rows(v)                                  # value row j holds no NaN/Inf: once,
+    #                                                                not per tile pair
     n_tiles = (n + block_q - 1) // block_q
     per_pair = visibility.mask.shape[0] > 0 or visibility.bias.shape[0] > 0
     for t in prange(B * n_tiles):                                  # independent (batch row, query tile)
@@ -128,6 +172,8 @@ def blocked_attention(q, k, v, scale, visibility, fully_masked, tiles, out, lse)
                 first = j0 + c - delta - i0 if diagonal else 0     # query i0 + r sees key j0 + c iff r >= first
                 for r in range(rows):
                     x = st[c, r] * factor
+                    if not per_pair:                               # a score that is not finite: NaN
+                        x = x if abs(x) < np.inf else np.nan
                     x = x if r >= first else -np.inf
                     st[c, r] = x
                     tile_max[r] = x if (x > tile_max[r] or x != x) else tile_max[r]   # NaN propagates
@@ -200,6 +246,7 @@ def _select_per_pair(st, scale, visibility, b, i0, j0):  # pragma: no cover - ji
         i = i0 + r
         for c in range(cols):
             x = st[c, r] * scale
+            x = x if abs(x) < np.inf else np.nan                   # a score that is not finite: NaN
             if _visible(visibility, b, i, j0 + c):
                 if bias.shape[0] > 0:
                     x = x + bias[bias_index[b], i, j0 + c]
@@ -209,9 +256,10 @@ def _select_per_pair(st, scale, visibility, b, i0, j0):  # pragma: no cover - ji
 
 
 @jit
-def finite_rows(v, out):  # pragma: no cover - jitted
-    """out[b, j] = every entry of v[b, j] is finite; v (B, m, d_v), out (B, m) bool. No temporaries."""
+def finite_rows(v):  # pragma: no cover - jitted
+    """out[b, j] = every entry of v[b, j] is finite; v (B, m, d_v), out (B, m) bool. No other temporary."""
     B, m, d_v = v.shape
+    out = np.empty((B, m), dtype=np.bool_)
     for b in range(B):
         for j in range(m):
             ok = True
@@ -220,3 +268,4 @@ def finite_rows(v, out):  # pragma: no cover - jitted
                     ok = False
                     break
             out[b, j] = ok
+    return out

@@ -7,24 +7,48 @@ For every query *i* (rows in parallel), over its kept keys j ∈ J_i only::
     out_i = Σ_j α_j v_j
 
 Nothing of size n × m exists: the scratch is one row's scores. Keys outside J_i are never read, so
-NaN or Inf stored there cannot reach the output.
+NaN or Inf stored there cannot reach the output. A score that is not finite (an Inf or NaN in q_i
+or k_j, or a dot product beyond the float64 range, whose rounding to ±inf or NaN depends on the
+order of summation) is NaN, as in the equation path and the blocked kernel: its row is NaN.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .._jit import jit_parallel, prange
+from ..common import check_scale
+from . import check_kernel_array, check_kernel_indices, check_policy
 
 __all__ = ["sparse_attention_csr"]
 
 
-@jit_parallel
-def sparse_attention_csr(q, k, v, pattern, scale, policy, out, weights):  # pragma: no cover - jitted
+def sparse_attention_csr(q, k, v, pattern, scale, policy, out, weights) -> None:
     """q (B, n, d), k (B, m, d), v (B, m, d_v) → out (B, n, d_v) and weights (B, nnz), or (B, 0) to skip them.
 
-    ``pattern`` = (indptr, indices), the kept pairs in CSR form; ``policy``: the fully-masked policy
-    code 0/1/2.
+    ``pattern`` = (indptr, indices), the kept pairs in CSR form: indptr (n + 1,) int64 from 0 to
+    nnz, never decreasing; indices (nnz,) of a signed integer type, in [0, m). ``scale`` a finite
+    float; ``policy``: the fully-masked policy code 0/1/2. Every array the kernel indexes is checked
+    first: a wrong shape, dtype, layout or index raises ``ValueError``/``TypeError`` naming it.
     """
+    B, n, d = check_kernel_array("q", q, (None, None, None))
+    m = check_kernel_array("k", k, (B, None, d))[1]
+    d_v = check_kernel_array("v", v, (B, m, None))[2]
+    check_kernel_array("out", out, (B, n, d_v), writeable=True)
+    indptr, indices = pattern
+    nnz = check_kernel_array("indices", indices, (None,), "int")[0]
+    check_kernel_indices("indptr", indptr, (n + 1,), 0, nnz, np.int64)
+    if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
+        raise ValueError(f"indptr must start at 0, never decrease, and end at len(indices) = {nnz}")
+    check_kernel_indices("indices", indices, (nnz,), 0, m - 1)
+    weights_shape = check_kernel_array("weights", weights, (B, None), writeable=True)
+    if weights_shape[1] not in (0, nnz):
+        raise ValueError(f"weights must have shape (B, 0) or (B, nnz) = ({B}, {nnz}), got shape {weights_shape}")
+    _csr_loop(q, k, v, (indptr, indices), check_scale(scale), check_policy(policy), out, weights)
+
+
+@jit_parallel
+def _csr_loop(q, k, v, pattern, scale, policy, out, weights):  # pragma: no cover - jitted
+    """The kernel of :func:`sparse_attention_csr` (its arguments, checked)."""
     indptr, indices = pattern
     B, n, d = q.shape
     m, d_v = v.shape[1], v.shape[2]
@@ -39,7 +63,8 @@ def sparse_attention_csr(q, k, v, pattern, scale, policy, out, weights):  # prag
             acc = 0.0
             for c in range(d):
                 acc += q[b, i, c] * k[b, j, c]
-            s[p - lo] = acc * scale
+            x = acc * scale
+            s[p - lo] = x if abs(x) < np.inf else np.nan           # a score that is not finite: NaN
             if s[p - lo] > s_max:
                 s_max = s[p - lo]
         has_nan = False

@@ -86,6 +86,13 @@ def sparse_attention(
     weights : ndarray
         Only if ``return_weights``.
 
+    Notes
+    -----
+    Both methods follow :func:`~refattn.scaled_dot_product_attention`'s rules for edge sizes
+    (m = 0: every row follows ``fully_masked``, 0 under "zero" and "uniform", NaN under "nan") and
+    for a kept score that is not finite (Inf/NaN in its query or key, or an overflowing dot
+    product): its row is NaN.
+
     References
     ----------
     .. [1] T. Lin et al., "A Survey of Transformers", arXiv:2106.04554v2, §4.1, Eq. (9).
@@ -101,6 +108,7 @@ def sparse_attention(
     """
     check_choice("method", method, METHODS)
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
+    return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
@@ -111,7 +119,7 @@ def sparse_attention(
         return _per_head(q, k, v, _check_patterns(pattern, n, m, batch), batch, method, options)
     _check_pattern(pattern, n, m, "pattern")
     if method == "equation":
-        return scaled_dot_product_attention(q, k, v, pattern.to_mask(), **options)
+        return scaled_dot_product_attention(q, k, v, pattern.to_mask(), method="equation", **options)
     return _csr(q, k, v, pattern, batch, **options)
 
 
