@@ -52,7 +52,7 @@ def elu_feature_map(x: ArrayLike) -> NDArray:
     return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))    # elu(x) + 1, no overflow in the unused branch
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", eps=0.0):
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", eps=0.0):
     """:func:`~refattn.linear.linear_attention` with φ = elu + 1 (``rng`` is not used)."""
     if not return_weights:
         return AttentionResult(linear_attention(q, k, v, elu_feature_map, causal=causal, method=method, eps=eps))
