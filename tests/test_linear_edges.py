@@ -1,7 +1,7 @@
 """The linearised family's shared promises, over every registered linear mechanism and every method.
 
 - one edge-size rule: n = 0, m = 0, d_v = 0 and a batch dimension of 0 give the same results in every
-  method, and d_k = 0 the same named ValueError (the rule is in refattn.linear._common);
+  method, and d_k = 0 the same named ValueError (the rule is stated in refattn.linear);
 - NaN/Inf in a query, key or value reaches only the rows that may see it, stabilisers included;
 - inputs are validated before anything indexes their shapes;
 - the default method streams above the memory budget, and weights above it are refused before allocating.

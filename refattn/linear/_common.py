@@ -1,16 +1,6 @@
 """Helpers shared by the linearised-attention modules: features, denominators, methods, kernel inputs, σ.
 
-Edge sizes, the same in every method of every linearised mechanism:
-
-- n = 0 (no query) or a batch dimension of 0: empty results of the right shape.
-- m = 0 (no key): every query sees no key and gets the ``fully_masked`` policy's row ("zero" and
-  "uniform", a mean over no key, give 0; "nan" gives NaN), as does any query that sees no key
-  (bottom-right with n > m); a denominator is checked only for the rows that see a key.
-- d_k = 0: a feature map that then gives no feature at all (F = 0, e.g. elu + 1 of an empty
-  vector) is refused with a ``ValueError`` naming the map, for every method: with no feature every
-  similarity φ(q)·φ(k) is the empty sum 0, and the weights 0/0 are undefined. Mechanisms with a
-  fixed 1/√d_k or d_k^{-1/4} scale (Performer) or a d_k-wide draw refuse d_k = 0 by name alike.
-- d_v = 0: outputs of shape (..., n, 0).
+The edge-size rule they implement is stated in :mod:`refattn.linear`.
 """
 from __future__ import annotations
 

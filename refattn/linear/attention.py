@@ -9,7 +9,7 @@ r"""Linearised attention (survey §4.2, Eq. 11–13): kernel feature maps and th
     "auto"       "equation" while its n × m array fits the memory budget, "right"/"scan" above
 
 The three are the same sums in other orders; the tests hold them equal to 1e-12. Edge sizes
-(n, m, d_k, d_v or a batch dimension of 0) follow the rule in :mod:`refattn.linear._common`.
+(n, m, d_k, d_v or a batch dimension of 0) follow the rule stated in :mod:`refattn.linear`.
 """
 from __future__ import annotations
 

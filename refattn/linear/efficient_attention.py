@@ -82,7 +82,7 @@ def efficient_attention(
     right product costs :math:`O((n + m)\,d\,d_v)` instead of :math:`O(n\,m\,(d + d_v))`.
 
     **Edge sizes.** With no key (*m* = 0), :math:`\rho_k(K)^\top V` is the empty sum, 0, and
-    every output is 0: the "zero" policy of a query that sees no key (:mod:`refattn.linear._common`).
+    every output is 0: the "zero" policy of a query that sees no key (:mod:`refattn.linear`).
     With d = 0 the row softmax of :math:`Q` runs over no feature and is refused.
 
     **Non-causal.** The column softmax of *K* normalises over every position, so every output
