@@ -202,7 +202,7 @@ def right_count(N, F, d_v):
 settings = {                                                       # (F, d_v)
     "elu + 1, d = d_v = 64 (F = d)": (64, 64),
     "Performer, d = d_v = 64, m = round(d ln d) = 266": (266, 64),
-    "Performer trig/hyperbolic, same draw (F = 2m = 532)": (532, 64),
+    "Performer trig/hyperbolic, same draw (F = 2r = 532)": (532, 64),
     "elu + 1, d = 512, d_v = 64": (512, 64),
 }
 print(f"\n{'setting':<52}{'F':>5}{'d_v':>5}{'N* = 2F·d_v/(F + d_v)':>24}")
@@ -262,23 +262,23 @@ fig
 #   $\omega_1, \dots, \omega_m \sim \mathcal N(0, I_d)$ and builds features whose inner product is
 #   an unbiased estimate of $\operatorname{SM}(x, y) = \exp(x^\top y)$; applied to $q/d^{1/4}$ and
 #   $k/d^{1/4}$, it estimates $\exp(q^\top k/\sqrt d)$. The *trigonometric* features are the random
-#   Fourier features, $\tfrac{1}{\sqrt m}e^{\|x\|^2/2}[\sin\omega_i^\top x, \cos\omega_i^\top x]$
-#   ($F = 2m$); the *positive* ones are $\tfrac{1}{\sqrt m}e^{-\|x\|^2/2}[e^{\omega_i^\top x}]$
-#   ($F = m$); the *hyperbolic* ones add $e^{-\omega_i^\top x}$ ($F = 2m$). FAVOR+ is positive features
+#   Fourier features, $\tfrac{1}{\sqrt r}e^{\|x\|^2/2}[\sin\omega_i^\top x, \cos\omega_i^\top x]$
+#   ($F = 2r$); the *positive* ones are $\tfrac{1}{\sqrt r}e^{-\|x\|^2/2}[e^{\omega_i^\top x}]$
+#   ($F = r$); the *hyperbolic* ones add $e^{-\omega_i^\top x}$ ($F = 2r$). FAVOR+ is positive features
 #   with orthogonal $\omega$ (§2.4).
 #
 # > Inputs: $n = 16$ tokens, $d = 16$, independent standard normal $q$ and $k$ scaled so that
 # > $\|q/d^{1/4}\|^2 \approx 1.5$ on average, a regime where the estimates are usable (section (h)
-# > shows what happens when they are not). One draw of $m = 64$ orthogonal $\omega$ serves all three
+# > shows what happens when they are not). One draw of $r = 64$ orthogonal $\omega$ serves all three
 # > Performer maps. Besides the relative (Frobenius) error of the whole kernel matrix, the table gives
 # > the median relative error of single entries, separately for the quarter of pairs with the smallest
 # > $\exp(q^\top k/\sqrt d)$ and the quarter with the largest.
 
 # %%
-n, d, d_v, m_feat = 16, 16, 8, 64
+n, d, d_v, r_feat = 16, 16, 8, 64
 q, k = np.sqrt(1.5 / np.sqrt(d)) * rng.standard_normal((2, n, d))  # E‖q/d^¼‖² = 1.5
 v = rng.standard_normal((n, d_v))
-omega = draw_omega(rng, m_feat, d)                                  # (m, d)  orthogonal blocks, χ(d) lengths
+omega = draw_omega(rng, r_feat, d)                                  # (r, d)  orthogonal blocks, χ(d) lengths
 
 exact_kernel = np.exp(q @ k.T / np.sqrt(d))                         # (n, n)  exp(q·k/√d)
 out_sm, A_sm = refattn.scaled_dot_product_attention(q, k, v, return_weights=True)
@@ -317,7 +317,7 @@ with styled():
     for ax, name in zip(axes[:3], ["Performer positive", "Performer hyperbolic", "Performer trig"], strict=True):
         ax.axhline(1.0, color="0.6", lw=0.8)
         ax.scatter(exact_kernel.ravel(), (maps[name][2] / exact_kernel).ravel(), s=6, alpha=0.6)
-        ax.set(xscale="log", ylim=(-0.5, 2.5), xlabel="exp(q·k/√d)", title=f"{name}, m = {m_feat}")
+        ax.set(xscale="log", ylim=(-0.5, 2.5), xlabel="exp(q·k/√d)", title=f"{name}, r = {r_feat}")
     axes[0].set_ylabel("estimate / exact")
     ax = axes[3]
     ax.loglog(exact_kernel.ravel(), maps["elu + 1"][2].ravel(), ".", ms=4, alpha=0.6, color="C3")
@@ -366,26 +366,26 @@ viz.plot_attention(A_grid, titles=[f"{name}\n" + ("exp(q·k/√d)" if name.start
 # %% [markdown]
 # ## (d) Error versus the number of random features
 #
-# Choromanski et al. (§2.3, Lemma 2) give the mean squared error of the three estimators from $m$
+# Choromanski et al. (§2.3, Lemma 2) give the mean squared error of the three estimators from $r$
 # independent $\omega_i \sim \mathcal N(0, I_d)$, with $z = x + y$, $\Delta = x - y$ and
 # $\operatorname{SM} = \exp(x^\top y)$:
 #
 # $$
-# \operatorname{MSE}_{\text{trig}} = \tfrac{1}{2m}\, e^{\|z\|^2} \operatorname{SM}^{-2} \big(1 - e^{-\|\Delta\|^2}\big)^2,
+# \operatorname{MSE}_{\text{trig}} = \tfrac{1}{2r}\, e^{\|z\|^2} \operatorname{SM}^{-2} \big(1 - e^{-\|\Delta\|^2}\big)^2,
 # \qquad
-# \operatorname{MSE}_{+} = \tfrac{1}{m}\, e^{\|z\|^2} \operatorname{SM}^{2} \big(1 - e^{-\|z\|^2}\big),
+# \operatorname{MSE}_{+} = \tfrac{1}{r}\, e^{\|z\|^2} \operatorname{SM}^{2} \big(1 - e^{-\|z\|^2}\big),
 # \qquad
 # \operatorname{MSE}_{\text{hyp}} = \tfrac12 \big(1 - e^{-\|z\|^2}\big) \operatorname{MSE}_{+}.
 # $$
 #
-# > `favor_mse(x, y, m, kind=...)` evaluates these. The trig error vanishes as $x \to y$ (then
+# > `favor_mse(x, y, r, kind=...)` evaluates these. The trig error vanishes as $x \to y$ (then
 # > $\Delta = 0$) and explodes when $\operatorname{SM}$ is small; the positive error vanishes as
 # > $x \to -y$ (then $z = 0$) and is proportional to $\operatorname{SM}^2$, so it is *relatively*
 # > small exactly where the kernel is small. Below, two pairs in $d = 4$: one close to each other
-# > (trig wins) and one close to opposite (positive wins). For each $m$, 4000 independent draws of
+# > (trig wins) and one close to opposite (positive wins). For each $r$, 4000 independent draws of
 # > i.i.d. $\omega$ (`draw_omega(..., orthogonal=False)`) give an empirical MSE, which is asserted
 # > within 4 standard errors of the closed form. The x-axis counts projections: trig and hyperbolic
-# > features have $F = 2m$, positive ones $F = m$.
+# > features have $F = 2r$, positive ones $F = r$.
 
 # %%
 d4 = 4
@@ -394,25 +394,25 @@ pairs = {
     "x ≈ −y (positive wins)": (np.array([0.6, -0.3, 0.2, 0.1]), np.array([-0.5, 0.35, -0.3, 0.0])),
 }
 kinds = ("positive", "hyperbolic", "trig")
-ms = 2 ** np.arange(9)                                              # m = 1 … 256
+rs = 2 ** np.arange(9)                                              # r = 1 … 256
 R = 4000
-omegas = draw_omega(rng, R * ms[-1], d4, orthogonal=False).reshape(R, ms[-1], d4)   # R independent draws
+omegas = draw_omega(rng, R * rs[-1], d4, orthogonal=False).reshape(R, rs[-1], d4)   # R independent draws
 mse = {}
 for label, (x_, y_) in pairs.items():
     sm = np.exp(x_ @ y_)
     print(f"{label}: SM = {sm:.3f}, ‖x+y‖² = {np.sum((x_ + y_) ** 2):.3f}, ‖x−y‖² = {np.sum((x_ - y_) ** 2):.3f}")
     for kind in kinds:
         emp, theory, z_scores = [], [], []
-        for m_ in ms:
-            est = np.sum(favor_features(x_[None], omegas[:, :m_], kind=kind)
-                         * favor_features(y_[None], omegas[:, :m_], kind=kind), axis=-1)[:, 0]   # (R,)
+        for r_ in rs:
+            est = np.sum(favor_features(x_[None], omegas[:, :r_], kind=kind)
+                         * favor_features(y_[None], omegas[:, :r_], kind=kind), axis=-1)[:, 0]   # (R,)
             sq = (est - sm) ** 2
             emp.append(sq.mean())
-            theory.append(float(favor_mse(x_, y_, int(m_), kind=kind)))
+            theory.append(float(favor_mse(x_, y_, int(r_), kind=kind)))
             z_scores.append((sq.mean() - theory[-1]) / (sq.std() / np.sqrt(R)))
         mse[label, kind] = np.array(emp), np.array(theory)
         assert np.all(np.abs(z_scores) < 4), (label, kind, z_scores)
-        print(f"   {kind:<11} MSE at m = 1: {theory[0]:9.3g}   empirical/closed form over m: "
+        print(f"   {kind:<11} MSE at r = 1: {theory[0]:9.3g}   empirical/closed form over r: "
               f"{np.round(np.array(emp) / np.array(theory), 2)}")
 
 # %%
@@ -422,22 +422,22 @@ with styled():
     for ax, label in zip(axes, pairs, strict=True):
         for c, kind in enumerate(kinds):
             emp, theory = mse[label, kind]
-            ax.loglog(ms, theory, color=f"C{c}", label=f"{kind}: Lemma 2")
-            ax.loglog(ms, emp, "o", color=f"C{c}", ms=4, mfc="none", label=f"{kind}: {R} draws")
-        ax.set(xlabel="m (random projections)", title=label)
+            ax.loglog(rs, theory, color=f"C{c}", label=f"{kind}: Lemma 2")
+            ax.loglog(rs, emp, "o", color=f"C{c}", ms=4, mfc="none", label=f"{kind}: {R} draws")
+        ax.set(xlabel="r (random projections)", title=label)
     axes[0].set_ylabel("MSE of the estimate of exp(xᵀy)")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right center")
 fig
 
 # %% [markdown]
-# > Every curve falls as $1/m$: Lemma 2's MSE is the variance of one feature divided by $m$, so
+# > Every curve falls as $1/r$: Lemma 2's MSE is the variance of one feature divided by $r$, so
 # > doubling the features halves the MSE, and only the constant depends on the pair. That constant
 # > is what differs by orders of magnitude: a factor of about $3 \cdot 10^{4}$ in favour of trig for the
 # > close pair, and about 70 in favour of positive for the opposite pair. The paper's argument (§2.3)
 # > is that attention needs the many small kernel values to be accurate, which favours the positive
 # > features.
 # >
-# > **The knob on a whole attention layer: $m$, with i.i.d. or orthogonal $\omega$.** FAVOR+ draws
+# > **The knob on a whole attention layer: $r$, with i.i.d. or orthogonal $\omega$.** FAVOR+ draws
 # > the $\omega_i$ in orthogonal blocks of $d$ (§2.4; Theorem 2 shows the MSE of the positive
 # > estimator can only go down). Below, $n = 64$, $d = 16$, $\|q/d^{1/4}\|^2 \approx 0.5$, and the
 # > relative output error against exact softmax attention, averaged over 80 draws per point.
@@ -450,21 +450,21 @@ feature_counts = [4, 8, 16, 32, 64, 128, 256, 512]
 draws = 80
 errors = {}
 for orthogonal in (False, True):
-    e = np.array([[rel(performer_attention(q, k, v, num_features=m_, rng=rng, orthogonal=orthogonal,
+    e = np.array([[rel(performer_attention(q, k, v, num_features=r_, rng=rng, orthogonal=orthogonal,
                                            method="right"), out_sm) for _ in range(draws)]
-                  for m_ in feature_counts])                        # (len(m), draws)
+                  for r_ in feature_counts])                        # (len(r), draws)
     errors[orthogonal] = e.mean(axis=1), e.std(axis=1) / np.sqrt(draws)
-print(f"{'m':>5}{'i.i.d.':>17}{'orthogonal':>17}")
-for t, m_ in enumerate(feature_counts):
-    print(f"{m_:>5}" + "".join(f"{errors[o][0][t]:>10.3f} ± {errors[o][1][t]:.3f}" for o in (False, True)))
+print(f"{'r':>5}{'i.i.d.':>17}{'orthogonal':>17}")
+for t, r_ in enumerate(feature_counts):
+    print(f"{r_:>5}" + "".join(f"{errors[o][0][t]:>10.3f} ± {errors[o][1][t]:.3f}" for o in (False, True)))
 (mean_iid, se_iid), (mean_ort, se_ort) = errors[False], errors[True]
 slope = np.polyfit(np.log(feature_counts[3:]), np.log(mean_ort[3:]), 1)[0]
 one_block = np.array(feature_counts) >= d
-assert np.all(mean_ort[one_block] + 2 * np.hypot(se_iid, se_ort)[one_block] < mean_iid[one_block])   # m ≥ d
+assert np.all(mean_ort[one_block] + 2 * np.hypot(se_iid, se_ort)[one_block] < mean_iid[one_block])   # r ≥ d
 assert -0.6 < slope < -0.4
-print(f"orthogonal lower at {np.sum(errors[True][0] < errors[False][0])} of {len(feature_counts)} m; "
-      f"slope of log(error) vs log(m), m ≥ 32: "
-      f"{np.polyfit(np.log(feature_counts[3:]), np.log(errors[True][0][3:]), 1)[0]:.2f} (−½: error ∝ 1/√m)")
+print(f"orthogonal lower at {np.sum(errors[True][0] < errors[False][0])} of {len(feature_counts)} r; "
+      f"slope of log(error) vs log(r), r ≥ 32: "
+      f"{np.polyfit(np.log(feature_counts[3:]), np.log(errors[True][0][3:]), 1)[0]:.2f} (−½: error ∝ 1/√r)")
 
 with styled():
     fig = viz.figure((6.5, 3.6))
@@ -474,8 +474,8 @@ with styled():
         ax.errorbar(feature_counts, mean, yerr=2 * se, fmt=marker, capsize=2,
                     label="orthogonal ω (FAVOR+)" if orthogonal else "i.i.d. ω")
     ax.plot(feature_counts, errors[True][0][3] * np.sqrt(32 / np.array(feature_counts)), "k--", lw=0.8,
-            label="∝ 1/√m")
-    ax.set(xscale="log", yscale="log", xlabel="m (positive features)", ylabel="‖out − softmax out‖ / ‖softmax out‖",
+            label="∝ 1/√r")
+    ax.set(xscale="log", yscale="log", xlabel="r (positive features)", ylabel="‖out − softmax out‖ / ‖softmax out‖",
            title=f"Performer output error, n = {n}, d = {d}, {draws} draws per point (±2 s.e.)")
     ax.set_yticks([0.05, 0.1, 0.2, 0.4, 0.6], ["0.05", "0.1", "0.2", "0.4", "0.6"])
     ax.yaxis.set_minor_formatter(mpl.ticker.NullFormatter())
@@ -483,21 +483,21 @@ with styled():
 fig
 
 # %% [markdown]
-# > The output error falls like $1/\sqrt m$ (fitted slope about $-0.5$, asserted), the square root of
-# > the kernel's $1/m$. Orthogonal blocks lower it by a modest and consistent 8–20 % once $m \ge d$
-# > (at least one full block), by more than two standard errors at every such $m$ (asserted); with
-# > $m = 4$ or 8, a fraction of one block, the two are within their error bars. The relative errors
+# > The output error falls like $1/\sqrt r$ (fitted slope about $-0.5$, asserted), the square root of
+# > the kernel's $1/r$. Orthogonal blocks lower it by a modest and consistent 8–20 % once $r \ge d$
+# > (at least one full block), by more than two standard errors at every such $r$ (asserted); with
+# > $r = 4$ or 8, a fraction of one block, the two are within their error bars. The relative errors
 # > look large because the exact output averages many random values and is small; the point of the plot
 # > is the slope and the gap, not the level. At larger $\|q\|, \|k\|$ the features are heavy-tailed and
-# > the error approaches its $1/\sqrt m$ regime only at much larger $m$: section (h).
+# > the error approaches its $1/\sqrt r$ regime only at much larger $r$: section (h).
 
 # %% [markdown]
 # **Takeaways.**
 #
-# - Lemma 2's closed-form MSE agrees with 4000 independent draws at every $m$ and falls like $1/m$; the
+# - Lemma 2's closed-form MSE agrees with 4000 independent draws at every $r$ and falls like $1/r$; the
 #   constant in front depends on the pair and differs by orders of magnitude between the estimators.
-# - On a whole attention layer the output error falls like $1/\sqrt m$, and orthogonal $\omega$ lower it
-#   once $m \ge d$.
+# - On a whole attention layer the output error falls like $1/\sqrt r$, and orthogonal $\omega$ lower it
+#   once $r \ge d$.
 
 # %% [markdown]
 # ## (e) The RNN view, token by token
@@ -792,10 +792,10 @@ viz.plot_attention(np.array([A_soft, A_eff]), size=2.8,
 #
 # > **It is the estimator, not a bug.** Lemma 2 with $x = q/d^{1/4}$, $y = k/d^{1/4}$ gives the
 # > relative error of one kernel entry for positive features:
-# > $\sqrt{\operatorname{MSE}_+}/\operatorname{SM} = \sqrt{(e^{\|x + y\|^2} - 1)/m}$. It depends on
+# > $\sqrt{\operatorname{MSE}_+}/\operatorname{SM} = \sqrt{(e^{\|x + y\|^2} - 1)/r}$. It depends on
 # > the norms, exponentially. For standard normal $q, k$, $\|x\|^2 \approx d/\sqrt d = \sqrt d$, so
 # > $\|x + y\|^2 \approx 2\sqrt d \approx 22.6$ at $d = 128$, and the relative error of a single entry is
-# > about $\sqrt{e^{22.6}/1024} \approx 2.5 \cdot 10^3$. No practical $m$ fixes that: the number of
+# > about $\sqrt{e^{22.6}/1024} \approx 2.5 \cdot 10^3$. No practical $r$ fixes that: the number of
 # > features needed grows like $e^{\|x + y\|^2}$.
 # >
 # > And the 73 %? performer-pytorch's `softmax_kernel` follows the official code: it subtracts a
@@ -811,13 +811,13 @@ def issue_metric(fast, exact):
     return float(np.abs(fast - exact).mean() / np.abs(exact).mean())
 
 
-n, d, m_feat, trials = 24, 128, 1024, 5
+n, d, r_feat, trials = 24, 128, 1024, 5
 results = {"paper FAVOR+ (no stabiliser, eps = 0)": [], "official-style: stabilize=True, eps=1e-4": [],
            "uniform attention: mean of the values": []}
 for _ in range(trials):
     q, k, v = rng.standard_normal((3, n, d))
     exact = refattn.scaled_dot_product_attention(q, k, v)
-    omega = draw_omega(rng, m_feat, d)
+    omega = draw_omega(rng, r_feat, d)
     fast = performer_attention(q, k, v, omega=omega, method="right")
     official = performer_attention(q, k, v, omega=omega, method="right", stabilize=True, eps=1e-4)
     results["paper FAVOR+ (no stabiliser, eps = 0)"].append(issue_metric(fast, exact))
@@ -825,8 +825,8 @@ for _ in range(trials):
     results["uniform attention: mean of the values"].append(issue_metric(np.broadcast_to(v.mean(0), v.shape), exact))
 x_, y_ = q / d**0.25, k / d**0.25
 z2 = np.sum((x_[:, None] + y_[None]) ** 2, axis=-1)
-print(f"n = {n}, d = {d}, m = {m_feat}, {trials} trials; median ‖x + y‖² = {np.median(z2):.1f}")
-print(f"predicted relative RMS error of one kernel entry: {np.sqrt(np.expm1(np.median(z2)) / m_feat):.3g}")
+print(f"n = {n}, d = {d}, r = {r_feat}, {trials} trials; median ‖x + y‖² = {np.median(z2):.1f}")
+print(f"predicted relative RMS error of one kernel entry: {np.sqrt(np.expm1(np.median(z2)) / r_feat):.3g}")
 for name, vals in results.items():
     print(f"  {name:<44} error {100 * np.mean(vals):6.1f} % ± {100 * np.std(vals):.1f}")
 
@@ -838,11 +838,11 @@ for name, vals in results.items():
 # > here; its $\omega$ differ from these draws, so only the level is comparable.)
 # >
 # > The fix is not in the implementation but in the inputs: the error depends on $\|q\|$ and $\|k\|$.
-# > The sweep below scales standard normal $q, k$ by $s$ ($d = 64$, $m = 256$, 10 draws per point), so
+# > The sweep below scales standard normal $q, k$ by $s$ ($d = 64$, $r = 256$, 10 draws per point), so
 # > that $\|x + y\|^2 \approx 2s^2\sqrt d$.
 
 # %%
-n, d, m_feat, draws = 64, 64, 256, 10
+n, d, r_feat, draws = 64, 64, 256, 10
 scales = np.array([0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2])
 sweep = {"paper FAVOR+": [], "official-style (eps = 1e-4)": [], "uniform attention": []}
 z2_median, predicted = [], []
@@ -852,7 +852,7 @@ for s_ in scales:
     exact = refattn.scaled_dot_product_attention(q, k, v)
     e_paper, e_official = [], []
     for _ in range(draws):
-        omega = draw_omega(rng, m_feat, d)
+        omega = draw_omega(rng, r_feat, d)
         e_paper.append(rel(performer_attention(q, k, v, omega=omega, method="right"), exact))
         e_official.append(rel(performer_attention(q, k, v, omega=omega, method="right", stabilize=True, eps=1e-4),
                               exact))
@@ -862,7 +862,7 @@ for s_ in scales:
     x_, y_ = q / d**0.25, k / d**0.25
     z2 = np.sum((x_[:, None] + y_[None]) ** 2, axis=-1)
     z2_median.append(np.median(z2))
-    predicted.append(np.median(np.sqrt(favor_mse(x_[:, None], y_[None], m_feat)) / np.exp(x_ @ y_.T)))
+    predicted.append(np.median(np.sqrt(favor_mse(x_[:, None], y_[None], r_feat)) / np.exp(x_ @ y_.T)))
 print(f"{'s':>5}{'median ‖x+y‖²':>15}{'kernel rel. RMSE':>18}" + "".join(f"{name:>30}" for name in sweep))
 for t, s_ in enumerate(scales):
     print(f"{s_:>5}{z2_median[t]:>15.2f}{predicted[t]:>18.3g}" + "".join(f"{sweep[k_][t]:>30.3f}" for k_ in sweep))
@@ -879,9 +879,9 @@ with styled():
     fig = viz.figure((10.5, 3.6))
     ax_k, ax_o = fig.subplots(1, 2)
     zz = np.linspace(0.05, 25, 300)
-    for m_, style in ((64, ":"), (256, "-"), (1024, "--")):
-        ax_k.semilogy(zz, np.sqrt(np.expm1(zz) / m_), style, color="k", lw=1, label=f"m = {m_}")
-    ax_k.semilogy(z2_median, predicted, "o", color="C1", label=f"at the sweep's pairs (median), m = {m_feat}")
+    for r_, style in ((64, ":"), (256, "-"), (1024, "--")):
+        ax_k.semilogy(zz, np.sqrt(np.expm1(zz) / r_), style, color="k", lw=1, label=f"r = {r_}")
+    ax_k.semilogy(z2_median, predicted, "o", color="C1", label=f"at the sweep's pairs (median), r = {r_feat}")
     ax_k.axvline(2 * np.sqrt(128), color="C3", lw=0.8)
     ax_k.annotate("issue #69:\nd = 128, s = 1", (2 * np.sqrt(128), 1e-1), xytext=(-72, 0), textcoords="offset points")
     ax_k.set(xlabel="‖x + y‖²  (x = q/d^¼, y = k/d^¼)", ylabel="√MSE₊ / exp(xᵀy)",
@@ -890,7 +890,7 @@ with styled():
     for name, style in zip(sweep, ("o-", "s-", "k--"), strict=True):
         ax_o.plot(z2_median, sweep[name], style, label=name)
     ax_o.set(xlabel="median ‖x + y‖²", ylabel="‖out − softmax out‖ / ‖softmax out‖",
-             title=f"attention output, d = {d}, m = {m_feat}", yscale="log")
+             title=f"attention output, d = {d}, r = {r_feat}", yscale="log")
     ax_o.legend()
 fig
 
@@ -908,7 +908,7 @@ fig
 # %% [markdown]
 # **Takeaways.**
 #
-# - The relative error of one positive-feature kernel entry is $\sqrt{(e^{\|x + y\|^2} - 1)/m}$: it grows
+# - The relative error of one positive-feature kernel entry is $\sqrt{(e^{\|x + y\|^2} - 1)/r}$: it grows
 #   exponentially with the query and key norms, and standard normal inputs at $d = 128$ are far outside
 #   the range where 1024 features help.
 # - With the official code's $\epsilon$ the estimate collapses to the plain average of the values, the
@@ -920,14 +920,14 @@ fig
 # 1. **Put the normaliser and the features back into the count.** Extend the counts of (b): the left
 #    order also needs the row sums ($n(m - 1)$ additions) and $n d_v$ divisions; the right one
 #    $\phi(K)^\top\mathbf 1$ ($(m - 1)F$ additions), $\phi(Q)z$ ($nF$ multiply-adds) and $n d_v$
-#    divisions. Performer's features cost $(n + m)\,m_\omega d$ multiply-adds for $\omega^\top x$. Where is
+#    divisions. Performer's features cost $(n + m)\,r d$ multiply-adds for $\omega^\top x$. Where is
 #    the crossing now for elu + 1 with $F = d = d_v = 64$, and from which $N$ does Performer's right
-#    order ($m_\omega = F = 266$) beat *exact* softmax attention ($n m d + n m d_v$ and the row sums)?
+#    order ($r = F = 266$) beat *exact* softmax attention ($n m d + n m d_v$ and the row sums)?
 #    <details><summary>Hint</summary>Counting a row-sum addition like a multiply-add, the left order
 #    costs <code>(F + d_v + 1)N²</code> and the right one <code>2F·d_v·N + 2F·N</code>, so
 #    <code>N* = 2F(d_v + 1)/(F + d_v + 1)</code>: 64.5 instead of 64 for F = d_v = 64. Against exact
-#    softmax, <code>(d + d_v + 1)N² = 2F·d_v·N + 2F·N + 2m·d·N</code> gives about 530 tokens for
-#    F = m = 266. Counting is not timing: the exponentials are not multiply-adds.</details>
+#    softmax, <code>(d + d_v + 1)N² = 2F·d_v·N + 2F·N + 2r·d·N</code> gives about 530 tokens for
+#    F = r = 266. Counting is not timing: the exponentials are not multiply-adds.</details>
 #
 # 2. **The causal right product with `np.cumsum`.** Compute causal linear attention as
 #    `np.cumsum(phi_k[:, :, None] * v[:, None, :], axis=0)` (all the states $S_i$ at once) and check it
@@ -938,7 +938,7 @@ fig
 #    <code>S</code> and writes each output as soon as it is read.</details>
 #
 # 3. **Orthogonal features for a single pair.** For the two pairs of (d), estimate the MSE of the
-#    positive estimator with $m = d = 4$ from one orthogonal block per estimate
+#    positive estimator with $r = d = 4$ from one orthogonal block per estimate
 #    (`draw_omega(..., orthogonal=True)`), and compare it with the i.i.d. MSE and with `favor_mse`.
 #    How many draws do you need to see a difference?
 #    <details><summary>Hint</summary>Every <code>d</code> consecutive rows of an orthogonal draw are one

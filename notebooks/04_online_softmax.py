@@ -10,17 +10,17 @@
 # [arXiv:2112.05682](https://arxiv.org/abs/2112.05682).**
 #
 # For one query with scores $s_1, \dots, s_m$ and values $v_1, \dots, v_m$, read the keys in order and keep a
-# running maximum $m_j$, a running sum $\ell_j$ and an unnormalised output $a_j$
+# running maximum $\mu_j$, a running sum $\ell_j$ and an unnormalised output $a_j$
 # ($m_0 = -\infty$, $\ell_0 = 0$, $a_0 = 0$):
 #
 # $$
-# m_j = \max(m_{j-1}, s_j), \qquad
-# \ell_j = \ell_{j-1}\, e^{m_{j-1} - m_j} + e^{s_j - m_j}, \qquad
-# a_j = a_{j-1}\, e^{m_{j-1} - m_j} + e^{s_j - m_j}\, v_j ,
+# \mu_j = \max(\mu_{j-1}, s_j), \qquad
+# \ell_j = \ell_{j-1}\, e^{\mu_{j-1} - \mu_j} + e^{s_j - \mu_j}, \qquad
+# a_j = a_{j-1}\, e^{\mu_{j-1} - \mu_j} + e^{s_j - \mu_j}\, v_j ,
 # $$
 #
 # $$
-# \operatorname{softmax}(s)^\top V = \frac{a_m}{\ell_m}, \qquad \log \sum_{j} e^{s_j} = m_m + \log \ell_m .
+# \operatorname{softmax}(s)^\top V = \frac{a_m}{\ell_m}, \qquad \log \sum_{j} e^{s_j} = \mu_m + \log \ell_m .
 # $$
 #
 # The first two recurrences are Milakov and Gimelshein's online normaliser (Algorithm 3): one pass over the
@@ -78,31 +78,31 @@ def styled():
 # $K_t = J_1 \cup \dots \cup J_t$ and keep
 #
 # $$
-# m^{(t)} = \max_{j \in K_t} s_j, \qquad
-# \ell^{(t)} = \sum_{j \in K_t} e^{s_j - m^{(t)}}, \qquad
-# a^{(t)} = \sum_{j \in K_t} e^{s_j - m^{(t)}}\, v_j .
+# \mu^{(t)} = \max_{j \in K_t} s_j, \qquad
+# \ell^{(t)} = \sum_{j \in K_t} e^{s_j - \mu^{(t)}}, \qquad
+# a^{(t)} = \sum_{j \in K_t} e^{s_j - \mu^{(t)}}\, v_j .
 # $$
 #
-# **The rescaling identity.** For any key already folded in, $e^{s_j - m^{(t)}} = e^{m^{(t-1)} - m^{(t)}}\,
-# e^{s_j - m^{(t-1)}}$: exponents add. So the sums over $K_{t-1}$ need not be recomputed when the maximum
+# **The rescaling identity.** For any key already folded in, $e^{s_j - \mu^{(t)}} = e^{\mu^{(t-1)} - \mu^{(t)}}\,
+# e^{s_j - \mu^{(t-1)}}$: exponents add. So the sums over $K_{t-1}$ need not be recomputed when the maximum
 # moves; they are multiplied by one number per query,
 #
 # $$
-# m^{(t)} = \max\Big(m^{(t-1)}, \max_{j \in J_t} s_j\Big), \qquad
-# \ell^{(t)} = e^{m^{(t-1)} - m^{(t)}}\, \ell^{(t-1)} + \sum_{j \in J_t} e^{s_j - m^{(t)}}, \qquad
-# a^{(t)} = e^{m^{(t-1)} - m^{(t)}}\, a^{(t-1)} + \sum_{j \in J_t} e^{s_j - m^{(t)}}\, v_j ,
+# \mu^{(t)} = \max\Big(\mu^{(t-1)}, \max_{j \in J_t} s_j\Big), \qquad
+# \ell^{(t)} = e^{\mu^{(t-1)} - \mu^{(t)}}\, \ell^{(t-1)} + \sum_{j \in J_t} e^{s_j - \mu^{(t)}}, \qquad
+# a^{(t)} = e^{\mu^{(t-1)} - \mu^{(t)}}\, a^{(t-1)} + \sum_{j \in J_t} e^{s_j - \mu^{(t)}}\, v_j ,
 # $$
 #
-# and the invariant above holds after every tile. At the end the common factor $e^{-m^{(T)}}$ cancels:
+# and the invariant above holds after every tile. At the end the common factor $e^{-\mu^{(T)}}$ cancels:
 #
 # $$
 # \frac{a^{(T)}}{\ell^{(T)}} = \frac{\sum_j e^{s_j} v_j}{\sum_j e^{s_j}} = \operatorname{softmax}(s)^\top V,
-# \qquad m^{(T)} + \log \ell^{(T)} = \log \sum_j e^{s_j} .
+# \qquad \mu^{(T)} + \log \ell^{(T)} = \log \sum_j e^{s_j} .
 # $$
 #
 # > Nothing is approximated: the result is the softmax, not an estimate of it. Every exponent is $\le 0$, so
 # > nothing overflows, and $\ell^{(t)} \ge 1$ (the key at the maximum contributes $e^0$), so the final
-# > division is safe. Before the first tile $m^{(0)} = -\infty$ and the factor $e^{-\infty} = 0$ erases the
+# > division is safe. Before the first tile $\mu^{(0)} = -\infty$ and the factor $e^{-\infty} = 0$ erases the
 # > empty start. In floating point the only difference from the equation path is the rescaling
 # > multiplications: a few roundings per tile, so the two agree to about $10^{-15}$, not bit for bit.
 # > FlashAttention's Algorithm 1 keeps the output normalised after every tile (it divides by $\ell$ each
@@ -192,7 +192,7 @@ for block in [(4, 4), (2, 6), (8, 12), (3, 5), (5, 7), (1, 1), (16, 32)]:
 # ## (b) Tile by tile
 #
 # > One head, $n = 8$ queries, $m = 12$ keys, key tiles of 4: three steps. Each frame of the player shows
-# > the weights *as the state holds them* after the tile is folded in, $e^{s_{ij} - m_i}$ on the keys seen so
+# > the weights *as the state holds them* after the tile is folded in, $e^{s_{ij} - \mu_i}$ on the keys seen so
 # > far (grey: keys not read yet). Each row's largest entry is exactly 1, at the running maximum, and the
 # > row sums to $\ell_i$. When a new tile holds a larger score, the whole row dims: that is the rescaling by
 # > $e^{m_\text{old} - m_\text{new}}$. The last frame divides by $\ell$ and is the softmax, equal to the
@@ -216,7 +216,7 @@ for t, j0 in enumerate(range(0, m, tile)):
     err = np.abs(acc / run_sum[:, None] - final).max(axis=1)    # per query: |partial − final|
     history.append((run_max, run_sum, err))
     frame = np.full((n, m), np.nan)
-    frame[:, :j0 + tile] = np.exp(S[:, :j0 + tile] - run_max[:, None])   # e^{s_ij − m_i}, seen keys
+    frame[:, :j0 + tile] = np.exp(S[:, :j0 + tile] - run_max[:, None])   # e^{s_ij − μ_i}, seen keys
     check(frame[:, :j0 + tile].sum(axis=1), run_sum)                      # each row sums to ℓ_i
     frames.append(frame)
     titles.append(f"tile {t + 1}/3 folded in (keys {j0}-{j0 + tile - 1}): e^(s - m), "
@@ -237,7 +237,7 @@ viz.plot_attention(np.array(frames), vmax=1.0, size=2.6, xlabel="key j (tiles of
 
 # %%
 print("per query i (rows), after tiles 1, 2, 3 (columns)")
-for name, index in (("running max m_i", 0), ("running sum l_i", 1), ("|a_i / l_i - final_i|", 2)):
+for name, index in (("running max μ_i", 0), ("running sum l_i", 1), ("|a_i / l_i - final_i|", 2)):
     print(f"\n{name}:\n", np.stack([step[index] for step in history], axis=1))
 
 with styled():
@@ -248,7 +248,7 @@ with styled():
         ax_max.plot(steps, [step[0][i] for step in history], "o-", lw=1)
         ax_sum.plot(steps, [step[1][i] for step in history], "o-", lw=1)
         ax_err.semilogy(steps, [max(step[2][i], 1e-17) for step in history], "o-", lw=1)
-    ax_max.set(xlabel="key tiles folded in", title="running max m_i (one line per query)", xticks=steps)
+    ax_max.set(xlabel="key tiles folded in", title="running max μ_i (one line per query)", xticks=steps)
     ax_sum.set(xlabel="key tiles folded in", title="running sum ℓ_i", xticks=steps)
     ax_err.set(xlabel="key tiles folded in", title="|partial output - final| (floored at 1e-17)",
                xticks=steps)
@@ -485,7 +485,7 @@ for n, m in ((5, 9), (9, 5)):
 # > Every split agrees. The merge needs no special case in the caller: an empty part carries
 # > $\text{lse} = -\infty$, hence weight $e^{-\infty} = 0$, and a query empty in both parts stays at
 # > $\text{lse} = -\infty$ with output 0, which is what `fully_masked="zero"` gives on the full attention.
-# > The same $-\infty$ is the online softmax's starting state $m^{(0)}$, and the reason refattn's kernel
+# > The same $-\infty$ is the online softmax's starting state $\mu^{(0)}$, and the reason refattn's kernel
 # > treats "no key seen yet" separately: $e^{m_\text{old} - m_\text{new}}$ with both $-\infty$ would be
 # > $e^{\text{NaN}}$ (exercise 1).
 

@@ -87,7 +87,10 @@ def as_float(name: str, x: ArrayLike, dtype=np.float64, *, min_ndim: int = 0) ->
     -------
     ndarray
     """
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as err:                          # ragged nested lists, odd objects
+        raise ValueError(f"{name} must be a rectangular array of real numbers: {err}") from None
     if arr.dtype.kind != "f":
         raise TypeError(
             f"{name} must be a real floating-point array, got dtype {arr.dtype} "
@@ -230,19 +233,22 @@ def check_bool(name: str, value) -> bool:
 def check_sizes(n, m) -> tuple[int, int]:
     """Validate the query count ``n`` and the optional key count ``m`` (default ``n``) of a pattern.
 
+    Zero is allowed: a pattern of no query (or no key) is empty, and attention over it follows the
+    edge-size rule (n = 0: no output row; m = 0: every query sees no key).
+
     Parameters
     ----------
     n : int
-        Number of queries, >= 1.
+        Number of queries, >= 0.
     m : int or None
-        Number of keys, >= 1; ``None`` for ``n``.
+        Number of keys, >= 0; ``None`` for ``n``.
 
     Returns
     -------
     (int, int)
     """
     m = n if m is None else m
-    return check_positive_int("n", n), check_positive_int("m", m)
+    return check_non_negative_int("n", n), check_non_negative_int("m", m)
 
 
 def causal_alignment(causal) -> str | None:
@@ -325,6 +331,8 @@ def as_rng(rng) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
     if _is_int(rng):
+        if rng < 0:
+            raise ValueError(f"rng as an int seed must be >= 0, got {rng}")
         return np.random.default_rng(int(rng))
     raise TypeError(
         f"rng must be a numpy.random.Generator or an int seed, got {type(rng).__name__}"

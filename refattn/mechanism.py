@@ -7,11 +7,14 @@ the README's catalogue, the gallery, the registry-driven tests) iterates the rec
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from numpy.typing import NDArray
+
+from .common import as_float, as_rng, check_bool, check_choice, check_qkv
 
 __all__ = ["KINDS", "AttentionResult", "FigureSpec", "Mechanism"]
 
@@ -91,7 +94,11 @@ class Mechanism:
         The mechanism's own, natural function (with its own parameters).
     apply : callable or None
         The uniform entry, ``apply(q, k, v, *, causal=False, rng=None, return_weights=False,
-        **options) -> AttentionResult``.
+        **options) -> AttentionResult``. The record stores it behind one validation layer: q, k, v
+        are checked (real floating point, at least 2-D, d_k and m agreeing, batch dims
+        broadcasting) and converted to float64, ``causal`` is checked against
+        :attr:`causal_settings`, ``rng`` and ``return_weights`` are checked, all before the
+        mechanism's own code indexes a shape; ``apply.__wrapped__`` is the mechanism's own.
     figure : FigureSpec or str
         How ``python -m refattn figures`` draws it: a :class:`FigureSpec` for the generic template,
         or ``"module:function"`` naming a function that returns a matplotlib Figure (imported only
@@ -123,6 +130,13 @@ class Mechanism:
     nonnegative : bool, default True
         The effective weights are >= 0 (trigonometric random features, for one, can weigh a key
         negatively).
+    examples : tuple of dict, default ()
+        Option settings of ``apply`` that the registry-driven tests try besides the defaults (the
+        variants and switches a user may flip: a stabiliser, another policy, another form).
+    methods : tuple of str, default ()
+        The values of ``apply``'s ``method`` option, the readable ``"equation"`` path first; the
+        tests hold every method to the same results (a method that cannot take a setting, such as a
+        causal scan asked for non-causal attention, refuses it with a ValueError).
     example_length : int, default 7
         A sequence length at which ``apply`` is defined (some patterns exist only at particular
         lengths: a multiple of a block size, the node count of a tree), used by the shared tests.
@@ -149,6 +163,8 @@ class Mechanism:
     cross: bool = True
     normalized: bool = True
     nonnegative: bool = True
+    examples: tuple[Mapping, ...] = ()
+    methods: tuple[str, ...] = ()
     example_length: int = 7
 
     def __post_init__(self) -> None:
@@ -162,6 +178,8 @@ class Mechanism:
             raise ValueError(f"{self.id}: a component has no exact_options (it has no apply)")
         if self.incremental and not self.causal:
             object.__setattr__(self, "incremental", False)             # nothing to decode without causality
+        if self.apply is not None and not hasattr(self.apply, "__wrapped__"):
+            object.__setattr__(self, "apply", _validated(self.apply, self.id, self.causal_settings))
 
     @property
     def causal_settings(self) -> tuple:
@@ -184,3 +202,26 @@ class Mechanism:
             "function": f"{self.function.__module__}.{self.function.__qualname__}",
             "has_exact_options": self.exact_options is not None,
         }
+
+
+def _validated(apply: Callable, name: str, settings: tuple) -> Callable:
+    """``apply`` behind the checks every registry entry shares, run before any shape is indexed."""
+    accepted = settings + (("top-left",) if True in settings else ())
+
+    @functools.wraps(apply)
+    def entry(q, k, v, **options):
+        q, k, v = (as_float(label, x) for label, x in (("q", q), ("k", k), ("v", v)))
+        check_qkv(q, k, v)
+        if "causal" in options:
+            try:
+                check_choice("causal", options["causal"], accepted)
+            except ValueError:
+                raise ValueError(f"{name} takes causal in {accepted!r}, got {options['causal']!r}") from None
+        if options.get("rng") is not None:
+            as_rng(options["rng"])
+        if "return_weights" in options:
+            check_bool("return_weights", options["return_weights"])
+        return apply(q, k, v, **options)
+
+    return entry
+

@@ -9,13 +9,27 @@ of every weights array in refattn. The leading axes lay the panels out::
     (r, c, n, m)    r rows of c panels            e.g. layers × heads, or steps × heads
 
 All the panels of a figure share one colour scale (and one colour bar), so panels compare
-directly. NaN and ±inf entries are drawn grey, apart from every colour of the scale.
+directly. The same conventions hold in every figure and notebook:
+
+- **Weights** are drawn on a one-sided scale from 0, light to dark (:data:`WEIGHTS_CMAP`), through
+  a square root (:data:`WEIGHTS_GAMMA`), so that a weight of 0.01 on a scale to 1 is already
+  tinted (a tenth of the way) instead of lost in the bottom colour. Dark means attends strongly,
+  as dark means may attend in the boolean patterns.
+- **Signed quantities** (differences, weights that can be negative, encodings) are drawn with
+  ``signed=True``: a diverging scale centred on 0 (:data:`SIGNED_CMAP`), linear.
+- **Masked cells** (outside ``allowed=``) and NaN or ±inf entries are one neutral grey
+  (:data:`BAD_COLOR`), apart from every colour of both scales, never a small weight.
+- **Small panels** (at most :data:`SMALL_PANEL` rows and columns) carry a label on every row and
+  column and each cell's value to 2 decimals, in black or white, whichever contrasts more.
+- Entries beyond the colour scale are marked by an arrow on the colour bar.
 
 Figures are plain :class:`matplotlib.figure.Figure` objects, made without ``pyplot``: no global
 figure list, nothing to close, nothing shown twice in Jupyter (a figure displays as one PNG, with or
 without ``%matplotlib inline``). The style ``refattn.mplstyle`` (next to this file) is applied with
 ``matplotlib.style.context`` while drawing, never globally. :func:`save_figure` writes byte-stable
-files (no software version or date in the metadata).
+files: no software version or date in the metadata, and every drawn value rounded to
+:data:`SIGNIFICANT_DIGITS` significant digits first, so that last-bit differences between BLAS
+builds, CPUs or thread counts do not reach the pixels.
 
 To compose a sheet (a matrix beside a line plot), make a :func:`figure`, split it with
 ``fig.subfigures`` and draw into the parts with :func:`draw_attention` / :func:`draw_pattern`.
@@ -33,15 +47,24 @@ from pathlib import Path
 import matplotlib as mpl
 import matplotlib.style
 import numpy as np
-from matplotlib.colors import Colormap, ListedColormap
+from matplotlib.collections import QuadMesh
+from matplotlib.colors import Colormap, ListedColormap, LogNorm, Normalize, PowerNorm
 from matplotlib.figure import Figure, SubFigure
+from matplotlib.patches import Polygon, Rectangle
 from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike, NDArray
 
-from .common import check_choice
+from .common import check_bool, check_choice
 
 __all__ = [
+    "BAD_COLOR",
+    "MIN_FONTSIZE",
+    "SIGNED_CMAP",
+    "SIGNIFICANT_DIGITS",
+    "SMALL_PANEL",
     "STYLE_PATH",
+    "WEIGHTS_CMAP",
+    "WEIGHTS_GAMMA",
     "draw_attention",
     "draw_pattern",
     "figure",
@@ -53,7 +76,13 @@ __all__ = [
 ]
 
 STYLE_PATH = Path(__file__).parent / "refattn.mplstyle"
-BAD_COLOR = "0.72"                     # NaN / ±inf: a grey outside viridis and outside white/navy
+BAD_COLOR = "0.72"                     # masked, NaN, ±inf: a grey outside both scales and white/navy
+WEIGHTS_CMAP = "YlGnBu"                # one-sided: pale yellow (0) to navy, lightness falling throughout
+WEIGHTS_GAMMA = 0.5                    # colour ∝ (A / vmax)^γ on the weights scale: small weights show
+SIGNED_CMAP = "RdBu_r"                 # two-sided: blue < 0 < red, white at 0
+SMALL_PANEL = 12                       # panels of at most 12 × 12 cells: every label, values printed
+MIN_FONTSIZE = 4.5                     # points: smaller printed values are not drawn by default
+SIGNIFICANT_DIGITS = 6                 # drawn values are rounded to this before saving (save_figure)
 PATTERN_CMAP = ListedColormap(["white", "#1b2a49"], name="refattn_pattern")   # False, True
 STEP_MODES = ("html", "widget")
 STEP_KINDS = ("attention", "pattern")
@@ -98,10 +127,11 @@ def figure(figsize: tuple[float, float]) -> Figure:
 
 
 def plot_attention(
-    A: ArrayLike, *, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
-    titles: Sequence[str] | str | None = None, xlabel: str = "key j", ylabel: str = "query i",
-    cmap: str | Colormap = "viridis", vmin: float | None = 0.0, vmax: float | None = None,
-    colorbar: bool = True, size: float = 2.4, suptitle: str | None = None,
+    A: ArrayLike, *, allowed: ArrayLike | None = None, row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None, titles: Sequence[str] | str | None = None, xlabel: str = "key j",
+    ylabel: str = "query i", signed: bool = False, cmap: str | Colormap | None = None,
+    vmin: float | None = 0.0, vmax: float | None = None, gamma: float | None = None,
+    annotate: bool | None = None, colorbar: bool = True, size: float = 2.4, suptitle: str | None = None,
 ) -> Figure:
     r"""Heat maps of attention matrices, one panel per matrix, on one shared colour scale.
 
@@ -110,22 +140,42 @@ def plot_attention(
     A : (n, m), (c, n, m) or (r, c, n, m) array_like of float or bool
         One matrix, a row of *c* matrices, or an *r* × *c* grid (see the module docstring).
         NaN and ±inf entries are drawn grey.
+    allowed : array_like of bool, optional
+        ``True`` where query *i* may attend to key *j* (refattn's mask polarity), broadcastable to
+        ``A`` (one (n, m) mask for every panel, or one per panel). The cells outside it are drawn
+        in the neutral grey :data:`BAD_COLOR`, whatever ``A`` holds there, and are left out of the
+        colour range and the printed values: a masked pair is shown as masked, not as a weight 0.
     row_labels : sequence of str, optional
-        *n* query labels (tokens); default sparse integer ticks.
+        *n* query labels (tokens); default the positions, every one on panels of at most
+        :data:`SMALL_PANEL` rows, sparse integer ticks on larger ones.
     col_labels : sequence of str, optional
-        *m* key labels (tokens); default sparse integer ticks.
+        *m* key labels (tokens); default as for ``row_labels``.
     titles : str or sequence of str, optional
         One title per panel, flat (*r·c*) or nested (*r* lists of *c*), in row-major order.
     xlabel, ylabel : str
         Axis labels, written on the bottom row and the left column.
-    cmap : str or Colormap, default "viridis"
-        Colour map.
+    signed : bool, default False
+        ``False``: a one-sided scale from ``vmin`` (weights). ``True``: a signed quantity, drawn on a
+        linear diverging scale centred on 0, from −``vmax`` to ``vmax`` (default the largest
+        finite \|entry\|); ``vmin`` is then not used and must be left at its default.
+    cmap : str or Colormap, optional
+        Colour map; default :data:`WEIGHTS_CMAP`, or :data:`SIGNED_CMAP` when ``signed``.
     vmin : float or None, default 0.0
-        Bottom of the colour scale; ``None``: the smallest finite entry.
+        Bottom of a one-sided colour scale; ``None``: the smallest finite entry.
     vmax : float, optional
-        Top of the colour scale; default the largest finite entry over all panels.
+        Top of the colour scale; default the largest finite entry (the largest \|entry\| when
+        ``signed``) over all panels.
+    gamma : float, optional
+        Exponent of a one-sided scale: an entry's colour is that of ((A − vmin)/(vmax − vmin))^γ.
+        Default :data:`WEIGHTS_GAMMA` (square root) with the default colour map, 1 (linear) when
+        ``cmap`` is given; signed scales are always linear.
+    annotate : bool, optional
+        Print each cell's value (2 decimals) in it, in black or white for contrast. Default: on
+        for panels of at most :data:`SMALL_PANEL` rows and columns drawn on refattn's own scales
+        (``cmap`` not given) whose cells are wide enough for :data:`MIN_FONTSIZE`-point digits;
+        off otherwise (e.g. integer codes on a categorical map).
     colorbar : bool, default True
-        Draw one colour bar for the whole grid.
+        Draw one colour bar for the whole grid, with an arrow at an end passed by some entry.
     size : float, default 2.4
         Inches of the longer side of each panel.
     suptitle : str, optional
@@ -140,22 +190,26 @@ def plot_attention(
     >>> A = np.full((2, 4, 5, 7), 1 / 7)              # 2 layers × 4 heads, n = 5, m = 7
     >>> len(plot_attention(A).axes)                    # 8 panels and one colour bar
     9
-    >>> len(plot_attention(A[0, 0], colorbar=False).axes)
-    1
+    >>> causal = np.tril(np.ones((5, 5), dtype=bool))
+    >>> ax = plot_attention(np.where(causal, 0.2, 0.0), allowed=causal, colorbar=False).axes[0]
+    >>> [t.get_text() for t in ax.texts[:3]]           # cells outside `allowed`: grey, no value
+    ['0.20', '', '']
     """
-    grid = _as_grid("A", A, "fb").astype(np.float64)
+    grid = _allowed_grid(_as_grid("A", A, "fb").astype(np.float64), allowed, np.shape(A))
     fig = _new_figure(_grid_figsize(grid.shape, size, colorbar=colorbar, suptitle=suptitle, title_lines=1,
                                     col_labels=col_labels))
     draw_attention(fig, grid, row_labels=row_labels, col_labels=col_labels, titles=titles, xlabel=xlabel,
-                   ylabel=ylabel, cmap=cmap, vmin=vmin, vmax=vmax, colorbar=colorbar, suptitle=suptitle)
+                   ylabel=ylabel, signed=signed, cmap=cmap, vmin=vmin, vmax=vmax, gamma=gamma, annotate=annotate,
+                   colorbar=colorbar, suptitle=suptitle)
     return fig
 
 
 def draw_attention(
-    container: Figure | SubFigure, A: ArrayLike, *, row_labels: Sequence[str] | None = None,
-    col_labels: Sequence[str] | None = None, titles: Sequence[str] | str | None = None,
-    xlabel: str = "key j", ylabel: str = "query i", cmap: str | Colormap = "viridis",
-    vmin: float | None = 0.0, vmax: float | None = None, colorbar: bool = True, suptitle: str | None = None,
+    container: Figure | SubFigure, A: ArrayLike, *, allowed: ArrayLike | None = None,
+    row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
+    titles: Sequence[str] | str | None = None, xlabel: str = "key j", ylabel: str = "query i",
+    signed: bool = False, cmap: str | Colormap | None = None, vmin: float | None = 0.0, vmax: float | None = None,
+    gamma: float | None = None, annotate: bool | None = None, colorbar: bool = True, suptitle: str | None = None,
 ) -> NDArray:
     r"""Draw :func:`plot_attention`'s panels into an existing figure or subfigure.
 
@@ -165,24 +219,33 @@ def draw_attention(
         Where to draw (it should have no axes yet).
     A : (n, m), (c, n, m) or (r, c, n, m) array_like of float or bool
         As in :func:`plot_attention`.
-    row_labels, col_labels, titles, xlabel, ylabel, cmap, vmin, vmax, colorbar, suptitle
+    allowed : array_like of bool, optional
+        As in :func:`plot_attention`: ``True`` = may attend, broadcastable to ``A``; the cells
+        outside it are drawn grey.
+    row_labels, col_labels, titles, xlabel, ylabel, signed, cmap, vmin, vmax, gamma, annotate, colorbar, suptitle
         As in :func:`plot_attention`.
 
     Returns
     -------
     axes : (r, c) ndarray of matplotlib.axes.Axes
     """
-    grid = _as_grid("A", A, "fb").astype(np.float64)
-    lo, hi = _color_range(grid, vmin, vmax)
-    if isinstance(cmap, str):
-        if cmap not in mpl.colormaps:
-            raise ValueError(f"cmap {cmap!r} is not a matplotlib colormap name")
-        cmap = mpl.colormaps[cmap]
+    grid = _allowed_grid(_as_grid("A", A, "fb").astype(np.float64), allowed, np.shape(A))
+    check_bool("signed", signed)
+    norm = _norm(grid, vmin, vmax, signed=signed, gamma=gamma, own_cmap=cmap is not None)
+    fontsize = _cell_fontsize(container, grid, colorbar=colorbar, suptitle=suptitle)
+    if annotate is None:                                           # small panels, cells wide enough to read
+        annotate = cmap is None and max(grid.shape[2:]) <= SMALL_PANEL and fontsize >= MIN_FONTSIZE
+    check_bool("annotate", annotate)
+    cmap = _colormap(cmap, signed)
     with mpl.style.context(STYLE_PATH):
-        axes = _panels(container, grid, cmap.with_extremes(bad=BAD_COLOR), lo, hi, _titles(titles, grid.shape),
+        axes = _panels(container, grid, cmap.with_extremes(bad=BAD_COLOR), norm, _titles(titles, grid.shape),
                        row_labels, col_labels, xlabel, ylabel, cell_lines=False)
+        if annotate:
+            for (i, j), ax in np.ndenumerate(axes):
+                _cell_values(ax, grid[i, j], float(np.clip(fontsize, MIN_FONTSIZE, 8.0)))
         if colorbar:
-            container.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.9, aspect=25, pad=0.02)
+            container.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.9, aspect=25, pad=0.02,
+                               extend=_extend(grid, norm))
         if suptitle:
             container.suptitle(suptitle)
     return axes
@@ -261,7 +324,7 @@ def draw_pattern(
         panels = grid.reshape(r * c, *grid.shape[2:])
         titles = [_density_title(t, panel) for t, panel in zip(titles, panels, strict=True)]
     with mpl.style.context(STYLE_PATH):
-        axes = _panels(container, grid.astype(np.float64), PATTERN_CMAP, 0.0, 1.0, titles,
+        axes = _panels(container, grid.astype(np.float64), PATTERN_CMAP, Normalize(0.0, 1.0), titles,
                        row_labels, col_labels, xlabel, ylabel, cell_lines=max(grid.shape[2:]) <= 40)
         if suptitle:
             container.suptitle(suptitle)
@@ -332,11 +395,13 @@ def step_through(
 
 
 def pin_layout(fig: Figure) -> Figure:
-    r"""Run the figure's layout engine once, freeze it, and round every box to 1e-6 of its parent.
+    r"""Round the drawn values, run the figure's layout engine once, freeze it, and round every box.
 
     The constrained-layout solution of a nested sheet varies in its last bits from one process to
     the next (~1e-16 of the figure), and that occasionally moves an anti-aliased pixel: the PNG
-    bytes change although nothing was redrawn differently. Pinned and rounded, they do not.
+    bytes change although nothing was redrawn differently. Pinned and rounded to 1e-6 of their
+    parents, the boxes do not. The drawn values are rounded first, as :func:`save_figure` does,
+    so that the layout (which sees the tick labels) is computed from the rounded values.
 
     Parameters
     ----------
@@ -348,6 +413,7 @@ def pin_layout(fig: Figure) -> Figure:
     fig : matplotlib.figure.Figure
         The same figure, its layout engine removed.
     """
+    _round_drawn(fig)
     engine = fig.get_layout_engine()
     if engine is not None:
         engine.execute(fig)
@@ -367,6 +433,9 @@ def _round_subfigures(container) -> None:
 def save_figure(fig: Figure, path: str | Path) -> Path:
     r"""Write ``fig`` to ``path`` at 100 dpi with no software/date metadata, so re-runs change no bytes.
 
+    Every drawn value is first rounded in place to :data:`SIGNIFICANT_DIGITS` significant digits
+    (see Notes), so that last-bit differences between machines do not reach the file.
+
     Parameters
     ----------
     fig : matplotlib.figure.Figure
@@ -378,6 +447,40 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     Returns
     -------
     path : pathlib.Path
+
+    Notes
+    -----
+    The drawn values are computed through BLAS, whose last bits depend on the CPU kernel and the
+    thread count, and through NumPy's vectorised ``exp`` and ``log``, whose last bits depend on
+    the CPU's instruction set. A difference of ~1e-16 of a value rarely moves a pixel, but near a
+    tie it does: a dashed straight line on log-log axes (Lemma 2's MSE against m in
+    ``performer_trig.png``) moves anti-aliased pixels of its dashes when its axis limits change
+    by a few units in the last place. So every drawn value is first rounded in place:
+
+    - image data, the coordinates of lines, collections (``fill_between``, scatter offsets) and
+      patches (bars, spans), and the axis limits (on an autoscaled axis, the data limits that
+      autoscaling starts from): to :data:`SIGNIFICANT_DIGITS` = 6 significant digits of the
+      largest \|value\| of the array on linear axes and colour scales, a step of 1e-6 to 1e-5 of
+      that value, so that noise around 0 (a difference of two equal numbers) becomes exactly 0;
+      on a logarithmic axis, 6 significant digits of each value;
+    - the colour limits: 6 significant digits of the larger of \|vmin\| and \|vmax\|.
+
+    Why no figure changes visibly: a value moves by at most half a step, 5e-6 of the largest
+    \|value\| of its array. On an axis spanning at least a tenth of that magnitude (every refattn
+    figure) that is under 0.07 px of a 1400 px axis; on a log axis, under 2.2e-6 decade; on a
+    linear colour scale from 0 to its largest entry, 1/780 of one of its 256 colour levels (on the
+    square-root weights scale, under a tenth of a level above 0.4 % of vmax, at most one below).
+    Printed values (2 decimals) are formatted from the rounded numbers, so a tie such as 0.125
+    is broken the same way everywhere.
+
+    What remains: noise carries a value across a rounding boundary with a probability of about
+    noise / step, below 1e-15 / 1e-6 = 1e-9 per value for noise of a few units in the last place;
+    the crossed value then moves by one step, itself far below a pixel, and changes the file only
+    if that meets a tie as well (in refattn's figures, the noise between OpenBLAS kernels is at
+    most 1e-9 of a step). The rounding uses only correctly rounded operations (scaling by powers
+    of ten, ``rint``, decimal formatting and parsing), so it gives the same numbers on every
+    IEEE 754 machine. Matplotlib's transforms (the logarithm of a log axis) run after it and can
+    still differ in the last bit between CPUs; text placed at computed positions is not rounded.
 
     Examples
     --------
@@ -395,14 +498,14 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
 
 # --- drawing ---------------------------------------------------------------------------------------
 
-def _panels(container, grid, cmap, vmin, vmax, titles, row_labels, col_labels, xlabel, ylabel, *, cell_lines):
+def _panels(container, grid, cmap, norm, titles, row_labels, col_labels, xlabel, ylabel, *, cell_lines):
     """imshow each (n, m) panel of the (r, c, n, m) grid on shared axes; return the (r, c) axes."""
     r, c, n, m = grid.shape
     row_labels = _labels("row_labels", row_labels, n, "n", grid.shape)
     col_labels = _labels("col_labels", col_labels, m, "m", grid.shape)
     axes = container.subplots(r, c, squeeze=False, sharex=True, sharey=True)
     for (i, j), ax in np.ndenumerate(axes):
-        ax.imshow(grid[i, j], cmap=cmap, vmin=vmin, vmax=vmax, aspect="equal")
+        ax.imshow(grid[i, j], cmap=cmap, norm=norm, aspect="equal")
         ax.spines[:].set_visible(True)
         ax.set_title(titles[i * c + j] or "")
         if i == r - 1:
@@ -425,10 +528,60 @@ def _panels(container, grid, cmap, vmin, vmax, titles, row_labels, col_labels, x
 
 
 def _ticks(axis, labels, size):
-    if labels is None:
+    """Every position (or the given labels) on a small panel, sparse integer ticks on a larger one."""
+    if labels is None and size > SMALL_PANEL:
         axis.set_major_locator(MaxNLocator(nbins=6, integer=True, steps=[1, 2, 5, 10]))
         return
     axis.set_ticks(np.arange(size), labels=labels)
+
+
+def _cell_fontsize(container, grid, *, colorbar: bool, suptitle) -> float:
+    """Points at which the printed values ("0.00", "−0.00") fill at most ~80 % of a cell's width.
+
+    The cell size is estimated from the container, less the room the labels, titles and colour
+    bar usually take (the layout has not run yet).
+    """
+    r, c, n, m = grid.shape
+    dpi = container.figure.dpi
+    width = container.bbox.width - dpi * (0.55 + 0.1 * c + (0.75 if colorbar else 0.0))
+    height = container.bbox.height - dpi * (0.6 + 0.25 * r + (0.3 if suptitle else 0.0))
+    cell = max(min(width / (c * m), height / (r * n)), 0.0) * 72 / dpi          # points
+    chars = 5 if np.nanmin(grid, initial=0.0) < 0 else 4
+    return min(0.8 * cell / (0.6 * chars), 0.55 * cell)
+
+
+def _cell_values(ax, panel: NDArray, fontsize: float) -> None:
+    """One centred text per cell of the panel (row-major), written by :func:`_write_values`."""
+    for (i, j), _ in np.ndenumerate(panel):
+        ax.text(j, i, "", ha="center", va="center", fontsize=fontsize)
+    _write_values(ax, panel)
+
+
+def _write_values(ax, panel: NDArray) -> None:
+    """Set the cell texts of ``ax`` to the panel's values (2 decimals), in black or white on the cell's colour.
+
+    Values are formatted after the rounding of :func:`save_figure`, so last-bit noise does not
+    decide a rounding tie; masked, NaN and ±inf cells get no text.
+    """
+    image, shown = ax.images[0], _rounded(panel)
+    colours = image.cmap(image.norm(np.ma.masked_invalid(shown))).reshape(-1, 4)
+    for text, value, colour in zip(ax.texts, shown.ravel(), colours, strict=True):
+        text.set_text(_value_label(value))
+        text.set_color("white" if _luminance(colour) < 0.179 else "black")
+
+
+def _value_label(value: float) -> str:
+    if not np.isfinite(value):
+        return ""
+    label = f"{value:.2f}"
+    return "0.00" if label == "-0.00" else label.replace("-", "\u2212")
+
+
+def _luminance(rgba) -> float:
+    """WCAG relative luminance; black text contrasts more above 0.179, white below."""
+    rgb = np.asarray(rgba[:3])
+    linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    return float(linear @ [0.2126, 0.7152, 0.0722])
 
 
 def _rotated(col_labels) -> bool:
@@ -448,15 +601,21 @@ def _frame_player(frames, titles, kind, plot_kwargs) -> tuple[Figure, Callable[[
         fig = plot_pattern(frames[0], titles=titles[0], **plot_kwargs)
         title = [_density_title(titles[t], frames[t]) if annotate else titles[t] for t in range(T)]
     else:
-        frames = _as_grid("frames", frames, "fb")[0].astype(np.float64)
-        lo, hi = _color_range(frames, plot_kwargs.pop("vmin", 0.0), plot_kwargs.pop("vmax", None))
-        fig = plot_attention(frames[0], titles=titles[0], vmin=lo, vmax=hi, **plot_kwargs)
+        grid = _as_grid("frames", frames, "fb").astype(np.float64)
+        frames = _allowed_grid(grid, plot_kwargs.pop("allowed", None), frames.shape)[0]
+        signed = plot_kwargs.get("signed", False)
+        lo, hi = _limits(frames, plot_kwargs.pop("vmin", 0.0), plot_kwargs.pop("vmax", None), signed=signed)
+        scale = {"vmax": hi} if signed else {"vmin": lo, "vmax": hi}     # one scale for every frame
+        fig = plot_attention(frames[0], titles=titles[0], **scale, **plot_kwargs)
         title = titles
     ax = fig.axes[0]
 
     def show(t: int) -> None:
         ax.images[0].set_data(frames[t])
         ax.set_title(title[t])
+        if ax.texts:                                               # printed values
+            _write_values(ax, frames[t])
+        _round_drawn(fig)                                          # the HTML writer saves without _savefig
 
     return fig, show
 
@@ -506,6 +665,7 @@ def _new_figure(figsize, layout: str = "constrained") -> Figure:
 
 
 def _savefig(fig: Figure, target, fmt: str) -> None:
+    _round_drawn(fig)
     with mpl.style.context(STYLE_PATH):
         fig.savefig(target, format=fmt, dpi=100, metadata=_STABLE_METADATA.get(fmt))
 
@@ -555,6 +715,66 @@ def _density_title(title: str | None, panel: NDArray) -> str:
     return f"{title}\n{stats}" if title else stats
 
 
+def _allowed_grid(grid: NDArray, allowed, shape) -> NDArray:
+    """The (r, c, n, m) grid with NaN (drawn grey) outside ``allowed``, which must broadcast to it."""
+    if allowed is None:
+        return grid
+    mask = np.asarray(allowed)
+    if mask.dtype.kind != "b":
+        raise TypeError(f"allowed must be a boolean (True = may attend) array, got dtype {mask.dtype} "
+                        f"with shape {mask.shape}")
+    try:
+        mask = np.broadcast_to(mask.reshape((1,) * max(0, 4 - mask.ndim) + mask.shape), grid.shape)
+    except ValueError:
+        raise ValueError(f"allowed has shape {mask.shape}, which does not broadcast to the matrices' "
+                         f"shape {tuple(shape)}") from None
+    return np.where(mask, grid, np.nan)
+
+
+def _colormap(cmap, signed: bool) -> Colormap:
+    if cmap is None:
+        cmap = SIGNED_CMAP if signed else WEIGHTS_CMAP
+    if isinstance(cmap, str):
+        if cmap not in mpl.colormaps:
+            raise ValueError(f"cmap {cmap!r} is not a matplotlib colormap name")
+        cmap = mpl.colormaps[cmap]
+    return cmap
+
+
+def _norm(values: NDArray, vmin, vmax, *, signed: bool, gamma, own_cmap: bool) -> Normalize:
+    """The colour scale: linear and centred on 0 when ``signed``, else from vmin through a power γ."""
+    if signed and gamma not in (None, 1):
+        raise ValueError(f"gamma={gamma!r} applies to one-sided scales; a signed scale is linear")
+    lo, hi = _limits(values, vmin, vmax, signed=signed)
+    if gamma is None:
+        gamma = 1.0 if signed or own_cmap else WEIGHTS_GAMMA
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) or not gamma > 0:
+        raise ValueError(f"gamma must be a positive number, got {gamma!r}")
+    return Normalize(lo, hi) if gamma == 1 else PowerNorm(float(gamma), lo, hi)
+
+
+def _limits(values: NDArray, vmin, vmax, *, signed: bool) -> tuple[float, float]:
+    """(bottom, top) of the colour scale; signed: (−top, top), top default the largest finite |entry|."""
+    if not signed:
+        return _color_range(values, vmin, vmax)
+    if vmin not in (None, 0.0):
+        raise ValueError(f"a signed scale is centred on 0 (from -vmax to vmax): give vmax only, got vmin={vmin!r}")
+    finite = np.abs(values[np.isfinite(values)])
+    top = (float(finite.max()) if finite.size else 0.0) if vmax is None else float(vmax)
+    if vmax is not None and not top > 0:
+        raise ValueError(f"vmax={vmax!r} must be positive on a signed scale (from -vmax to vmax)")
+    top = top if top > 0 else 1.0
+    return -top, top
+
+
+def _extend(values: NDArray, norm: Normalize) -> str:
+    """The colour bar's arrows: which ends of the scale some finite entry passes."""
+    finite = values[np.isfinite(values)]
+    over = bool(finite.size and finite.max() > norm.vmax)
+    under = bool(finite.size and finite.min() < norm.vmin)
+    return {(False, False): "neither", (True, False): "max", (False, True): "min", (True, True): "both"}[over, under]
+
+
 def _color_range(values: NDArray, vmin: float | None, vmax: float | None) -> tuple[float, float]:
     finite = values[np.isfinite(values)]
     lo = (float(finite.min()) if finite.size else 0.0) if vmin is None else float(vmin)
@@ -578,6 +798,80 @@ def _grid_figsize(shape, size: float, *, colorbar: bool, suptitle, title_lines: 
     if _rotated(col_labels):                                       # vertical key labels below the grid
         height += 0.075 * max(len(str(s)) for s in col_labels)
     return width, height
+
+
+# --- byte-stable values (see save_figure's Notes) -------------------------------------------------------
+
+def _rounded(values: ArrayLike, *, relative: bool = False) -> NDArray:
+    """``values`` to SIGNIFICANT_DIGITS significant digits of the largest |value| (one step for the
+    whole array), or of each value when ``relative`` (log axes); NaN, ±inf kept, −0.0 made 0.0."""
+    x = np.array(values, dtype=np.float64)
+    finite = np.isfinite(x)
+    if not finite.any():
+        return x
+    if relative:                                   # decimal formatting and parsing are correctly rounded
+        x[finite] = [float(f"{v:.{SIGNIFICANT_DIGITS - 1}e}") for v in x[finite]]
+        return x + 0.0
+    scale = float(np.max(np.abs(x[finite])))
+    if scale == 0.0:
+        return x + 0.0
+    decimals = SIGNIFICANT_DIGITS - 1 - int(f"{scale:.{SIGNIFICANT_DIGITS - 1}e}".split("e")[1])
+    if decimals >= 0:                              # k / 10^decimals: the double nearest the decimal k·10^−decimals
+        x[finite] = np.rint(x[finite] * float(10**decimals)) / float(10**decimals)
+    else:
+        x[finite] = np.rint(x[finite] / float(10**-decimals)) * float(10**-decimals)
+    return x + 0.0
+
+
+def _round_drawn(fig: Figure) -> None:
+    """Round, in place, every value ``fig`` draws: images, colour limits, lines, collections, patches, limits."""
+    for ax in fig.axes:
+        log_x, log_y = ax.xaxis.get_scale() != "linear", ax.yaxis.get_scale() != "linear"
+
+        def xy(points, log_x=log_x, log_y=log_y):
+            points = np.ma.filled(np.ma.asarray(points, dtype=np.float64), np.nan).reshape(-1, 2)
+            return np.column_stack([_rounded(points[:, 0], relative=log_x), _rounded(points[:, 1], relative=log_y)])
+
+        for image in ax.images:
+            data = image.get_array()
+            if data is not None and data.dtype.kind == "f":
+                image.set_data(np.ma.masked_array(_rounded(np.ma.getdata(data)), mask=np.ma.getmaskarray(data)))
+            if image.norm.scaled():
+                image.set_clim(*_rounded(image.get_clim(), relative=isinstance(image.norm, LogNorm)))
+        for line in ax.lines:
+            try:
+                points = np.column_stack([np.ma.asarray(d, dtype=np.float64) for d in line.get_data()])
+            except (TypeError, ValueError):                # units (dates, categories): not numbers
+                continue
+            line.set_data(*xy(points).T)
+        for collection in ax.collections:
+            data_x, data_y = collection.get_offset_transform().contains_branch_separately(ax.transData)
+            offsets = collection.get_offsets()
+            if (data_x or data_y) and len(offsets):
+                collection.set_offsets(xy(offsets))        # scatter
+            if isinstance(collection, QuadMesh):           # drawn from its coordinates (colour bars)
+                continue
+            if any(collection.get_transform().contains_branch_separately(ax.transData)):
+                for path in collection.get_paths():        # fill_between, fill, hlines
+                    if not path.readonly:
+                        path.vertices = xy(path.vertices)
+        for patch in ax.patches:
+            if isinstance(patch, Rectangle):               # bars, spans
+                (x0, y0), (x1, y1) = xy([patch.get_xy(), (patch.get_x() + patch.get_width(),
+                                                          patch.get_y() + patch.get_height())])
+                patch.set_bounds(x0, y0, x1 - x0, y1 - y0)
+            elif isinstance(patch, Polygon):
+                patch.set_xy(xy(patch.get_xy()))
+    for ax in fig.axes:                                    # limits after set_clim, which the colour bars follow
+        relative_x, relative_y = ax.xaxis.get_scale() != "linear", ax.yaxis.get_scale() != "linear"
+        ax.dataLim.intervalx = _rounded(ax.dataLim.intervalx, relative=relative_x)   # autoscaling starts here
+        ax.dataLim.intervaly = _rounded(ax.dataLim.intervaly, relative=relative_y)
+        if not ax.get_autoscalex_on():
+            ax.xaxis.set_view_interval(*_rounded(ax.xaxis.get_view_interval(), relative=relative_x), ignore=True)
+        if not ax.get_autoscaley_on():
+            ax.yaxis.set_view_interval(*_rounded(ax.yaxis.get_view_interval(), relative=relative_y), ignore=True)
+    for ax in fig.axes:                                    # shared axes: after every sibling's data limits
+        ax.autoscale_view()
 
 
 def _require(module: str, who: str, package: str):

@@ -7,12 +7,14 @@ import importlib
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import Normalize, PowerNorm
 
+import refattn as ra
 from refattn import cli, registry
 from refattn.figures import SHEETS, draw_figure, figure_names, sparse, write_figures
 from refattn.figures.template import draw_spec
 from refattn.mechanism import FigureSpec, Mechanism
-from refattn.viz import save_figure
+from refattn.viz import SIGNED_CMAP, WEIGHTS_CMAP, save_figure
 
 CHEAP = ["sdpa", "causal_mask", "band"]
 
@@ -99,3 +101,55 @@ def test_sparse_weights_must_stay_on_the_drawn_pattern():
     assert np.isnan(sparse._on_pattern(np.eye(3), mask)[0, 1])
     with pytest.raises(ValueError, match="outside the drawn pattern"):
         sparse._on_pattern(np.full((3, 3), 1 / 3), mask)
+
+
+def _panels(fig) -> list:
+    """The matrix panels of a figure: (title, mask of the grey cells, image)."""
+    return [(ax.get_title(), np.ma.getmaskarray(ax.images[0].get_array()), ax.images[0])
+            for ax in fig.axes if ax.images]
+
+
+def test_vanilla_overview_draws_masked_pairs_grey_on_one_weights_scale():
+    panels = _panels(draw_figure("vanilla_overview"))
+    assert len(panels) == 8
+    grey = {"causal top-left, 5 × 8": ~ra.causal_mask(5, 8),
+            "causal bottom-right, 8 × 5\n(rows 0–2: no key, weights 0)":
+                ~ra.causal_mask(8, 5, alignment="bottom-right"),
+            "key padding, ℓ = 3 of 9": np.broadcast_to(np.arange(9) >= 3, (5, 9)),
+            "decoder causal self-attn, head 1": ~ra.causal_mask(6)}
+    for title, masked, image in panels:
+        np.testing.assert_array_equal(masked, grey.get(title, np.zeros_like(masked)), err_msg=title)
+        assert image.get_clim() == (0.0, 1.0) and isinstance(image.norm, PowerNorm), title
+        assert image.get_cmap().name.startswith(WEIGHTS_CMAP), title
+        assert image.axes.texts, title                                  # small panels: values printed
+
+
+def test_vanilla_figures_draw_masked_pairs_grey():
+    decoder = _panels(draw_figure("decoder_layer"))
+    heads = [masked for _, masked, _ in decoder if masked.shape == (6, 6)]
+    assert len(heads) == 4                                              # masked self-attention, 4 heads
+    for masked in heads:
+        np.testing.assert_array_equal(masked, ~ra.causal_mask(6))
+    padding = [masked for title, masked, _ in _panels(draw_figure("padding_mask")) if "weights" in title]
+    for masked, length in zip(padding, (9, 6, 3), strict=True):
+        np.testing.assert_array_equal(masked, np.broadcast_to(np.arange(9) >= length, (5, 9)))
+
+
+def test_linear_overview_weights_one_sided_and_readable():
+    """Weights on the one-sided scale, clipped nowhere but the causal rows 0–1; only trig is signed."""
+    panels = _panels(draw_figure("linear_overview"))
+    assert sum(title.startswith("performer_trig") for title, _, _ in panels) == 2
+    for title, masked, image in panels:
+        lo, hi = image.get_clim()
+        causal = bool(masked.any())
+        if causal:
+            np.testing.assert_array_equal(masked, ~ra.causal_mask(24), err_msg=title)
+        if title.startswith("performer_trig"):                          # signed weights: diverging
+            assert type(image.norm) is Normalize and lo == -hi, title
+            assert image.get_cmap().name.startswith(SIGNED_CMAP), title
+            continue
+        assert lo == 0.0 and isinstance(image.norm, PowerNorm), title
+        assert image.get_cmap().name.startswith(WEIGHTS_CMAP), title
+        A = image.get_array().filled(np.nan)
+        body = A[2:] if causal else A
+        assert np.nanmin(A) >= 0.0 and np.nanmax(body) <= hi, title

@@ -106,21 +106,26 @@ def test_apply_returns_weights_only_when_asked(mech):
     np.testing.assert_array_equal(full.output, plain.output)
 
 
-@pytest.mark.parametrize(("mech", "causal"), [(m, c) for m in APPLIABLE for c in m.causal_settings], ids=_id)
-def test_apply_weights_rows_and_pattern(mech, causal):
+@pytest.mark.parametrize(("mech", "causal", "example"),
+                         [(m, c, e) for m in APPLIABLE for c in m.causal_settings for e in ({}, *m.examples)], ids=_id)
+def test_apply_weights_rows_and_pattern(mech, causal, example):
     n, m = _lengths(mech)
+    if causal == "bottom-right":
+        n = m + 2                                                  # fully masked first rows too
     q, k, v = _inputs(1, n=n, m=m)
-    result = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True)
+    result = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True, **example)
     assert result.output.shape == (n, 4)
     A = _rows(result.weights)
     assert A.shape[-2:] == (n, m)
-    assert np.all(A >= 0) or not mech.nonnegative
+    assert np.all(A[~np.isnan(A)] >= 0) or not mech.nonnegative
     sums = A.sum(axis=-1)
-    if mech.normalized:
-        np.testing.assert_allclose(sums[sums != 0], 1.0, rtol=0, atol=1e-15 * m)
+    if mech.normalized and not example:                            # an example may add eps to the normaliser
+        rows = (sums != 0) & ~np.isnan(sums)                       # NaN: fully masked under the "nan" policy
+        np.testing.assert_allclose(sums[rows], 1.0, rtol=0, atol=1e-15 * m)
     if result.allowed is not None:                                 # nothing outside the reported pattern
         assert result.allowed.shape == result.weights.shape and result.allowed.dtype == bool
-        np.testing.assert_array_equal(result.weights[~result.allowed], 0.0)
+        nan_rows = np.isnan(result.weights).all(axis=-1, keepdims=True)   # the "nan" policy's fully masked rows
+        np.testing.assert_array_equal(result.weights[~result.allowed & ~nan_rows], 0.0)
 
 
 @pytest.mark.parametrize("mech", [m for m in APPLIABLE if not m.position_dependent], ids=_id)

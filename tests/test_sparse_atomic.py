@@ -1,4 +1,4 @@
-"""The five atomic patterns of the survey (§3.1.1, Fig. 4) against double loops over their set definitions."""
+"""The five atomic patterns of the survey (§4.1.1, Fig. 4) against double loops over their set definitions."""
 from __future__ import annotations
 
 import numpy as np
@@ -134,12 +134,15 @@ def test_random_draw_is_uniform_over_keys():
 
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: band_pattern(4, -1), ValueError, "w must be a non-negative int"),
-    (lambda: band_pattern(0, 1), ValueError, "n must be a positive int"),
+    (lambda: band_pattern(-1, 1), ValueError, "n must be a non-negative int, got -1"),
+    (lambda: band_pattern(3, 1, m=2.0), ValueError, "m must be a non-negative int, got 2.0"),
     (lambda: dilated_pattern(4, 1, 0), ValueError, "dilation must be a positive int, got 0"),
     (lambda: strided_pattern(4, 0), ValueError, "stride must be a positive int, got 0"),
     (lambda: block_local_pattern(4, 0), ValueError, "block must be a positive int"),
     (lambda: global_pattern(4, [4]), ValueError, r"global_indices must lie in \[0, max\(n, m\)=4\)"),
-    (lambda: global_pattern(4, [0.5]), TypeError, "global_indices must be a 1-D array of ints"),
+    (lambda: global_pattern(4, [0.5]), TypeError, r"global_indices must be an array of ints, got dtype float64"),
+    (lambda: global_pattern(4, [True]), TypeError, r"global_indices must be an array of ints, got dtype bool"),
+    (lambda: global_pattern(4, [[0], [1, 2]]), ValueError, "global_indices must be a rectangular array"),
     (lambda: random_pattern(4, 2), ValueError, "exactly one of rng= .* and keys="),
     (lambda: random_pattern(4, 5, rng=0), ValueError, "cannot draw r=5 distinct keys from m=4"),
     (lambda: random_pattern(2, keys=[[0, 0], [1, -1]]), ValueError, "repeats a key within a row"),
@@ -148,3 +151,24 @@ def test_random_draw_is_uniform_over_keys():
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize(("n", "m"), [(0, 0), (0, 5), (4, 0)])
+@pytest.mark.parametrize("causal", CAUSAL)
+def test_no_query_or_no_key_is_an_empty_pattern(n, m, causal):
+    # The edge-size rule starts here: a pattern of n = 0 queries or m = 0 keys is empty, not an error.
+    patterns = [band_pattern(n, 2, m=m, causal=causal), dilated_pattern(n, 1, 2, m=m, causal=causal),
+                strided_pattern(n, 3, m=m, causal=causal), block_local_pattern(n, 3, m=m, causal=causal),
+                global_pattern(n, (), m=m, causal=causal), global_pattern(n, [0] if max(n, m) else [], m=m),
+                random_pattern(n, 0, m=m, causal=causal, rng=0),
+                random_pattern(n, m=m, causal=causal, keys=np.zeros((n, 0), np.int64))]
+    if causal is not False or n == 0:                              # causal rows take all of their < r candidates
+        patterns.append(random_pattern(n, 2, m=m, causal=causal, rng=0))
+    for p in patterns:
+        assert p.shape == (n, m) and p.nnz == 0
+        np.testing.assert_array_equal(p.to_mask(), np.zeros((n, m), bool))
+
+
+def test_random_refuses_more_keys_than_there_are_saying_what_works():
+    with pytest.raises(ValueError, match=r"cannot draw r=2 distinct keys from m=0: without a causal mask r <= m"):
+        random_pattern(4, 2, m=0, rng=0)

@@ -1,7 +1,8 @@
-"""Compound sparse patterns (survey §3.1.1, Fig. 5): unions of atomic ones, and double loops over the papers' sets."""
+"""Compound sparse patterns (survey §4.1.1, Fig. 5): unions of atomic ones, and double loops over the papers' sets."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -384,16 +385,17 @@ def test_bigbird_large_n_has_the_closed_form_nnz():
 # --- bad input ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("call", "error", "match"), [
-    (lambda: star_transformer_pattern(0), ValueError, "n must be a positive int"),
+    (lambda: star_transformer_pattern(-1), ValueError, "n must be a non-negative int, got -1"),
     (lambda: star_transformer_pattern(4, ring="yes"), TypeError, "ring must be True or False, got .yes."),
     (lambda: longformer_pattern(8, 3), ValueError, "window must be even"),
     (lambda: longformer_pattern(8, -2), ValueError, "window must be a non-negative int"),
     (lambda: longformer_pattern(8, 2, dilation=0), ValueError, "dilation must be a positive int, got 0"),
     (lambda: longformer_pattern(8, 2, global_indices=[8]), ValueError, r"global_indices must lie in \[0, n=8\)"),
-    (lambda: longformer_pattern(8, 2, global_indices=[0.5]), TypeError, "global_indices must be a 1-D array of ints"),
+    (lambda: longformer_pattern(8, 2, global_indices=[0.5]), TypeError,
+     "global_indices must be an array of ints, got dtype float64"),
     (lambda: longformer_patterns(8, 2, []), TypeError, "dilations must be a non-empty sequence"),
     (lambda: longformer_patterns(8, 2, [1, 0]), ValueError, r"dilations\[1\] must be a positive int, got 0"),
-    (lambda: etc_pattern(2, 0, 1), ValueError, "num_long must be a positive int"),
+    (lambda: etc_pattern(2, -1, 1), ValueError, "num_long must be a non-negative int, got -1"),
     (lambda: etc_pattern(-1, 4, 1), ValueError, "num_global must be a non-negative int"),
     (lambda: etc_pattern(2, 4, -1), ValueError, "radius must be a non-negative int"),
     (lambda: etc_pattern(2, 4, 1, hard_l2g=True), ValueError, "need segment_ids"),
@@ -431,3 +433,45 @@ def test_bigbird_large_n_has_the_closed_form_nnz():
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# --- lengths: empty where the pattern is defined, refused saying which lengths work where it is not ----------------
+
+def test_self_attention_builders_take_zero_length():
+    assert star_transformer_pattern(0) == SparsePattern.full(1, 1)            # the relay alone, reading itself
+    for p in (longformer_pattern(0, 4), longformer_pattern(0, 2, global_indices=[], causal=True),
+              etc_pattern(0, 0, 1), sparse_transformer_pattern(0, 3), sparse_transformer_pattern(0, 3, kind="fixed")):
+        assert p.shape == (0, 0) and p.nnz == 0
+    assert etc_pattern(2, 0, 1) == SparsePattern.full(2, 2)                 # global tokens only: g2g
+    assert etc_pattern(2, 0, 1, segment_ids=[], hard_g2l=True) == SparsePattern.full(2, 2)
+
+
+@pytest.mark.parametrize(("r", "g", "w", "candidates"), [
+    (1, 2, 3, "disjoint"), (3, 2, 3, "disjoint"), (2, 0, 1, "disjoint"), (2, 3, 5, "disjoint"), (0, 2, 3, "disjoint"),
+    (1, 1, 3, "disjoint"), (1, 2, 3, "official"), (3, 2, 3, "official"),
+])
+def test_bigbird_takes_exactly_the_block_counts_its_refusal_names(r, g, w, candidates):
+    def refusal(nb):
+        try:
+            draw_bigbird_random_blocks(nb, nb, r, num_global_blocks=g, num_window_blocks=w, candidates=candidates)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    refusals = {nb: refusal(nb) for nb in range(1, 60)}
+    rules = {message.split("BigBird takes ")[1] for message in refusals.values() if message}
+    assert len(rules) == 1                                         # every refusal states the same rule, e.g.
+    head, start = rules.pop().split("num_blocks >= ")              # "num_blocks = 2 or num_blocks >= 6"
+    isolated = {int(t) for t in re.findall(r"\d+", head)}
+    for nb, message in refusals.items():
+        assert (message is None) == (nb in isolated or nb >= int(start)), f"num_blocks={nb}: {message}"
+
+
+def test_bigbird_refuses_lengths_naming_n_and_the_lengths_it_takes():
+    with pytest.raises(ValueError, match=r"^n=384 makes num_blocks=6: num_random_blocks=3 but block row 1 has only 2 "
+                                         r"candidate blocks .*BigBird takes n = 128 or n >= 512, a multiple of "
+                                         r"block_size=64$"):
+        bigbird_pattern(384, rng=0)
+    with pytest.raises(ValueError, match=r"^n=0 holds no block; .* BigBird takes n = 128 or n >= 512"):
+        bigbird_pattern(0, rng=0)
+    assert bigbird_pattern(128, rng=0) == SparsePattern.full(128, 128)       # two blocks, both global

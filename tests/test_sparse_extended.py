@@ -1,4 +1,4 @@
-"""Extended sparse patterns (survey §3.1.1, Fig. 6): BP-Transformer, Image Transformer, axial attention.
+"""Extended sparse patterns (survey §4.1.1, Fig. 6): BP-Transformer, Image Transformer, axial attention.
 
 Each builder is held to an independent formulation: a double loop over (query, key) transcribed from
 the paper's definition, a transcription of the official code's loop, or a structural fact of the
@@ -450,7 +450,8 @@ def test_csr_kernel_equals_equation_path(rng, name):
     (lambda: bp_transformer_pattern(8, 1.5), ValueError, "k must be a positive int, got 1.5"),
     (lambda: bp_transformer_pattern(8, 2, causal="yes"), ValueError,
      r"causal must be one of \(False, True, 'top-left', 'bottom-right'\), got 'yes'"),
-    (lambda: image_transformer_pattern(0, 4), ValueError, "height must be a positive int, got 0"),
+    (lambda: image_transformer_pattern(-1, 4), ValueError, "height must be a non-negative int, got -1"),
+    (lambda: image_transformer_pattern(4, 0), ValueError, "width must be a positive int, got 0"),
     (lambda: image_transformer_pattern(4, -1), ValueError, "width must be a positive int, got -1"),
     (lambda: image_transformer_pattern(4, 4, query_block=3), TypeError, r"query_block must be a pair .* got 3"),
     (lambda: image_transformer_pattern(4, 4, query_block=(2, 0)), ValueError, r"query_block\[1\] must be a positive"),
@@ -464,10 +465,34 @@ def test_csr_kernel_equals_equation_path(rng, name):
     (lambda: image_transformer_1d_pattern(8, 2, -3), ValueError, "memory_length must be a non-negative int, got -3"),
     (lambda: axial_pattern(3, 4, axis="diagonal"), ValueError, "axis must be one of"),
     (lambda: axial_pattern(3, 4, axis=0), ValueError, "axis must be one of"),
-    (lambda: axial_pattern(0, 4, axis="row"), ValueError, "height must be a positive int, got 0"),
+    (lambda: axial_pattern(-1, 4, axis="row"), ValueError, "height must be a non-negative int, got -1"),
+    (lambda: axial_pattern(4, 0, axis="row"), ValueError, "width must be a positive int, got 0"),
     (lambda: axial_patterns(3, 4, causal="no"), ValueError,
      r"causal must be one of \(False, True, 'top-left', 'bottom-right'\), got 'no'"),
 ])
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# --- lengths ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_an_image_of_no_row_is_an_empty_pattern(causal):
+    for p in (image_transformer_pattern(0, 5, query_block=(2, 2), memory_flange=(1, 1), causal=causal),
+              image_transformer_1d_pattern(0, 4, 2, causal=causal),
+              axial_pattern(0, 5, axis="row", causal=causal), axial_pattern(0, 5, axis="column", causal=causal)):
+        assert p.shape == (0, 0) and p.nnz == 0
+
+
+def test_the_bp_registry_entry_maps_each_node_count_to_its_tree():
+    from refattn.sparse.bp_transformer import _bp_tokens
+
+    counts = {len(bp_tree_spans(t)): t for t in range(1, 200)}    # node count of the tree of t tokens
+    for nodes in range(1, max(counts)):
+        if nodes in counts:
+            assert _bp_tokens(nodes) == counts[nodes]
+        else:
+            with pytest.raises(ValueError, match=rf"n={nodes} is no such count \(nearest: \d+ and \d+\)"):
+                _bp_tokens(nodes)
+    assert _bp_tokens(131071) == 65536                               # by bisection, not a scan of every tree

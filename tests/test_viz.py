@@ -1,12 +1,14 @@
-"""refattn.viz: grid layout, shared colour scale, NaN handling, validation, stepping, stable files."""
+"""refattn.viz: grid layout, colour scales, masked cells, printed values, validation, stepping, stable files."""
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 
 import matplotlib.colors
 import numpy as np
 import pytest
+from matplotlib.colors import Normalize, PowerNorm
 from matplotlib.figure import Figure
 
 from refattn import viz
@@ -89,6 +91,139 @@ def test_plot_attention_rejects_bad_input(A, kwargs, error, match):
         viz.plot_attention(A, **kwargs)
 
 
+# --- colour scales --------------------------------------------------------------------------------
+
+def test_weights_scale_is_one_sided_square_root_from_zero(weights):
+    image = viz.plot_attention(weights).axes[0].images[0]
+    assert isinstance(image.norm, PowerNorm) and image.norm.gamma == viz.WEIGHTS_GAMMA == 0.5
+    assert image.get_cmap().name.startswith(viz.WEIGHTS_CMAP)
+    assert image.get_clim() == (0.0, weights.max())
+    # a weight of 1 % of the top is a tenth of the way up the colour scale, not lost at the bottom
+    np.testing.assert_allclose(image.norm(0.01 * weights.max()), 0.1, rtol=1e-12)
+
+
+def test_weights_scale_bottom_colour_is_light():
+    bottom = matplotlib.colors.to_rgba(viz.plot_attention(np.eye(3)).axes[0].images[0].get_cmap()(0.0))
+    assert viz._luminance(bottom) > 0.9                          # not near-black, as viridis' start is
+
+
+def test_own_cmap_is_linear_unless_gamma_given(weights):
+    assert type(viz.plot_attention(weights, cmap="viridis").axes[0].images[0].norm) is Normalize
+    norm = viz.plot_attention(weights, cmap="viridis", gamma=0.25).axes[0].images[0].norm
+    assert isinstance(norm, PowerNorm) and norm.gamma == 0.25
+    assert type(viz.plot_attention(weights, gamma=1).axes[0].images[0].norm) is Normalize
+
+
+def test_signed_scale_is_linear_and_centred_on_zero(rng):
+    X = rng.standard_normal((3, 4))
+    image = viz.plot_attention(X, signed=True).axes[0].images[0]
+    top = np.abs(X).max()
+    assert type(image.norm) is Normalize
+    assert image.get_clim() == (-top, top)
+    assert image.get_cmap().name.startswith(viz.SIGNED_CMAP)
+    assert viz.plot_attention(X, signed=True, vmax=0.5).axes[0].images[0].get_clim() == (-0.5, 0.5)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"signed": True, "vmin": -1.0}, ValueError, r"signed scale is centred on 0.*give vmax only, got vmin=-1.0"),
+    ({"signed": True, "vmax": -1.0}, ValueError, r"vmax=-1.0 must be positive on a signed scale"),
+    ({"signed": True, "gamma": 0.5}, ValueError, r"gamma=0.5 applies to one-sided scales"),
+    ({"signed": 1}, TypeError, "signed must be True or False"),
+    ({"gamma": 0}, ValueError, "gamma must be a positive number, got 0"),
+    ({"gamma": True}, ValueError, "gamma must be a positive number, got True"),
+    ({"annotate": "yes"}, TypeError, "annotate must be True or False"),
+])
+def test_scale_options_reject_bad_input(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        viz.plot_attention(np.full((3, 4), 0.25), **kwargs)
+
+
+@pytest.mark.parametrize(("vmin", "vmax", "signed", "extend"), [
+    (0.0, None, False, "neither"), (0.0, 0.5, False, "max"), (0.2, None, False, "min"), (0.2, 0.5, False, "both"),
+    (0.0, 0.5, True, "both"),
+])
+def test_colour_bar_arrow_marks_entries_beyond_the_scale(vmin, vmax, signed, extend):
+    A = np.array([[0.0, 0.1], [0.7, -0.6 if signed else 0.3]])
+    fig = viz.plot_attention(A, vmin=vmin, vmax=vmax, signed=signed)
+    assert fig.axes[1]._colorbar.extend == extend
+
+
+# --- masked cells: allowed= -----------------------------------------------------------------------
+
+def test_cells_outside_allowed_are_drawn_grey_whatever_their_value(weights):
+    causal = np.tril(np.ones((5, 7), dtype=bool))
+    fig = viz.plot_attention(weights[0], allowed=causal)             # one (n, m) mask for 3 panels
+    for ax, panel in zip(fig.axes[:3], weights[0], strict=True):
+        image = ax.images[0]
+        np.testing.assert_array_equal(np.ma.getmaskarray(image.get_array()), ~causal)
+        np.testing.assert_array_equal(image.get_array()[causal], panel[causal])
+        np.testing.assert_array_equal(image.get_cmap().get_bad(), matplotlib.colors.to_rgba(viz.BAD_COLOR))
+        assert [t.get_text() for t in ax.texts if not t.get_text()] == [""] * int((~causal).sum())
+    assert fig.axes[0].images[0].get_clim() == (0.0, weights[0][:, causal].max())  # masked cells: not in the range
+
+
+def test_allowed_broadcasts_per_panel_and_from_a_key_mask(weights):
+    keys = np.array([True, True, True, False, False, True, False])            # (m,), e.g. a padding mask row
+    image = viz.plot_attention(weights[0, 0], allowed=keys).axes[0].images[0]
+    np.testing.assert_array_equal(np.ma.getmaskarray(image.get_array()), np.broadcast_to(~keys, (5, 7)))
+    per_panel = np.zeros((2, 3, 5, 7), dtype=bool)
+    per_panel[1, 2] = True
+    fig = viz.plot_attention(weights, allowed=per_panel)
+    assert [bool(np.ma.getmaskarray(ax.images[0].get_array()).all()) for ax in fig.axes[:6]] == [True] * 5 + [False]
+
+
+def test_draw_attention_takes_allowed():
+    fig = viz.figure((4.0, 3.0))
+    axes = viz.draw_attention(fig, np.full((4, 4), 0.25), allowed=np.eye(4, dtype=bool))
+    np.testing.assert_array_equal(np.ma.getmaskarray(axes[0, 0].images[0].get_array()), ~np.eye(4, dtype=bool))
+
+
+@pytest.mark.parametrize(("allowed", "error", "match"), [
+    (np.ones((5, 7)), TypeError, r"allowed must be a boolean \(True = may attend\) array, got dtype float64"),
+    (np.ones((5, 6), dtype=bool), ValueError, r"allowed has shape \(5, 6\), which does not broadcast to the "
+                                              r"matrices' shape \(3, 5, 7\)"),
+    (np.ones((4, 3, 5, 7), dtype=bool), ValueError, r"allowed has shape \(4, 3, 5, 7\)"),
+])
+def test_allowed_rejects_bad_input(weights, allowed, error, match):
+    with pytest.raises(error, match=match):
+        viz.plot_attention(weights[0], allowed=allowed)
+
+
+# --- small panels: labels and printed values ------------------------------------------------------
+
+def test_small_panels_print_every_value_with_contrasting_text():
+    A = np.array([[1.0, 0.0, 0.125], [0.25, 0.5, 0.005]])
+    ax = viz.plot_attention(A).axes[0]
+    assert [t.get_text() for t in ax.texts] == ["1.00", "0.00", "0.12", "0.25", "0.50", "0.01"]
+    assert [tuple(t.get_position()) for t in ax.texts[:4]] == [(0, 0), (1, 0), (2, 0), (0, 1)]   # (column j, row i)
+    image = ax.images[0]
+    for text, value in zip(ax.texts, A.ravel(), strict=True):           # white on dark cells, black on light
+        dark = viz._luminance(image.cmap(image.norm(value))) < 0.179
+        assert matplotlib.colors.to_hex(text.get_color()) == ("#ffffff" if dark else "#000000"), value
+    assert {t.get_color() for t in ax.texts[:2]} == {"white", "black"}   # 1.0 is navy, 0.0 pale
+
+
+def test_printed_values_use_a_typographic_minus_and_no_negative_zero():
+    ax = viz.plot_attention(np.array([[-0.5, -0.001], [0.25, 0.0]]), signed=True).axes[0]
+    assert [t.get_text() for t in ax.texts] == ["\u22120.50", "0.00", "0.25", "0.00"]
+
+
+def test_every_position_labelled_on_small_panels_only():
+    small = viz.plot_attention(np.full((12, 3), 1 / 3)).axes[0]
+    assert [t.get_text() for t in small.get_yticklabels()] == [str(i) for i in range(12)]
+    assert [t.get_text() for t in small.get_xticklabels()] == ["0", "1", "2"]
+    assert len(small.texts) == 36
+    large = viz.plot_attention(np.full((13, 3), 1 / 3)).axes[0]
+    assert len(large.get_yticks()) < 13 and not large.texts             # sparse ticks, no values
+
+
+def test_annotate_overrides_the_default():
+    assert not viz.plot_attention(np.eye(3), annotate=False).axes[0].texts
+    assert len(viz.plot_attention(np.eye(14), annotate=True).axes[0].texts) == 14 * 14
+    assert not viz.plot_attention(np.eye(3), cmap="viridis").axes[0].texts          # own map: e.g. codes
+    assert not viz.plot_attention(np.eye(3), size=0.3).axes[0].texts               # cells too small to read
+
+
 # --- plot_pattern ---------------------------------------------------------------------------------
 
 def test_pattern_grid_titles_carry_density():
@@ -157,6 +292,17 @@ def test_step_through_widget_redraws_on_slider(weights):
     assert bytes(image.value) != frame_0
 
 
+def test_step_through_frames_rewrite_values_and_keep_allowed():
+    frames = np.stack([np.full((3, 3), t / 10) for t in range(1, 4)])
+    causal = np.tril(np.ones((3, 3), dtype=bool))
+    fig, show = viz._frame_player(frames, None, "attention", {"allowed": causal})
+    ax = fig.axes[0]
+    show(2)
+    assert [t.get_text() for t in ax.texts] == ["0.30", "", "", "0.30", "0.30", "", "0.30", "0.30", "0.30"]
+    np.testing.assert_array_equal(np.ma.getmaskarray(ax.images[0].get_array()), ~causal)
+    assert ax.get_title() == "3 / 3"
+
+
 def test_step_through_widget_without_ipywidgets(monkeypatch):
     monkeypatch.setitem(sys.modules, "ipywidgets", None)         # import fails as if not installed
     with pytest.raises(ImportError, match=r"mode='widget'\) needs the ipywidgets package"):
@@ -186,6 +332,69 @@ def test_save_figure_is_byte_stable(tmp_path, weights):
     assert data.startswith(PNG_SIGNATURE)
     assert data == second.read_bytes()
     assert b"Matplotlib" not in data                             # no Software text chunk
+
+
+def test_rounding_to_significant_digits():
+    x = np.array([0.123456789, -1.0e-17, 1.0e-17, 0.0, np.nan, np.inf])
+    np.testing.assert_array_equal(viz._rounded(x), [0.123457, 0.0, 0.0, 0.0, np.nan, np.inf])
+    assert not np.signbit(viz._rounded(x)[1])                              # noise around 0 becomes +0.0
+    np.testing.assert_array_equal(viz._rounded([1234.5678, 0.00123456789]), [1234.57, 0.0])   # step 1e-2
+    np.testing.assert_array_equal(viz._rounded([1234.5678, 0.00123456789], relative=True), [1234.57, 0.00123457])
+    # the step follows the largest value as rounded (999999.7 → 1.00000e6: step 10), so that keeps 6 digits
+    np.testing.assert_array_equal(viz._rounded([999999.7, 12.34]), [1000000.0, 10.0])
+    assert viz.SIGNIFICANT_DIGITS == 6
+
+
+def test_last_bit_differences_draw_identical_png_bytes(tmp_path):
+    # 0.25 sits on a colour-level boundary of the square-root scale (√0.25 = 0.5: level 128 of 256);
+    # one unit in the last place below it is level 127, another colour, unless rounded first.
+    A = np.array([[0.25, 1.0], [0.0, 0.5]])
+    B = A.copy()
+    B[0, 0] = np.nextafter(0.25, 0.0)
+    image = viz.plot_attention(A).axes[0].images[0]
+    assert not np.array_equal(image.cmap(image.norm(A)), image.cmap(image.norm(B)))
+    for annotate in (True, False):
+        a = viz.save_figure(viz.plot_attention(A, annotate=annotate), tmp_path / "a.png").read_bytes()
+        b = viz.save_figure(viz.plot_attention(B, annotate=annotate), tmp_path / "b.png").read_bytes()
+        assert a == b, annotate
+
+
+def test_last_bit_differences_in_a_line_plot_draw_identical_png_bytes():
+    # A straight dashed line on log-log axes, as Lemma 2's MSE against m in the Performer figures:
+    # without the rounding, one unit in the last place of every point moves its dashes' pixels
+    # (matplotlib 3.11's Agg backend).
+    def png(y) -> bytes:
+        fig = viz.figure((3.0, 2.0))
+        ax = fig.add_subplot()
+        ax.plot(2.0 ** np.arange(2, 11), y, "--")
+        ax.set(xscale="log", yscale="log")
+        buffer = io.BytesIO()
+        viz._savefig(fig, buffer, "png")
+        return buffer.getvalue()
+
+    y = 1.3 / 2.0 ** np.arange(2, 11)
+    noisy = np.nextafter(y, np.inf)
+    assert np.all(noisy != y)
+    assert png(y) == png(noisy)
+
+
+def test_saving_rounds_every_drawn_value_in_place(tmp_path):
+    fig = viz.figure((4.0, 3.0))
+    left, right = fig.subfigures(1, 2)
+    viz.draw_attention(left, np.full((2, 2), 1 / 3))
+    ax = right.add_subplot()
+    ax.plot([0.0, 1 / 3], [2 / 3, 1 / 7])
+    ax.bar([0.0], [1 / 3])
+    ax.fill_between([0.0, 1.0], [0.0, 0.0], [1 / 3, 1 / 3])
+    ax.scatter([1 / 3], [1 / 3])
+    viz.save_figure(fig, tmp_path / "sheet.png")
+    np.testing.assert_array_equal(fig.axes[0].images[0].get_array(), np.full((2, 2), 0.333333))
+    assert fig.axes[0].images[0].get_clim() == (0.0, 0.333333)
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), [0.666667, 0.142857])
+    assert ax.patches[0].get_height() == 0.333333
+    assert set(np.round(ax.collections[0].get_paths()[0].vertices[:, 1], 12)) == {0.0, 0.333333}
+    np.testing.assert_array_equal(ax.collections[1].get_offsets(), [[0.333333, 0.333333]])
+    assert ax.dataLim.intervaly[1] == 0.666667
 
 
 def test_figure_displays_as_one_png_without_pyplot(weights):

@@ -293,7 +293,8 @@ RECORD = Mechanism(
     id="multi_head", title="Multi-head attention", family="vanilla", section="2.1 (Vaswani §3.2.2)", paper=VASWANI,
     equation=r"\operatorname{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h) W^O,\ "
     r"\mathrm{head}_i = \operatorname{Attention}(QW_i^Q, KW_i^K, VW_i^V)",
-    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", function=multi_head_attention, apply=_apply,
+    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention",
+    examples=({"num_heads": 1}, {"num_heads": 4}), function=multi_head_attention, apply=_apply,
     causal=True, figure="refattn.figures.vanilla:multi_head", exact_options={"num_heads": 1, "params": "identity"},
     exact_limit="one head, identity projections",
 )

@@ -289,18 +289,29 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, mask=None, 
                                                             fully_masked=fully_masked, method=method))
     out, A = scaled_dot_product_attention(q, k, v, mask, causal=causal, scale=scale, fully_masked=fully_masked,
                                           method=method, return_weights=True)
-    return AttentionResult(out, A, allowed_pairs(mask, causal, A.shape))
+    return AttentionResult(out, A, allowed_pairs(mask, causal, A.shape, fully_masked))
 
 
-def allowed_pairs(mask, causal, shape: tuple[int, ...]):
-    """The pairs a row may see under ``mask`` and ``causal``, broadcast to the weights' ``shape`` (or None)."""
+def allowed_pairs(mask, causal, shape: tuple[int, ...], fully_masked: str = "zero"):
+    """The pairs a row may see under ``mask`` and ``causal``, broadcast to the weights' ``shape`` (or None).
+
+    Under ``fully_masked="uniform"`` a row that may see no key attends to every key, uniformly: it uses them all.
+    """
     allowed, _ = attention_mask(mask, causal, shape[-2], shape[-1], np.float64)
-    return None if allowed is None else np.broadcast_to(allowed, shape)
+    if allowed is None:
+        return None
+    allowed = np.broadcast_to(allowed, shape)
+    if fully_masked == "uniform":
+        allowed = allowed | ~allowed.any(axis=-1, keepdims=True)
+    return allowed
 
 
 RECORD = Mechanism(
     id="sdpa", title="Scaled dot-product attention", family="vanilla", section="2 (Vaswani §3.2.1)", paper=VASWANI,
     equation=r"\operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + B\right) V",
-    time="O(n·m·d)", memory="O(n·m), O(n·d) blocked", kind="attention", function=scaled_dot_product_attention,
+    time="O(n·m·d)", memory="O(n·m), O(n·d) blocked", kind="attention",
+    methods=("equation", "blocked", "auto"),
+    examples=({"fully_masked": "nan"}, {"fully_masked": "uniform"}, {"scale": 2.0}),
+    function=scaled_dot_product_attention,
     apply=_apply, causal=True, figure="refattn.figures.vanilla:sdpa", exact_options={}, exact_limit="exact",
 )

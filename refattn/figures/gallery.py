@@ -69,12 +69,12 @@ def _panel(container, record: Mechanism, n: int, seed: int) -> None:
     A, allowed = result.weights, result.allowed
     while A.ndim > 2:                                              # heads: the first one
         A, allowed = A[0], None if allowed is None else allowed[0]
-    A = A if allowed is None else np.where(allowed, A, np.nan)
     note = {False: "", True: ", causal", "bottom-right": ", causal"}[causal]
     title = f"{record.id}\n{record.family}{note}" + (", head 1" if result.weights.ndim > 2 else "")
     if record.nonnegative:
-        draw_attention(container, A, titles=title, xlabel="", ylabel="", vmax=1.0, colorbar=False)
+        draw_attention(container, A, allowed=allowed, titles=title, xlabel="", ylabel="", vmax=1.0, annotate=False,
+                       colorbar=False)
     else:
         s = float(np.nanpercentile(np.abs(A), 95))               # a few huge estimates would flatten the rest
-        draw_attention(container, A, titles=title, xlabel="", ylabel="", cmap="RdBu_r", vmin=-s, vmax=s,
-                       colorbar=False)
+        draw_attention(container, A, allowed=allowed, titles=title, xlabel="", ylabel="", signed=True, vmin=None,
+                       vmax=s, annotate=False, colorbar=False)

@@ -37,9 +37,11 @@ def draw_spec(record: Mechanism) -> Figure:
             raise ValueError(f"{record.id}: apply put weight outside the pattern it reports as allowed")
         top, bottom = fig.subfigures(2, 1, height_ratios=[1.08, 1.0])
         draw_pattern(top, allowed, titles=titles, suptitle=PATTERN_ROW)
-        draw_attention(bottom, np.where(allowed, weights, np.nan), titles=[t.split("\n")[0] for t in titles],
-                       vmax=1.0, suptitle=WEIGHTS_ROW)
+        draw_attention(bottom, weights, allowed=allowed, titles=[t.split("\n")[0] for t in titles],
+                       signed=not record.nonnegative, vmax=None if not record.nonnegative else 1.0,
+                       suptitle=WEIGHTS_ROW)
     else:
-        draw_attention(fig, weights, titles=titles, vmax=1.0)
+        draw_attention(fig, weights, titles=titles, signed=not record.nonnegative,
+                       vmax=None if not record.nonnegative else 1.0)
     fig.suptitle(spec.title)
     return fig

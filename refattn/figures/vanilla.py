@@ -3,8 +3,10 @@ r"""Figures of the vanilla Transformer (Vaswani et al., 2017, arXiv:1706.03762v7
 One function per vanilla registry id (and the sheet :func:`vanilla_overview`). Each draws its
 inputs from its own fixed seed, computes with refattn's public functions only and returns a
 :class:`matplotlib.figure.Figure` drawn with :mod:`refattn.viz`, so the same call gives the same
-pixels on every run. Matrices follow the viz grid convention: rows = queries *i*, columns = keys
-*j*; masks are drawn dark where ``True`` = may attend.
+pixels on every run. Matrices follow the viz conventions: rows = queries *i*, columns = keys *j*;
+masks are drawn dark where ``True`` = may attend; weights on the one-sided weights scale with the
+pairs a mask excludes grey, signed quantities (encodings, activations, values) on the diverging
+scale, and small matrices with their values printed.
 
 Attention weights from inside the layers are recomputed with
 ``multi_head_attention(..., return_weights=True)`` on the layer's own parameters and inputs (the
@@ -15,8 +17,6 @@ from __future__ import annotations
 
 import matplotlib.style
 import numpy as np
-from matplotlib.cm import ScalarMappable
-from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
@@ -43,11 +43,13 @@ def _sdpa_example() -> tuple[NDArray, NDArray, NDArray]:
     return A, v, out
 
 
-def _causal_example(n: int, m: int, alignment: str) -> NDArray:
+def _causal_example(n: int, m: int, alignment: str) -> tuple[NDArray, NDArray]:
+    """Causal weights (n, m) and the mask that gives them."""
     rng = np.random.default_rng(3)
     q, k = rng.standard_normal((n, 8)), rng.standard_normal((m, 8))
     causal = True if alignment == "top-left" else alignment
-    return ra.scaled_dot_product_attention(q, k, k, causal=causal, return_weights=True)[1]
+    A = ra.scaled_dot_product_attention(q, k, k, causal=causal, return_weights=True)[1]
+    return A, ra.causal_mask(n, m, alignment=alignment)
 
 
 def _padding_example() -> tuple[NDArray, NDArray, NDArray]:
@@ -105,12 +107,6 @@ def _transformer_example():
     return src, tokens, cross_w
 
 
-def _symmetric(container, X, **kwargs):
-    """A signed matrix on a diverging scale centred on 0."""
-    s = float(np.max(np.abs(X)))
-    return draw_attention(container, X, cmap="RdBu_r", vmin=-s, vmax=s, **kwargs)
-
-
 # --- one figure per registry id ---------------------------------------------------------------------
 
 @_styled
@@ -144,8 +140,8 @@ def sdpa() -> Figure:
     fig = figure((10.0, 3.8))
     left, middle, right = fig.subfigures(1, 3, width_ratios=[2.6, 1.45, 1.45])
     draw_attention(left, A, titles="A = softmax(QKᵀ/√d_k)\nrows sum to 1")
-    _symmetric(middle, v, titles="V", xlabel="feature", ylabel="key j")
-    _symmetric(right, out, titles="output AV", xlabel="feature")
+    draw_attention(middle, v, signed=True, titles="V", xlabel="feature", ylabel="key j")
+    draw_attention(right, out, signed=True, titles="output AV", xlabel="feature")
     fig.suptitle("Scaled dot-product attention, n = 6 queries, m = 9 keys (Eq. 1)")
     return fig
 
@@ -172,8 +168,8 @@ def padding_mask() -> Figure:
     top, bottom = fig.subfigures(2, 1)
     draw_pattern(top, np.broadcast_to(mask, A.shape), titles=[f"b = {b}: ℓ = {n}" for b, n in enumerate(lengths)],
                  suptitle="mask M[b, i, j] = [j < ℓ_b], True = may attend")
-    draw_attention(bottom, A, titles=[f"b = {b}: weights" for b in range(3)],
-                   suptitle="softmax over the real keys only; padded keys get weight exactly 0")
+    draw_attention(bottom, A, allowed=mask, titles=[f"b = {b}: weights" for b in range(3)],
+                   suptitle="softmax over the real keys only; padded keys (grey) get weight exactly 0")
     fig.suptitle("Key padding mask, n = 5 queries, m = 9 keys")
     return fig
 
@@ -201,7 +197,7 @@ def sinusoidal_pe() -> Figure:
     pe = ra.sinusoidal_positional_encoding(64, 64)
     fig = figure((13.0, 4.3))
     left, middle, right = fig.subfigures(1, 3, width_ratios=[1.0, 1.15, 1.0])
-    draw_attention(left, pe, cmap="RdBu_r", vmin=-1.0, vmax=1.0, xlabel="dimension", ylabel="position pos",
+    draw_attention(left, pe, signed=True, vmax=1.0, xlabel="dimension", ylabel="position pos",
                    titles="PE: sin in even, cos in odd columns")
     ax = middle.add_subplot()
     for col in (0, 6, 16, 32):
@@ -209,7 +205,7 @@ def sinusoidal_pe() -> Figure:
     ax.set(xlabel="position pos", ylabel="PE(pos, dim)", title="columns are sinusoids, wavelengths 2π … 10000·2π")
     ax.legend(loc="lower left", ncols=2, fontsize=7)
     ax.set_ylim(-1.6, 1.15)
-    draw_attention(right, pe @ pe.T, vmin=None, xlabel="position pos′", ylabel="position pos",
+    draw_attention(right, pe @ pe.T, signed=True, xlabel="position pos′", ylabel="position pos",
                    titles="PE·PEᵀ = Σᵢ cos((pos − pos′)ωᵢ)\ndepends on the offset only")
     fig.suptitle("Sinusoidal positional encoding, 64 positions × d_model = 64 (§3.5)")
     return fig
@@ -224,8 +220,9 @@ def layer_norm() -> Figure:
     y = ra.layer_norm(x)
     fig = figure((12.5, 3.0))
     left, middle, right = fig.subfigures(1, 3, width_ratios=[1.0, 1.0, 0.9])
-    _symmetric(left, x, titles="x: rows with their own mean and scale", xlabel="feature k", ylabel="row (position)")
-    _symmetric(middle, y, titles="LayerNorm(x), γ = 1, β = 0", xlabel="feature k", ylabel="")
+    draw_attention(left, x, signed=True, titles="x: rows with their own mean and scale", xlabel="feature k",
+                   ylabel="row (position)")
+    draw_attention(middle, y, signed=True, titles="LayerNorm(x), γ = 1, β = 0", xlabel="feature k", ylabel="")
     ax = right.add_subplot()
     rows = np.arange(8)
     ax.plot(rows, x.mean(axis=1), "o", color="0.6", label="mean, before")
@@ -247,11 +244,11 @@ def ffn() -> Figure:
     x = rng.standard_normal((10, 8))
     params = ra.init_feed_forward(rng, 8, D_FF)
     pre = x @ params.w_1 + params.b_1                  # (n, d_ff)  xW₁ + b₁
-    fig = figure((12.5, 3.1))
-    left, middle, right = fig.subfigures(1, 3, width_ratios=[1.0, 1.0, 0.45])
-    _symmetric(left, pre, titles="xW₁ + b₁ (pre-activation)", xlabel="hidden unit", ylabel="position")
+    fig = figure((12.5, 3.6))
+    left, middle, right = fig.subfigures(1, 3, width_ratios=[1.0, 1.0, 0.8])
+    draw_attention(left, pre, signed=True, titles="xW₁ + b₁ (pre-activation)", xlabel="hidden unit", ylabel="position")
     draw_pattern(middle, pre > 0, titles="max(0, ·) > 0: units the ReLU keeps", xlabel="hidden unit", ylabel="")
-    _symmetric(right, ra.feed_forward(x, params), titles="FFN(x)", xlabel="feature", ylabel="")
+    draw_attention(right, ra.feed_forward(x, params), signed=True, titles="FFN(x)", xlabel="feature", ylabel="")
     fig.suptitle("Position-wise feed-forward network FFN(x) = max(0, xW₁ + b₁)W₂ + b₂, "
                  f"d_model = 8, d_ff = {D_FF} (Eq. 2)")
     return fig
@@ -272,8 +269,8 @@ def decoder_layer() -> Figure:
     fig = figure((10.5, 5.3))
     top, bottom = fig.subfigures(2, 1)
     heads = [f"head {i + 1}" for i in range(len(self_w))]
-    draw_attention(top, self_w[None], titles=heads, vmax=1.0,
-                   suptitle="masked self-attention, causal top-left: j ≤ i (n = 6)")
+    draw_attention(top, self_w[None], allowed=ra.causal_mask(6), titles=heads, vmax=1.0,
+                   suptitle="masked self-attention, causal top-left: j ≤ i (n = 6; grey = masked)")
     draw_attention(bottom, cross_w[None], titles=heads, vmax=1.0, xlabel="encoder key j",
                    suptitle="cross-attention over the encoder output (m = 9)")
     fig.suptitle("Decoder layer (post-LN): attention weights of each head (§3.1, §3.2.3)")
@@ -286,12 +283,12 @@ def transformer() -> Figure:
     src, tokens, cross_w = _transformer_example()
     A = cross_w[-1].mean(axis=0)                       # (T, m)  last decoder layer, mean over heads
     T = len(A)
-    steps = np.where(np.arange(T)[None, :, None] <= np.arange(T)[:, None, None], A, np.nan)  # (T, T, m)
+    decoded = np.arange(T)[None, :, None] <= np.arange(T)[:, None, None]                 # (T, T, 1)  row ≤ step
     return plot_attention(
-        steps.reshape(2, T // 2, *A.shape),
+        np.broadcast_to(A, (T, *A.shape)).reshape(2, T // 2, *A.shape), allowed=decoded.reshape(2, T // 2, T, 1),
         titles=[f"step {t + 1}: emits {tokens[t + 1]}" for t in range(T)],
         row_labels=["bos" if t == 0 else str(t) for t in tokens[:-1]], col_labels=[str(s) for s in src],
-        xlabel="source token", ylabel="decoder input",
+        xlabel="source token", ylabel="decoder input", vmax=1.0,
         suptitle="Greedy decoding with a tiny random Transformer: cross-attention at each step\n"
                  "(last of 2 decoder layers, mean over 2 heads; grey = not decoded yet)",
     )
@@ -301,23 +298,23 @@ def transformer() -> Figure:
 
 @_styled
 def vanilla_overview() -> Figure:
-    """The main attention matrices of the vanilla Transformer on one colour scale."""
-    _, _, padded = _padding_example()
+    """The main attention matrices of the vanilla Transformer on one colour scale, masked pairs grey."""
+    _, mask, padded = _padding_example()
     panels = [
-        (_sdpa_example()[0], "sdpa, n = 6, m = 9"),
-        (_causal_example(5, 8, "top-left"), "causal top-left, 5 × 8"),
-        (_causal_example(8, 5, "bottom-right"), "causal bottom-right, 8 × 5\n(rows 0–2 fully masked → 0)"),
-        (padded[2], "key padding, ℓ = 3 of 9"),
-        (_multi_head_example()[0], "multi-head self-attn, head 1"),
-        (_cross_example()[0], "cross-attention, head 1"),
-        (_encoder_example()[1, 0], "encoder layer 2, head 1"),
-        (_decoder_example()[0][0], "decoder causal self-attn, head 1"),
+        (_sdpa_example()[0], None, "sdpa, n = 6, m = 9"),
+        (*_causal_example(5, 8, "top-left"), "causal top-left, 5 × 8"),
+        (*_causal_example(8, 5, "bottom-right"), "causal bottom-right, 8 × 5\n(rows 0–2: no key, weights 0)"),
+        (padded[2], mask[2], "key padding, ℓ = 3 of 9"),
+        (_multi_head_example()[0], None, "multi-head self-attn, head 1"),
+        (_cross_example()[0], None, "cross-attention, head 1"),
+        (_encoder_example()[1, 0], None, "encoder layer 2, head 1"),
+        (_decoder_example()[0][0], ra.causal_mask(6), "decoder causal self-attn, head 1"),
     ]
-    fig = figure((12.0, 6.2))
-    sheet, bar = fig.subfigures(1, 2, width_ratios=[30, 1])
-    for sub, (A, title) in zip(sheet.subfigures(2, 4).flat, panels, strict=True):
-        draw_attention(sub, A, titles=title, vmax=1.0, colorbar=False)
-    cax = bar.add_axes((0.0, 0.15, 0.25, 0.7))
-    bar.colorbar(ScalarMappable(Normalize(0.0, 1.0), cmap="viridis"), cax=cax)
-    fig.suptitle("Vanilla Transformer attention matrices (rows = queries i, columns = keys j)")
+    fig = figure((12.6, 6.6))
+    sheet, bar = fig.subfigures(1, 2, width_ratios=[30, 1.3])
+    for sub, (A, allowed, title) in zip(sheet.subfigures(2, 4).flat, panels, strict=True):
+        axes = draw_attention(sub, A, allowed=allowed, titles=title, vmax=1.0, colorbar=False)
+    cax = bar.add_axes((0.0, 0.15, 0.3, 0.7))
+    bar.colorbar(axes[0, 0].images[0], cax=cax)                    # every panel: the weights scale 0 … 1
+    fig.suptitle("Vanilla Transformer attention weights (rows = queries i, columns = keys j; grey = masked pair)")
     return fig

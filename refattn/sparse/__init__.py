@@ -10,6 +10,23 @@
 
 :func:`sparse_attention` attends over any of them, by the dense equation path or the Numba CSR
 kernel (``method="csr"``) whose cost follows the kept pairs.
+
+Conventions shared by the builders and the registry entries:
+
+- *Indices are never cast.* Index arguments (a pattern's arrays, ``global_indices``, explicit
+  draws) must be integer arrays; a float, bool or string index is a ``TypeError`` naming the
+  argument (:func:`~refattn.sparse.pattern.as_indices`).
+- *Edge sizes, one rule for both methods.* A builder takes n = 0 queries or m = 0 keys and returns
+  an empty pattern; attention over it gives an output of shape (..., 0, d_v) for n = 0 and, for
+  m = 0, queries that see no key (zero rows: the registry entries use ``fully_masked="zero"``).
+  d_v = 0 gives (..., n, 0), a batch of 0 empty results, and d_k = 0 a ``ValueError`` naming d_k
+  (the default scale 1/√d_k is undefined). Registry entries whose structure needs positions (the
+  Star-Transformer's relay, ETC's global tokens, BigBird's whole blocks, BP-Transformer's tree)
+  refuse lengths they cannot lay out with a ``ValueError`` naming n and the lengths they take.
+- *Memory.* Builders write CSR directly in O(nnz) and refuse an index array above
+  :func:`refattn.common.memory_budget` before allocating it; ``apply(..., method="csr")`` holds
+  no n × m array, and ``return_weights=True`` refuses dense weights above the budget before
+  anything is built (:class:`refattn.common.MemoryBudgetError`).
 """
 from .attention import sparse_attention
 from .axial import RECORD as AXIAL

@@ -10,12 +10,22 @@ is O(nnz·d) and its memory O(nnz) for the pattern plus O(n·d) for the inputs.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, causal_alignment, check_choice, check_qkv, check_scale, default_scale
+from ..common import (
+    as_float,
+    causal_alignment,
+    check_bool,
+    check_choice,
+    check_fits,
+    check_qkv,
+    check_scale,
+    default_scale,
+)
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
@@ -155,13 +165,16 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "equation",
                    return_weights: bool = False) -> AttentionResult:
     """Sparse attention over ``pattern`` as an :class:`~refattn.mechanism.AttentionResult`.
 
-    With ``return_weights``, the weights are dense (n × m, for plots and error measurements) and
-    ``allowed`` is the pattern's mask.
+    With ``return_weights``, the weights are dense (n × m, for plots and error measurements), exactly
+    0 outside the pattern in both methods (also in a row that a non-finite kept score makes NaN),
+    and ``allowed`` is the pattern's mask; weights above the memory budget raise
+    :class:`~refattn.common.MemoryBudgetError` before anything is allocated. Without, the csr
+    method never holds an n × m array.
 
     Parameters
     ----------
     q, k, v : array_like
-        As in :func:`sparse_attention`.
+        As in :func:`sparse_attention`; checked before anything else.
     pattern : SparsePattern
         The kept pairs.
     method : {"equation", "csr"}, default "equation"
@@ -173,11 +186,21 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "equation",
     -------
     AttentionResult
     """
-    if not return_weights:
+    q, k, v, batch = checked_qkv(q, k, v)
+    check_choice("method", method, METHODS)
+    if not isinstance(pattern, SparsePattern):
+        raise TypeError(f"pattern must be a SparsePattern, got {type(pattern).__name__}")
+    _check_pattern(pattern, q.shape[-2], k.shape[-2], "pattern")
+    if not check_bool("return_weights", return_weights):
         return AttentionResult(sparse_attention(q, k, v, pattern, method=method))
+    check_weights_fit(batch, pattern.n, pattern.m)
     out, w = sparse_attention(q, k, v, pattern, method=method, return_weights=True)
-    return AttentionResult(out, w if method == "equation" else pattern.to_dense(w),
-                           np.broadcast_to(pattern.to_mask(), (*out.shape[:-1], pattern.m)))
+    mask = pattern.to_mask(max_size=pattern.n * pattern.m)         # within budget: 1/8 of the weights
+    if method == "equation":
+        np.copyto(w, 0.0, where=~mask)                             # a NaN row (non-finite kept score) too
+    else:
+        w = pattern.to_dense(w)
+    return AttentionResult(out, w, np.broadcast_to(mask, (*out.shape[:-1], pattern.m)))
 
 
 def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool = True,
@@ -185,10 +208,19 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
     """The registry's uniform ``apply`` of a pattern, from ``make(n, m, causal, rng, **options) -> SparsePattern``.
 
     ``make`` builds the pattern for n queries and m keys with small demonstration defaults; its
-    docstring says which. ``causal="bottom-right"`` makes the n queries the last n of m positions:
-    the last n rows of the causal m × m pattern (decoding with a key/value cache). ``cross=False``:
-    the pattern is self-attention over one sequence, so n must equal m (except bottom-right).
-    ``causal_ok=False``: the paper has no causal form, and ``causal`` must be False.
+    docstring says which, and its keyword parameters after ``rng`` are the entry's options (any
+    other option is a ``TypeError`` naming it and the mechanism). ``causal="bottom-right"`` makes
+    the n queries the last n of m positions: the last n rows of the causal m × m pattern (decoding
+    with a key/value cache). ``cross=False``: the pattern is self-attention over one sequence, so n
+    must equal m (except bottom-right). ``causal_ok=False``: the paper has no causal form, and
+    ``causal`` must be False.
+
+    q, k and v are checked before any shape is read, then ``method``, ``return_weights`` and the
+    options; with ``return_weights=True`` the dense weights must fit the memory budget, checked
+    before the pattern is built. n = 0 or m = 0 give an empty pattern where the maker defines one
+    (n = 0: no output row; m = 0: zero rows, ``fully_masked="zero"``); makers whose structure needs
+    some positions (a relay node, global tokens, whole blocks, a tree) refuse with a ``ValueError``
+    saying which lengths work, for every method alike.
 
     Parameters
     ----------
@@ -204,23 +236,65 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
     Returns
     -------
     callable
-        ``apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", **options)``.
+        ``apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", **options)``,
+        whose signature lists ``make``'s options.
     """
+    option_parameters = list(inspect.signature(make).parameters.values())[4:]   # after (n, m, causal, rng)
+    accepted = tuple(p.name for p in option_parameters)
+
     def apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", **options):
-        n, m = np.shape(q)[-2], np.shape(k)[-2]
+        q, k, v, batch = checked_qkv(q, k, v)
+        check_choice("method", method, METHODS)
+        return_weights = check_bool("return_weights", return_weights)
+        check_options(name, options, accepted)
+        n, m = q.shape[-2], k.shape[-2]
         alignment = causal_alignment(causal)
         if alignment is not None and not causal_ok:
             raise ValueError(f"{name} has no causal variant in its paper; pass causal=False, got causal={causal!r}")
-        if alignment == "bottom-right":
-            pattern = make(m, m, True, rng, **options).last_rows(n)
-        elif not cross and n != m:
+        if not cross and n != m and alignment != "bottom-right":
             raise ValueError(
                 f"{name} is self-attention over one sequence: q has n={n} queries but k has m={m} keys "
                 "(causal='bottom-right' takes the last n of m positions)"
             )
+        if return_weights:
+            check_weights_fit(batch, n, m)
+        if alignment == "bottom-right":
+            pattern = make(m, m, True, rng, **options).last_rows(n)
         else:
             pattern = make(n, m, alignment is not None, rng, **options)
         return attend_pattern(q, k, v, pattern, method=method, return_weights=return_weights)
 
+    own = [p for p in inspect.signature(apply).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    apply.__signature__ = inspect.Signature(own + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+                                                   for p in option_parameters])
     apply.__doc__ = f"The registry's uniform apply: attention over {name}'s pattern ({make.__doc__})"
     return apply
+
+
+def check_options(name: str, options: dict, accepted: Iterable[str]) -> None:
+    """Refuse an option a registry entry does not take, naming it and the mechanism.
+
+    Parameters
+    ----------
+    name : str
+        The mechanism's id.
+    options : dict
+        The options given.
+    accepted : iterable of str
+        The options it takes.
+    """
+    accepted = tuple(accepted)
+    unknown = [option for option in options if option not in accepted]
+    if unknown:
+        raise TypeError(f"{name} has no option {unknown[0]!r}; its options are: {', '.join(accepted) or 'none'}")
+
+
+def checked_qkv(q, k, v) -> tuple[NDArray, NDArray, NDArray, tuple[int, ...]]:
+    """q, k, v as float64 arrays of compatible shapes, and their batch shape; named errors otherwise."""
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    return q, k, v, check_qkv(q, k, v)
+
+
+def check_weights_fit(batch: tuple[int, ...], n: int, m: int) -> None:
+    """MemoryBudgetError, before allocating, if the dense (..., n, m) weights exceed the memory budget."""
+    check_fits("the dense weights (return_weights=True)", (*batch, n, m))

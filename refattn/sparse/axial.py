@@ -11,11 +11,12 @@ O(H·W·(H + W)) instead of O((H·W)²); a row layer followed by a column layer 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
-from ..common import causal_alignment, check_choice, check_positive_int
+from ..common import causal_alignment, check_bool, check_choice, check_non_negative_int, check_positive_int
 from ..mechanism import AttentionResult, Mechanism
-from .attention import attend_pattern
-from .image_transformer import image_width
+from .attention import METHODS, attend_pattern, check_options, check_weights_fit, checked_qkv
+from .image_transformer import image_shape
 from .pattern import SparsePattern
 
 __all__ = ["axial_pattern", "axial_patterns"]
@@ -36,9 +37,9 @@ def axial_pattern(height: int, width: int, *, axis: str, causal: bool | str = Fa
     Parameters
     ----------
     height : int
-        Number of rows *H*.
+        Number of rows *H*, >= 0 (0: an empty layout).
     width : int
-        Number of columns *W*. Position (r, c) is index r·W + c.
+        Number of columns *W*, >= 1. Position (r, c) is index r·W + c.
     axis : {"row", "column"}
         "row": attend along the row, i.e. over the width axis (``attn_axis=2`` of a (B, H, W, D)
         tensor in the official code); "column": along the column, over the height axis
@@ -89,7 +90,7 @@ def axial_pattern(height: int, width: int, *, axis: str, causal: bool | str = Fa
            [0, 1, 0, 0, 1, 0],
            [0, 0, 1, 0, 0, 1]])
     """
-    H = check_positive_int("height", height)
+    H = check_non_negative_int("height", height)
     W = check_positive_int("width", width)
     check_choice("axis", axis, AXES)
     causal = causal_alignment(causal) is not None
@@ -113,9 +114,9 @@ def axial_patterns(
     Parameters
     ----------
     height : int
-        Number of rows *H*.
+        Number of rows *H*, >= 0 (0: an empty layout).
     width : int
-        Number of columns *W*. Position (r, c) is index r·W + c.
+        Number of columns *W*, >= 1. Position (r, c) is index r·W + c.
     causal : {False, True, "top-left", "bottom-right"}, default False
         Masked row and masked column attention (see :func:`axial_pattern`).
 
@@ -143,33 +144,54 @@ def axial_patterns(
             axial_pattern(height, width, axis="column", causal=causal))
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", width=None):
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", width=None, **options):
     """Row attention, then column attention over its output (both with the same q, k).
 
     The effective matrix is A_col A_row: every position reaches every other of the image in the
-    two steps (each step alone only its row or column).
+    two steps (each step alone only its row or column). The n positions are a height × width image,
+    the most square by default (``width=``: any divisor of n).
     """
-    n, m = np.shape(q)[-2], np.shape(k)[-2]
-    if n != m or causal_alignment(causal) == "bottom-right":
-        raise ValueError(f"axial attention is self-attention over an image: q has n={n}, k has m={m}; "
-                         "causal may be True or False")
-    width = image_width(n) if width is None else width
-    if n % width:
-        raise ValueError(f"the image width {width} does not divide the sequence length n={n}")
-    row, column = axial_patterns(n // width, width, causal=causal is not False)
+    q, k, v, batch = checked_qkv(q, k, v)
+    check_choice("method", method, METHODS)
+    return_weights = check_bool("return_weights", return_weights)
+    check_options("axial", options, ("width",))
+    n, m = q.shape[-2], k.shape[-2]
+    alignment = causal_alignment(causal)
+    if n != m or alignment == "bottom-right":
+        raise ValueError(f"axial attention is self-attention over an image: q has n={n}, k has m={m}, and causal "
+                         f"may be True or False (got causal={causal!r})")
+    height, width = image_shape(n, width, "axial")
+    if return_weights:
+        check_weights_fit(batch, n, n)
+    row, column = axial_patterns(height, width, causal=alignment is not None)
     mid, A_row, _ = attend_pattern(q, k, v, row, method=method, return_weights=return_weights)
     out, A_col, _ = attend_pattern(q, k, mid, column, method=method, return_weights=return_weights)
     if not return_weights:
         return AttentionResult(out)
-    A = A_col @ A_row                                              # (..., n, n)  two steps
-    reach = (column.to_mask().astype(np.float64) @ row.to_mask().astype(np.float64)) > 0   # (n, n)
+    A = _two_steps(A_col, A_row, height, width)                    # (..., n, n)  A_col A_row
+    masks = (p.to_mask(max_size=n * n).astype(np.float64) for p in (column, row))
+    reach = _two_steps(*masks, height, width) > 0                  # (n, n) pairs reached in two steps
     return AttentionResult(out, A, np.broadcast_to(reach, A.shape))
+
+
+def _two_steps(col: NDArray, row: NDArray, H: int, W: int) -> NDArray:
+    """The product ``col @ row`` of a column and a row attention matrix, in O(n·(H + W)·n) instead of O(n³).
+
+    Position (r, c) reaches (s, d) through (s, c) only: ``col`` is non-zero only within a column and
+    ``row`` only within a row, so (col @ row)[(r, c), (s, d)] = col[(r, c), (s, c)] · row[(s, c), (s, d)].
+    """
+    batch = col.shape[:-2]
+    col = np.einsum("...rcsc->...rcs", col.reshape(*batch, H, W, H, W))             # (..., H, W, H)
+    row = np.einsum("...scsd->...scd", row.reshape(*row.shape[:-2], H, W, H, W))    # (..., H, W, W)
+    return np.einsum("...rcs,...scd->...rcsd", col, row).reshape(*np.broadcast_shapes(batch, row.shape[:-3]),
+                                                                   H * W, H * W)
 
 
 RECORD = Mechanism(
     id="axial", title="Axial attention (rows, then columns)", family="sparse", section="4.1.1.3 (Fig. 6c)",
     paper='J. Ho et al., 2019, "Axial Attention in Multidimensional Transformers", arXiv:1912.12180',
     equation=r"A = A_\text{col} A_\text{row}", time="O(n·(H+W)·d)", memory="O(n·(H+W))", kind="attention",
+    methods=("equation", "csr"),
     function=axial_patterns, apply=_apply, causal=True, incremental=False, position_dependent=True, cross=False,
     example_length=16, figure="refattn.figures.sparse:axial", exact_options=None,
     exact_limit="none: each step sees one row or column; the two steps reach the whole image, but as a product "

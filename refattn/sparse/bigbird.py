@@ -23,7 +23,7 @@ from ..common import as_rng, check_choice, check_non_negative_int, check_positiv
 from ..mechanism import Mechanism
 from ..papers import BIGBIRD
 from .attention import pattern_apply
-from .pattern import SparsePattern, index_dtype, no_causal_form
+from .pattern import SparsePattern, as_indices, index_dtype, no_causal_form
 
 __all__ = ["bigbird_block_layout", "bigbird_pattern", "draw_bigbird_random_blocks"]
 
@@ -68,7 +68,8 @@ def draw_bigbird_random_blocks(
     Raises
     ------
     ValueError
-        If a middle row has fewer than *r* candidate blocks (too few blocks for r).
+        If a middle row has fewer than *r* candidate blocks (too few blocks for r); the message
+        says which numbers of blocks these settings take.
 
     Notes
     -----
@@ -104,29 +105,15 @@ def draw_bigbird_random_blocks(
     """
     rng = as_rng(rng)
     nb = check_positive_int("num_blocks", num_blocks)
-    r = check_non_negative_int("num_random_blocks", num_random_blocks)
-    half = _half_window(num_window_blocks)
-    G = _global_blocks(nb, num_global_blocks)
-    check_choice("candidates", candidates, CANDIDATES)
-    if candidates == "official" and (num_window_blocks != 3 or num_global_blocks != 2):
-        raise ValueError(
-            "candidates='official' reproduces bigbird_block_rand_mask, which assumes num_window_blocks=3 and "
-            f"num_global_blocks=2; got num_window_blocks={num_window_blocks}, num_global_blocks={num_global_blocks}"
-        )
-    is_global = np.zeros(nb, dtype=bool)
-    is_global[G] = True
+    r, g, half = _settings(num_random_blocks, num_global_blocks, num_window_blocks, candidates, drawing=True)
+    _check_layout(nb, r, g, half, candidates, drawing=True)
     random_blocks = np.full((nb, r), -1, dtype=np.int64)
     if r == 0:
         return random_blocks
-    for I in np.flatnonzero(~is_global):
-        pool = _official_candidates(I, nb) if candidates == "official" else _disjoint_candidates(I, nb, half, is_global)
-        if len(pool) < r:
-            raise ValueError(
-                f"num_random_blocks={r} but block row {I} has only {len(pool)} candidate blocks "
-                f"(num_blocks={nb}, num_window_blocks={2 * half + 1}, num_global_blocks={len(G)}, "
-                f"candidates={candidates!r}); use more blocks or fewer random blocks"
-            )
-        random_blocks[I] = np.sort(rng.choice(pool, size=r, replace=False))
+    for I in np.flatnonzero(~_is_global(nb, g)):
+        pool = _candidates(I, nb, half, g, candidates)                  # ranges, never an array of nb blocks:
+        picks = rng.choice(sum(map(len, pool)), size=r, replace=False)   # as choice(concatenated pool, r)
+        random_blocks[I] = np.sort(_pool_items(pool, picks))
     return random_blocks
 
 
@@ -194,7 +181,9 @@ def bigbird_pattern(
     Parameters
     ----------
     n : int
-        Sequence length, a multiple of ``block_size``.
+        Sequence length, a positive multiple of ``block_size`` whose n / b blocks can hold the
+        global blocks and give every middle row r random candidates (b = 64, r = 3, g = 2:
+        n = 128 or n >= 512); any other n is a ``ValueError`` that states which lengths work.
     block_size : int, default 64
         *b*, tokens per block (the paper's base models use 64).
     num_random_blocks : int, default 3
@@ -253,8 +242,9 @@ def bigbird_pattern(
     n, _ = check_sizes(n, None)
     no_causal_form(causal, "BigBird", "the paper uses it in encoders only")
     b = check_positive_int("block_size", block_size)
-    if n % b:
-        raise ValueError(f"n={n} must be a multiple of block_size={b} (BigBird works in whole blocks)")
+    drawing = _drawing(num_random_blocks, rng, random_blocks)
+    r, g, half = _settings(num_random_blocks, num_global_blocks, num_window_blocks, candidates, drawing)
+    _check_layout(n // b, r, g, half, candidates, drawing, n=n, block_size=b)
     blocks = _block_pattern(n // b, num_random_blocks, num_global_blocks, num_window_blocks, rng,
                             random_blocks, candidates)
     return _expand_blocks(blocks, b)
@@ -264,23 +254,18 @@ def _block_pattern(num_blocks, num_random_blocks, num_global_blocks, num_window_
                    candidates) -> SparsePattern:
     """The block layout as an (n_b, n_b) SparsePattern, built from index lists (no n_b × n_b loop)."""
     nb = check_positive_int("num_blocks", num_blocks)
-    r = check_non_negative_int("num_random_blocks", num_random_blocks)
-    half = _half_window(num_window_blocks)
-    G = _global_blocks(nb, num_global_blocks)
-    check_choice("candidates", candidates, CANDIDATES)
-    if rng is not None and random_blocks is not None:
-        raise ValueError("give rng= (to draw the random blocks) or random_blocks= (an explicit draw), not both")
+    drawing = _drawing(num_random_blocks, rng, random_blocks)
+    r, g, half = _settings(num_random_blocks, num_global_blocks, num_window_blocks, candidates, drawing)
+    _check_layout(nb, r, g, half, candidates, drawing)
+    is_global = _is_global(nb, g)
+    G = np.flatnonzero(is_global)
     if random_blocks is None:
-        if r and rng is None:
-            raise ValueError(f"num_random_blocks={r} needs rng= (to draw them) or random_blocks= (an explicit draw)")
         R = (draw_bigbird_random_blocks(rng, nb, r, num_window_blocks=num_window_blocks,
                                         num_global_blocks=num_global_blocks, candidates=candidates)
              if r else np.full((nb, 0), -1, dtype=np.int64))
     else:
         R = _check_random_blocks(random_blocks, nb, r, G)
 
-    is_global = np.zeros(nb, dtype=bool)
-    is_global[G] = True
     I = np.arange(nb)
     middle = I[~is_global]
     window = np.arange(-half, half + 1)
@@ -325,39 +310,127 @@ def _half_window(num_window_blocks) -> int:
     return int(num_window_blocks) // 2
 
 
-def _global_blocks(nb: int, num_global_blocks) -> NDArray:
+def _drawing(num_random_blocks, rng, random_blocks) -> bool:
+    """Whether the random blocks are drawn from ``rng`` (rather than given, or none); refuse both or neither."""
+    if rng is not None and random_blocks is not None:
+        raise ValueError("give rng= (to draw the random blocks) or random_blocks= (an explicit draw), not both")
+    r = check_non_negative_int("num_random_blocks", num_random_blocks)
+    if random_blocks is None and r and rng is None:
+        raise ValueError(f"num_random_blocks={r} needs rng= (to draw them) or random_blocks= (an explicit draw)")
+    return random_blocks is None and r > 0
+
+
+def _settings(num_random_blocks, num_global_blocks, num_window_blocks, candidates, drawing: bool):
+    """Validated (r, g, (w_b − 1)/2) and candidates, before any block count is looked at."""
+    r = check_non_negative_int("num_random_blocks", num_random_blocks)
     g = check_non_negative_int("num_global_blocks", num_global_blocks)
+    half = _half_window(num_window_blocks)
+    check_choice("candidates", candidates, CANDIDATES)
+    if drawing and candidates == "official" and (half != 1 or g != 2):
+        raise ValueError(
+            "candidates='official' reproduces bigbird_block_rand_mask, which assumes num_window_blocks=3 and "
+            f"num_global_blocks=2; got num_window_blocks={num_window_blocks}, num_global_blocks={num_global_blocks}"
+        )
+    return r, g, half
+
+
+def _layout_problem(nb: int, r: int, g: int, half: int, candidates: str, drawing: bool) -> str | None:
+    """Why ``nb`` blocks cannot hold BigBird's layout with these settings, or ``None`` if they can."""
+    if nb < 1:
+        return "there is no block"
     if g > nb:
-        raise ValueError(f"num_global_blocks={g} exceeds num_blocks={nb}")
+        return f"num_global_blocks={g} exceeds num_blocks={nb}"
+    if not drawing or nb > _surely_enough(r, g, half):
+        return None
+    for I in np.flatnonzero(~_is_global(nb, g)):
+        size = sum(map(len, _candidates(I, nb, half, g, candidates)))
+        if size < r:
+            return (f"num_random_blocks={r} but block row {I} has only {size} candidate blocks "
+                    f"(num_blocks={nb}, num_window_blocks={2 * half + 1}, num_global_blocks={g}, "
+                    f"candidates={candidates!r})")
+    return None
+
+
+def _surely_enough(r: int, g: int, half: int) -> int:
+    """A block count above which every middle row has r candidates, for both candidate sets.
+
+    "disjoint": at least nb − g − (2·half + 1) candidates per row; "official" (half = 1, g = 2): at
+    least nb − 5.
+    """
+    return g + 2 * half + 1 + r + 4
+
+
+def _check_layout(nb: int, r: int, g: int, half: int, candidates: str, drawing: bool, *,
+                  n: int | None = None, block_size: int | None = None) -> None:
+    """Refuse a block count (or a length ``n``) BigBird's layout cannot take, saying which ones it takes."""
+    problem = _layout_problem(nb, r, g, half, candidates, drawing)
+    if n is not None and n % block_size:
+        problem = f"n={n} must be a multiple of block_size={block_size} (BigBird works in whole blocks)"
+    elif n is not None and nb == 0:
+        problem = "n=0 holds no block"
+    elif n is not None and problem is not None:
+        problem = f"n={n} makes num_blocks={nb}: {problem}"
+    if problem is None:
+        return
+    top = _surely_enough(r, g, half) + 1
+    works = [c for c in range(1, top + 1) if _layout_problem(c, r, g, half, candidates, drawing) is None]
+    start = top
+    while start - 1 in works:                                      # the run of counts reaching past `top`
+        start -= 1
+    scale, unit = (1, "num_blocks") if n is None else (block_size, "n")
+    isolated = [str(c * scale) for c in works if c < start]
+    lengths = (f"{unit} = {' or '.join(isolated)} or " if isolated else "") + f"{unit} >= {start * scale}"
+    drawn = (f"num_random_blocks={r} drawn from candidates={candidates!r}" if drawing else
+             f"num_random_blocks={r}" + (" given as random_blocks" if r else ""))
+    where = "" if n is None else f", a multiple of block_size={block_size}"
+    raise ValueError(f"{problem}; with {drawn}, num_global_blocks={g} and num_window_blocks={2 * half + 1}, "
+                     f"BigBird takes {lengths}{where}")
+
+
+def _global_blocks(nb: int, g: int) -> NDArray:
+    """The global blocks: the first ⌈g/2⌉ and the last ⌊g/2⌋ (``g <= nb``)."""
     first = (g + 1) // 2
     return np.concatenate([np.arange(first), np.arange(nb - (g - first), nb)]).astype(np.int64)
 
 
-def _disjoint_candidates(I: int, nb: int, half: int, is_global: NDArray) -> NDArray:
-    J = np.arange(nb)
-    return J[~is_global & (np.abs(J - I) > half)]
+def _is_global(nb: int, g: int) -> NDArray:
+    is_global = np.zeros(nb, dtype=bool)
+    is_global[_global_blocks(nb, g)] = True
+    return is_global
 
 
-def _official_candidates(I: int, nb: int) -> NDArray:
+def _candidates(I: int, nb: int, half: int, g: int, candidates: str) -> tuple[range, ...]:
+    """The blocks middle row I may draw its random blocks from, as sorted disjoint ranges (O(1) memory)."""
+    if candidates == "official":
+        return _official_candidates(I, nb)
+    lo, hi = (g + 1) // 2, nb - g // 2                             # the non-global blocks [lo, hi)
+    return range(lo, max(lo, I - half)), range(max(lo, I + half + 1), hi)   # outside |J − I| <= half
+
+
+def _official_candidates(I: int, nb: int) -> tuple[range, ...]:
     """The candidate blocks of row I in bigbird_block_rand_mask (last_idx=-1), quirks included."""
-    middle_seq = np.arange(1, nb - 1)
+    middle_seq = range(1, nb - 1)                                  # sliced as the code slices its array
     last = nb - 1
     if I == 1:
-        return middle_seq[2:last]
+        return (middle_seq[2:last],)
     if I == 2:
-        return middle_seq[3:last]
+        return (middle_seq[3:last],)
     if I in (nb - 3, nb - 2):
-        return middle_seq[:last]                                             # window not excluded
-    return np.concatenate([middle_seq[:I - 2], middle_seq[I + 1:last]])
+        return (middle_seq[:last],)                                # window not excluded
+    return middle_seq[:I - 2], middle_seq[I + 1:last]
+
+
+def _pool_items(pool: tuple[range, ...], picks: NDArray) -> NDArray:
+    """Items ``picks`` of the concatenation of the (step-1) ranges in ``pool``."""
+    offsets = np.cumsum([0, *map(len, pool)])
+    which = np.searchsorted(offsets, picks, side="right") - 1
+    return np.array([p.start for p in pool], dtype=np.int64)[which] + picks - offsets[which]
 
 
 def _check_random_blocks(random_blocks, nb: int, r: int, G: NDArray) -> NDArray:
-    R = np.asarray(random_blocks)
-    if R.dtype.kind not in "iu" or R.ndim != 2 or R.shape[0] != nb:
-        raise ValueError(
-            f"random_blocks must be an integer array of shape (num_blocks={nb}, r), got dtype {R.dtype}, "
-            f"shape {R.shape}"
-        )
+    R = as_indices("random_blocks", random_blocks, ndim=2)
+    if R.shape[0] != nb:
+        raise ValueError(f"random_blocks must have shape (num_blocks={nb}, r), got shape {R.shape}")
     if R.shape[1] != r:
         raise ValueError(f"random_blocks has {R.shape[1]} columns but num_random_blocks={r}")
     R = R.astype(np.int64)
@@ -372,10 +445,13 @@ def _check_random_blocks(random_blocks, nb: int, r: int, G: NDArray) -> NDArray:
     return R
 
 
-def _bigbird(n, m, causal, rng, block_size=2, num_random_blocks=1, **options):
+def _bigbird(n, m, causal, rng, block_size=2, num_random_blocks=1, num_global_blocks=2, num_window_blocks=3,
+             random_blocks=None, candidates="disjoint"):
     """blocks of 2, 1 random block per row, from rng"""
     return bigbird_pattern(n, block_size=block_size, num_random_blocks=num_random_blocks,
-                           rng=None if "random_blocks" in options else rng, **options)
+                           num_global_blocks=num_global_blocks, num_window_blocks=num_window_blocks,
+                           rng=None if random_blocks is not None else rng, random_blocks=random_blocks,
+                           candidates=candidates)
 
 
 def _exact(n, m):
@@ -389,7 +465,7 @@ RECORD = Mechanism(
     id="bigbird", title="BigBird (block form: window, global, random blocks)", family="sparse",
     section="4.1.1.2 (Fig. 5d)", paper=BIGBIRD,
     equation=r"J_I = \{I-1, I, I+1\} \cup G \cup R_I \text{ (blocks of } b\text{)}", time="O(n·(3+g+r)·b·d)",
-    memory="O(n·(3+g+r)·b)", kind="attention", function=bigbird_pattern,
+    memory="O(n·(3+g+r)·b)", kind="attention", methods=("equation", "csr"), function=bigbird_pattern,
     apply=pattern_apply(_bigbird, "bigbird", cross=False, causal_ok=False), causal=False, position_dependent=True,
     cross=False, example_length=16, figure="refattn.figures.sparse:bigbird", exact_options=_exact,
     exact_limit="(3 + g + r)·b ≥ n: every block row reaches every block",

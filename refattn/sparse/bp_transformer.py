@@ -211,22 +211,37 @@ def _bp_transformer(n, m, causal, rng, nodes_per_level=1):
     k, which names the keys). Its causal option (the paper's, left context only) orders tokens, not node
     indices, so the registry entry offers no causal=True: span nodes, indexed after every token, would
     break j ≤ i."""
-    return bp_transformer_pattern(_bp_tokens(n), nodes_per_level, causal=causal)
+    k = check_positive_int("nodes_per_level", nodes_per_level)
+    return bp_transformer_pattern(_bp_tokens(n), k, causal=causal)
 
 
 def _bp_tokens(nodes: int) -> int:
-    """The token count n whose binary partition tree has ``nodes`` nodes."""
-    for n in range(1, nodes + 1):
-        if len(bp_tree_spans(n)) == nodes:
-            return n
-    raise ValueError(f"no BP-Transformer tree has {nodes} nodes (n tokens give n + ⌈n/2⌉ + … + 1)")
+    """The token count t whose binary partition tree has ``nodes`` nodes (by bisection: the count grows with t)."""
+    lo, hi = 1, max(nodes, 1)                                      # t tokens give at least t nodes
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if _node_count(mid) < nodes else (lo, mid)
+    if _node_count(lo) != nodes:
+        counts = ", ".join(str(_node_count(t)) for t in range(1, 9))
+        nearest = " and ".join(str(_node_count(t)) for t in (lo - 1, lo) if t >= 1 and _node_count(t) != nodes)
+        raise ValueError(
+            f"bp_transformer attends over the n nodes of a binary partition tree, and t tokens give "
+            f"n = t + ⌈t/2⌉ + ⌈t/4⌉ + … + 1 nodes (n = {counts}, …): n={nodes} is no such count (nearest: {nearest})"
+        )
+    return lo
+
+
+def _node_count(tokens: int) -> int:
+    """Nodes of the binary partition tree of ``tokens`` tokens."""
+    return int(_level_sizes(tokens).sum())
 
 
 RECORD = Mechanism(
     id="bp_transformer", title="BP-Transformer (binary partition tree)", family="sparse", section="4.1.1.3 (Fig. 6a)",
     paper='Z. Ye et al., 2019, "BP-Transformer: Modelling Long-Range Context via Binary Partitioning", '
     "arXiv:1911.04070", equation=r"\text{token } i \to k \text{ span nodes per side per level}",
-    time="O(k·n·log(n/k)·d)", memory="O(k·n·log(n/k))", kind="attention", function=bp_transformer_pattern,
+    time="O(k·n·log(n/k)·d)", memory="O(k·n·log(n/k))", kind="attention",
+    methods=("equation", "csr"), function=bp_transformer_pattern,
     apply=pattern_apply(_bp_transformer, "bp_transformer", cross=False, causal_ok=False), causal=False,
     position_dependent=True, cross=False, figure="refattn.figures.sparse:bp_transformer", exact_options=None,
     exact_limit="none: span nodes attend to their own tokens only, whatever k",

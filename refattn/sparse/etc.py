@@ -18,12 +18,12 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..common import check_bool, check_non_negative_int, check_positive_int
+from ..common import check_bool, check_non_negative_int
 from ..mechanism import Mechanism
 from .attention import pattern_apply
 from .band import band_pattern
 from .global_ import global_pattern
-from .pattern import SparsePattern, no_causal_form
+from .pattern import SparsePattern, as_indices, no_causal_form
 
 __all__ = ["etc_pattern"]
 
@@ -45,7 +45,7 @@ def etc_pattern(
     num_global : int
         Number of global tokens *g* >= 0 (positions ``0 … g − 1``).
     num_long : int
-        Number of long (regular input) tokens *L* >= 1 (positions ``g … g + L − 1``).
+        Number of long (regular input) tokens *L* >= 0 (positions ``g … g + L − 1``).
     radius : int
         The l2l radius *r* >= 0: long token *a* attends to long tokens ``a − r … a + r``,
         itself included (2r + 1 keys before clipping).
@@ -111,7 +111,7 @@ def etc_pattern(
     ([0, 2], [1, 5])
     """
     g = check_non_negative_int("num_global", num_global)
-    L = check_positive_int("num_long", num_long)
+    L = check_non_negative_int("num_long", num_long)
     r = check_non_negative_int("radius", radius)
     hard_g2l, hard_l2g = check_bool("hard_g2l", hard_g2l), check_bool("hard_l2g", hard_l2g)
     no_causal_form(causal, "ETC", "an encoder whose global tokens read every long token")
@@ -145,12 +145,9 @@ def etc_pattern(
 def _segment_ids(segment_ids, g: int, L: int):
     if segment_ids is None:
         raise ValueError("hard_g2l and hard_l2g need segment_ids (the global token of each long token)")
-    seg = np.asarray(segment_ids)
-    if seg.dtype.kind not in "iu" or seg.shape != (L,):
-        raise ValueError(
-            f"segment_ids must be an integer array of shape (num_long,) = ({L},), got dtype {seg.dtype}, "
-            f"shape {seg.shape}"
-        )
+    seg = as_indices("segment_ids", segment_ids)
+    if seg.shape != (L,):
+        raise ValueError(f"segment_ids must have shape (num_long,) = ({L},), got shape {seg.shape}")
     if L and (seg.min() < 0 or seg.max() >= g):
         raise ValueError(
             f"segment_ids must lie in [0, num_global={g}) (they index global tokens), got values in "
@@ -159,16 +156,21 @@ def _segment_ids(segment_ids, g: int, L: int):
     return seg.astype(np.int64)
 
 
-def _etc(n, m, causal, rng, num_global=2, radius=1, **options):
+def _etc(n, m, causal, rng, num_global=2, radius=1, segment_ids=None, hard_g2l=False, hard_l2g=False):
     """2 global tokens first, radius 1"""
-    return etc_pattern(num_global, n - num_global, radius, **options)
+    g = check_non_negative_int("num_global", num_global)
+    if n < g:
+        raise ValueError(f"etc puts num_global={g} global tokens before the long tokens: n must be >= num_global, "
+                         f"got n={n}")
+    return etc_pattern(g, n - g, radius, segment_ids=segment_ids, hard_g2l=hard_g2l, hard_l2g=hard_l2g)
 
 
 RECORD = Mechanism(
     id="etc", title="ETC global-local attention", family="sparse", section="4.1.1.2 (Fig. 5c)",
     paper='J. Ainslie et al., 2020, "ETC: Encoding Long and Structured Inputs in Transformers", arXiv:2004.08483',
     equation=r"g2g, g2l, l2g \text{ full};\ l2l: |i-j| \le r", time="O((n_g + r)·n·d)", memory="O((n_g + r)·n)",
-    kind="attention", function=etc_pattern, apply=pattern_apply(_etc, "etc", cross=False, causal_ok=False),
+    kind="attention",
+    methods=("equation", "csr"), function=etc_pattern, apply=pattern_apply(_etc, "etc", cross=False, causal_ok=False),
     causal=False, position_dependent=True, cross=False, figure="refattn.figures.sparse:etc",
     exact_options=lambda n, m: {"radius": n}, exact_limit="r ≥ n_l",
 )

@@ -16,7 +16,7 @@ from ..common import check_sizes
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import LONGFORMER
 from .attention import pattern_apply
-from .pattern import SparsePattern, query_positions
+from .pattern import SparsePattern, as_indices, query_positions
 
 __all__ = ["global_pattern"]
 
@@ -63,10 +63,7 @@ def global_pattern(
     """
     n, m = check_sizes(n, m)
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
-    G = np.asarray(global_indices)
-    G = np.unique(G.astype(np.int64) if G.size == 0 else G)        # () is "no global token"
-    if G.dtype.kind not in "iu" or G.ndim != 1:
-        raise TypeError(f"global_indices must be a 1-D array of ints, got dtype {G.dtype} with shape {G.shape}")
+    G = np.unique(as_indices("global_indices", global_indices).astype(np.int64))   # () is "no global token"
     if G.size and (G.min() < 0 or G.max() >= max(n, m)):
         raise ValueError(f"global_indices must lie in [0, max(n, m)={max(n, m)}), got values in [{G.min()}, {G.max()}]")
     g_rows, g_cols = np.flatnonzero(np.isin(i, G)), G[G < m]      # queries at a global position; global keys
@@ -76,15 +73,16 @@ def global_pattern(
     return pattern if alignment is None else pattern.causal(alignment)
 
 
-def _global(n, m, causal, rng, global_indices=(0,)):
-    """G = {0}"""
-    return global_pattern(n, global_indices, m=m, causal=causal)
+def _global(n, m, causal, rng, global_indices=None):
+    """G = {0} (no global token when there is no position, n = m = 0)"""
+    return global_pattern(n, ((0,) if max(n, m) else ()) if global_indices is None else global_indices, m=m,
+                          causal=causal)
 
 
 RECORD = Mechanism(
     id="global", title="Global attention", family="sparse", section="4.1.1.1 (Fig. 4a)", paper=LONGFORMER,
     equation=r"J_i = \{0..m-1\} \text{ if } i \in G, \text{ else } G",
-    time="O(g·(n+m)·d)", memory="O(g·(n+m))", kind="attention",
+    time="O(g·(n+m)·d)", memory="O(g·(n+m))", kind="attention", methods=("equation", "csr"),
     function=global_pattern, apply=pattern_apply(_global, "global"),
     causal=True, position_dependent=True, figure=FigureSpec(
         title="Global attention (Fig. 4a): G = {0, 9} attend to all keys and are attended by all",

@@ -21,6 +21,8 @@ see the Notes of :func:`image_transformer_pattern`).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..common import causal_alignment, check_choice, check_non_negative_int, check_positive_int
@@ -66,9 +68,9 @@ def image_transformer_pattern(
     Parameters
     ----------
     height : int
-        Image height *H* (rows).
+        Image height *H* (rows), >= 0 (0: an empty image, an empty pattern).
     width : int
-        Image width *W* (columns). Position (r, c) is index r·W + c (row-major, raster order).
+        Image width *W* (columns), >= 1. Position (r, c) is index r·W + c (row-major, raster order).
     query_block : (int, int), default (8, 16)
         Query block :math:`(h_q, w_q)`, :math:`l_q = h_q w_q` positions; blocks tile the image from
         the top-left corner, those on the bottom and right edges are clipped when they do not divide
@@ -141,7 +143,7 @@ def image_transformer_pattern(
            [1, 1, 0, 0],
            [0, 0, 0, 0]])
     """
-    H = check_positive_int("height", height)
+    H = check_non_negative_int("height", height)
     W = check_positive_int("width", width)
     h_q, w_q = _pair("query_block", query_block, check_positive_int)
     h_m, w_m = _pair("memory_flange", memory_flange, check_non_negative_int)
@@ -190,7 +192,7 @@ def image_transformer_1d_pattern(
     Parameters
     ----------
     n : int
-        Sequence length (H·W positions in raster order, or H·3W pixel channels).
+        Sequence length (H·W positions in raster order, or H·3W pixel channels), >= 0.
     query_block : int, default 128
         Query block length :math:`l_q`; the last block is shorter when it does not divide *n*.
         Default from the official code (tensor2tensor ``masked_local_attention_1d``,
@@ -236,7 +238,7 @@ def image_transformer_1d_pattern(
            [0, 0, 0, 1, 1, 0],
            [0, 0, 0, 1, 1, 1]])
     """
-    n = check_positive_int("n", n)
+    n = check_non_negative_int("n", n)
     l_q = check_positive_int("query_block", query_block)
     l_m = check_non_negative_int("memory_length", memory_length)
     causal = causal_alignment(causal) is not None
@@ -248,25 +250,42 @@ def image_transformer_1d_pattern(
 
 
 def _image_transformer(n, m, causal, rng, width=None, query_block=(2, 2), memory_flange=(1, 1), order="raster",
-                       **options):
-    """a height × width image, 2 × 2 query blocks, flange 1; causal in raster order (j ≤ i)"""
-    width = image_width(n) if width is None else width
-    if n % width:
-        raise ValueError(f"the image width {width} does not divide the sequence length n={n}")
-    return image_transformer_pattern(n // width, width, query_block=query_block, memory_flange=memory_flange,
-                                     causal=causal, order=order, **options)
+                       flange="past"):
+    """a height × width image (width: the most square by default), 2 × 2 query blocks, flange 1; causal in
+    raster order (j ≤ i)"""
+    height, width = image_shape(n, width, "image_transformer")
+    return image_transformer_pattern(height, width, query_block=query_block, memory_flange=memory_flange,
+                                     causal=causal, order=order, flange=flange)
 
 
 def image_width(n: int) -> int:
-    """The widest divisor of n not above √n: the most square image of n pixels."""
-    return max(w for w in range(1, int(np.sqrt(n)) + 1) if n % w == 0)
+    """The widest divisor of n not above √n: the most square image of n pixels (1 for n = 0, an empty image)."""
+    return max(w for w in range(1, math.isqrt(n) + 1) if n % w == 0) if n else 1
+
+
+def image_shape(n: int, width, mechanism: str) -> tuple[int, int]:
+    """(height, width) of the image that ``mechanism``'s registry entry lays its n positions out as.
+
+    ``width=None`` takes :func:`image_width`; a given width must be a positive int dividing n (n = 0
+    is an empty image of any width), else a ``ValueError`` naming it and saying which widths work.
+    """
+    if width is None:
+        return n // image_width(n), image_width(n)
+    width = check_positive_int("width", width)
+    if n % width:
+        small = [w for w in range(1, math.isqrt(n) + 1) if n % w == 0]
+        divisors = sorted(set(small) | {n // w for w in small})
+        hint = f" (the divisors of n: {', '.join(map(str, divisors))})" if len(divisors) <= 24 else ""
+        raise ValueError(f"{mechanism} lays its n={n} positions out as an image, height rows of width positions: "
+                         f"width={width} does not divide n{hint}")
+    return n // width, width
 
 
 RECORD = Mechanism(
     id="image_transformer", title="Image Transformer 2-D local attention", family="sparse",
     section="4.1.1.3 (Fig. 6b)", paper='N. Parmar et al., 2018, "Image Transformer", arXiv:1802.05751',
     equation=r"J_{(r,c)} = \text{memory block around the query block of } (r, c)", time="O(n·l_m·d)",
-    memory="O(n·l_m)", kind="attention", function=image_transformer_pattern,
+    memory="O(n·l_m)", kind="attention", methods=("equation", "csr"), function=image_transformer_pattern,
     apply=pattern_apply(_image_transformer, "image_transformer", cross=False), causal=True, position_dependent=True,
     cross=False, example_length=16, figure="refattn.figures.sparse:image_transformer",
     exact_options=lambda n, m: {"width": m, "query_block": (1, m), "memory_flange": (0, m)},

@@ -25,7 +25,7 @@ from ..papers import LONGFORMER
 from .attention import pattern_apply
 from .dilated import dilated_pattern
 from .global_ import global_pattern
-from .pattern import SparsePattern
+from .pattern import SparsePattern, as_indices
 
 __all__ = ["longformer_pattern", "longformer_patterns"]
 
@@ -119,7 +119,7 @@ def longformer_patterns(
         Sequence length.
     window : int
         Total window *w* (even), shared by all heads.
-    dilations : sequence of int
+    dilations : sequence or 1-D array of int
         One dilation >= 1 per head, e.g. ``[1, 1, 2, 3]``: the paper lets some heads stay local
         and others reach further (§3.1, "multi-head attention" paragraph).
     global_indices : array_like of int, default ()
@@ -151,7 +151,7 @@ def longformer_patterns(
     """
     n, _ = check_sizes(n, None)
     half = _half_window(window)
-    if isinstance(dilations, (str, bytes)) or not isinstance(dilations, Sequence) or len(dilations) == 0:
+    if not isinstance(dilations, (Sequence, np.ndarray)) or isinstance(dilations, (str, bytes)) or not len(dilations):
         raise TypeError(f"dilations must be a non-empty sequence of ints (one per head), got {dilations!r}")
     dilations = [check_positive_int(f"dilations[{h}]", d) for h, d in enumerate(dilations)]
     G = _global_indices(global_indices, n)
@@ -167,26 +167,23 @@ def _half_window(window) -> int:
 
 
 def _global_indices(global_indices, n: int):
-    G = np.asarray(global_indices)
-    if G.size == 0:
-        return np.empty(0, dtype=np.int64)
-    if G.dtype.kind not in "iu" or G.ndim != 1:
-        raise TypeError(f"global_indices must be a 1-D array of ints, got dtype {G.dtype} with shape {G.shape}")
-    if G.min() < 0 or G.max() >= n:
+    G = as_indices("global_indices", global_indices)
+    if G.size and (G.min() < 0 or G.max() >= n):
         raise ValueError(f"global_indices must lie in [0, n={n}), got values in [{G.min()}, {G.max()}]")
-    return G
+    return G.astype(np.int64)
 
 
-def _longformer(n, m, causal, rng, window=4, dilation=1, global_indices=(0,)):
-    """w = 4, G = {0}"""
-    return longformer_pattern(n, window, dilation=dilation, global_indices=global_indices, causal=causal)
+def _longformer(n, m, causal, rng, window=4, dilation=1, global_indices=None):
+    """w = 4, G = {0} (no global token when n = 0)"""
+    G = ((0,) if n else ()) if global_indices is None else global_indices
+    return longformer_pattern(n, window, dilation=dilation, global_indices=G, causal=causal)
 
 
 RECORD = Mechanism(
     id="longformer", title="Longformer (sliding window, dilation per head, global tokens)", family="sparse",
     section="4.1.1.2 (Fig. 5b)", paper=LONGFORMER,
     equation=r"J_i = \{ j : |i-j| \le w/2 \cdot w_d,\ w_d \mid i-j \} \cup G", time="O(n·(w+g)·d)",
-    memory="O(n·(w+g))", kind="attention", function=longformer_pattern,
+    memory="O(n·(w+g))", kind="attention", methods=("equation", "csr"), function=longformer_pattern,
     apply=pattern_apply(_longformer, "longformer", cross=False), causal=True, position_dependent=True, cross=False,
     figure="refattn.figures.sparse:longformer", exact_options=lambda n, m: {"window": 2 * max(n, m), "dilation": 1},
     exact_limit="w ≥ 2n, w_d = 1",

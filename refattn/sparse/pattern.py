@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import ALIGNMENTS, causal_alignment, check_choice, check_non_negative_int
+from ..common import ALIGNMENTS, causal_alignment, check_choice, check_fits, check_non_negative_int
 
-__all__ = ["SparsePattern", "no_causal_form", "query_positions"]
+__all__ = ["SparsePattern", "as_indices", "no_causal_form", "query_positions"]
 
 MAX_DENSE = 2**26          # to_mask() refuses larger n·m (64 Mi booleans) unless told otherwise
 
@@ -37,7 +37,11 @@ class SparsePattern:
         Key indices, strictly increasing within each row, in ``[0, m)``. Four bytes per kept
         pair: at n = 65536 a BigBird pattern keeps 4·10⁷ pairs.
     n, m : int
-        Number of queries and keys.
+        Number of queries and keys, >= 0 (a pattern of no query or no key is empty).
+
+    The constructor checks every invariant and refuses, rather than casts, anything else: index
+    arrays must hold integers (floats, bools and strings are a ``TypeError``, so 1.7 never becomes
+    1), and indices are range-checked before they are narrowed to int32.
     """
 
     indptr: NDArray
@@ -48,19 +52,17 @@ class SparsePattern:
     def __post_init__(self) -> None:
         for name in ("n", "m"):
             object.__setattr__(self, name, check_non_negative_int(name, getattr(self, name)))
-        indptr = np.ascontiguousarray(self.indptr, dtype=np.int64)
-        indices = np.ascontiguousarray(self.indices, dtype=index_dtype(self.m))
-        object.__setattr__(self, "indptr", indptr)
-        object.__setattr__(self, "indices", indices)
-        if indptr.shape != (self.n + 1,) or indices.ndim != 1:
-            raise ValueError(
-                f"indptr must have shape (n + 1,) = ({self.n + 1},) and indices one dimension; got "
-                f"indptr shape {indptr.shape}, indices shape {indices.shape}"
-            )
+        indptr, indices = as_indices("indptr", self.indptr), as_indices("indices", self.indices)
+        if indptr.shape != (self.n + 1,):
+            raise ValueError(f"indptr must have shape (n + 1,) = ({self.n + 1},), got shape {indptr.shape}")
         if indptr[0] != 0 or indptr[-1] != len(indices) or np.any(np.diff(indptr) < 0):
             raise ValueError("indptr must start at 0, never decrease, and end at len(indices)")
-        if len(indices) and (indices.min() < 0 or indices.max() >= self.m):
+        if len(indices) and (indices.min() < 0 or indices.max() >= self.m):   # before narrowing to int32
             raise ValueError(f"indices must lie in [0, m={self.m}), got values in [{indices.min()}, {indices.max()}]")
+        indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        indices = np.ascontiguousarray(indices, dtype=index_dtype(self.m))
+        object.__setattr__(self, "indptr", indptr)
+        object.__setattr__(self, "indices", indices)
         drops = np.flatnonzero(np.diff(indices) <= 0) + 1          # positions not above their left neighbour
         if drops.size and not np.isin(drops, indptr).all():        # allowed only where a row starts
             raise ValueError("indices must be strictly increasing within each row (sorted, no duplicates)")
@@ -84,8 +86,9 @@ class SparsePattern:
         -------
         SparsePattern
         """
-        rows = np.asarray(rows, dtype=np.int64).ravel()
-        cols = np.asarray(cols, dtype=np.int64).ravel()
+        n, m = check_non_negative_int("n", n), check_non_negative_int("m", m)
+        rows = as_indices("rows", rows, ndim=None).astype(np.int64, copy=False).ravel()
+        cols = as_indices("cols", cols, ndim=None).astype(np.int64, copy=False).ravel()
         if rows.shape != cols.shape:
             raise ValueError(f"rows and cols must have the same length, got {rows.shape} and {cols.shape}")
         if rows.size and (rows.min() < 0 or rows.max() >= n):
@@ -113,7 +116,7 @@ class SparsePattern:
         >>> p.indptr.tolist(), p.indices.tolist()
         ([0, 2, 2], [0, 2])
         """
-        mask = np.asarray(mask)
+        mask = _as_array("mask", mask)
         if mask.dtype != np.bool_ or mask.ndim != 2:
             raise TypeError(f"mask must be a 2-D boolean array, got dtype {mask.dtype} with shape {mask.shape}")
         _, cols = np.nonzero(mask)                                 # row-major: already sorted
@@ -136,18 +139,26 @@ class SparsePattern:
         Returns
         -------
         SparsePattern
-            Built in O(nnz) time and memory, without sorting.
+            Built in O(nnz) time and memory, without sorting; an index array above the memory
+            budget is refused before it is allocated (:func:`refattn.common.check_fits`).
         """
-        start = np.asarray(start, dtype=np.int64)
-        stop = np.asarray(stop, dtype=np.int64)
-        step = np.broadcast_to(np.asarray(step, dtype=np.int64), start.shape)
+        m = check_non_negative_int("m", m)
+        start = as_indices("start", start).astype(np.int64, copy=False)
+        stop = as_indices("stop", stop).astype(np.int64, copy=False)
+        if stop.shape != start.shape:
+            raise ValueError(f"start and stop must have the same (n,) shape, got {start.shape} and {stop.shape}")
+        step = as_indices("step", step, ndim=None).astype(np.int64, copy=False)
+        if step.ndim and step.shape != start.shape:
+            raise ValueError(f"step must be an int or have start's shape {start.shape}, got shape {step.shape}")
+        step = np.broadcast_to(step, start.shape)
         if np.any(step < 1):
             raise ValueError(f"step must be >= 1, got minimum {step.min()}")
         lo = np.where(start < 0, start + (-start + step - 1) // step * step, start)   # first kept ≥ 0
         hi = np.minimum(stop, m)
         counts = np.maximum(0, (hi - lo + step - 1) // step)       # len(range(lo, hi, step))
-        indptr = np.concatenate([[0], np.cumsum(counts)])
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         dtype = index_dtype(max(m, indptr[-1]))                   # in place, in the narrowest type:
+        check_fits("the pattern's indices", (int(indptr[-1]),), np.dtype(dtype).itemsize)
         indices = np.arange(indptr[-1], dtype=dtype)               # O(nnz) bytes, two arrays at most
         indices -= np.repeat(indptr[:-1].astype(dtype), counts)    # 0, 1, 2, … within each row
         if np.any(step != 1):
@@ -170,16 +181,19 @@ class SparsePattern:
         Returns
         -------
         SparsePattern
-            Built in O(nnz) time and memory, without sorting.
+            Built in O(nnz) time and memory, without sorting; an index array above the memory
+            budget is refused before it is allocated.
         """
-        start = np.asarray(start, dtype=np.int64)
-        stop = np.asarray(stop, dtype=np.int64)
-        if start.ndim != 2 or start.shape != stop.shape:
+        m = check_non_negative_int("m", m)
+        start = as_indices("start", start, ndim=2).astype(np.int64, copy=False)
+        stop = as_indices("stop", stop, ndim=2).astype(np.int64, copy=False)
+        if start.shape != stop.shape:
             raise ValueError(f"start and stop must have the same (n, T) shape, got {start.shape} and {stop.shape}")
         lengths = np.maximum(stop - start, 0)                      # (n, T)
         counts = lengths.sum(axis=1)                               # (n,) keys per query
         flat = lengths.ravel()
-        seg_ptr = np.concatenate([[0], np.cumsum(flat)])
+        seg_ptr = np.concatenate([[0], np.cumsum(flat)]).astype(np.int64)
+        check_fits("the pattern's indices", (int(seg_ptr[-1]),))
         within = np.arange(seg_ptr[-1]) - np.repeat(seg_ptr[:-1], flat)   # 0, 1, 2, … inside each segment
         indices = np.repeat(start.ravel(), flat) + within
         return cls(np.concatenate([[0], np.cumsum(counts)]), indices, start.shape[0], m)
@@ -187,6 +201,7 @@ class SparsePattern:
     @classmethod
     def full(cls, n: int, m: int) -> SparsePattern:
         """Every pair: dense attention as a pattern."""
+        n, m = check_non_negative_int("n", n), check_non_negative_int("m", m)
         return cls.from_row_ranges(np.zeros(n, np.int64), np.full(n, m), m)
 
     @classmethod
@@ -221,7 +236,16 @@ class SparsePattern:
         return np.repeat(np.arange(self.n, dtype=np.int64), np.diff(self.indptr))
 
     def row(self, i: int) -> NDArray:
-        """Keys kept by query *i*."""
+        """Keys kept by query *i*, ``0 <= i < n``.
+
+        An ``IndexError`` for any other *i*, as a Python sequence raises for an index past its
+        end; negative *i* is refused too (it is a query position, not an offset from the end), and
+        a non-integer *i* is a ``TypeError``.
+        """
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"row index must be an int, got {type(i).__name__} {i!r}")
+        if not 0 <= i < self.n:
+            raise IndexError(f"row {i} is out of range for a pattern of n={self.n} queries (0 <= i < n)")
         return self.indices[self.indptr[i]:self.indptr[i + 1]]
 
     def to_mask(self, *, max_size: int = MAX_DENSE) -> NDArray:
@@ -236,6 +260,7 @@ class SparsePattern:
         -------
         mask : (n, m) ndarray of bool
         """
+        max_size = check_non_negative_int("max_size", max_size)
         if self.n * self.m > max_size:
             raise ValueError(
                 f"to_mask() would allocate n·m = {self.n}·{self.m} booleans, above max_size={max_size}; "
@@ -259,7 +284,11 @@ class SparsePattern:
         -------
         dense : (..., n, m) ndarray
         """
-        data = np.asarray(data)
+        data = _as_array("data", data)
+        if data.dtype.kind not in "biufc":
+            raise TypeError(f"data must be numeric, got dtype {data.dtype} with shape {data.shape}")
+        if not isinstance(fill, (int, float, complex, np.number)) or isinstance(fill, (bool, np.bool_)):
+            raise TypeError(f"fill must be a number, got {type(fill).__name__} {fill!r}")
         if data.shape[-1:] != (self.nnz,):
             raise ValueError(f"data must have shape (..., nnz={self.nnz}), got {data.shape}")
         dense = np.full((*data.shape[:-1], self.n, self.m), fill, dtype=np.result_type(data, fill))
@@ -380,6 +409,47 @@ def no_causal_form(causal, mechanism: str, reason: str) -> None:
     """
     if causal_alignment(causal) is not None:
         raise ValueError(f"causal={causal!r}, but {mechanism} has no causal form ({reason}); pass causal=False")
+
+
+def as_indices(name: str, x: ArrayLike, *, ndim: int | None = 1) -> NDArray:
+    """``x`` as an integer array, never cast: the check of every index argument of the sparse family.
+
+    Floats (even 1.0), bools, complex numbers and strings are a ``TypeError`` naming ``name``:
+    truncating 1.7 to 1 would silently attend to another key. An empty sequence (NumPy reads
+    ``[]`` as float64) is an empty int64 array. The values keep their integer dtype; the caller
+    range-checks them before narrowing.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    x : array_like of int
+        The indices.
+    ndim : int or None, default 1
+        The required number of dimensions (``None``: any).
+
+    Returns
+    -------
+    ndarray of a signed or unsigned integer dtype
+    """
+    arr = _as_array(name, x)
+    if arr.size == 0 and arr.dtype.kind in "biuf":
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an array of ints, got dtype {arr.dtype} with shape {arr.shape}")
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension{'s' if ndim != 1 else ''}, got shape {arr.shape}")
+    if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} must fit in int64, got a maximum of {arr.max()}")
+    return arr
+
+
+def _as_array(name: str, x: ArrayLike) -> NDArray:
+    """``np.asarray(x)``, with a ragged nested sequence refused by a ``ValueError`` naming ``name``."""
+    try:
+        return np.asarray(x)
+    except ValueError:                                             # NumPy >= 1.24: inhomogeneous shape
+        raise ValueError(f"{name} must be a rectangular array, got a ragged sequence {x!r:.80}") from None
 
 
 def _sorted_unique(keys: NDArray) -> NDArray:

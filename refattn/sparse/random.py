@@ -18,7 +18,7 @@ from ..common import as_rng, causal_alignment, check_non_negative_int, check_siz
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import BIGBIRD
 from .attention import pattern_apply
-from .pattern import SparsePattern, query_positions
+from .pattern import SparsePattern, as_indices, query_positions
 
 __all__ = ["draw_random_keys", "random_pattern"]
 
@@ -55,8 +55,9 @@ def draw_random_keys(rng, n: int, r: int, *, m: int | None = None, causal: bool 
     n, m = check_sizes(n, m)
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
     r = check_non_negative_int("r", r)
-    if alignment is None and r > m:
-        raise ValueError(f"cannot draw r={r} distinct keys from m={m}")
+    if alignment is None and r > m and n:
+        raise ValueError(f"cannot draw r={r} distinct keys from m={m}: without a causal mask r <= m "
+                         "(causal rows with fewer candidates take them all)")
     limit = np.full(n, m) if alignment is None else np.clip(i + 1, 0, m)   # candidates 0 … limit − 1
     keys = np.full((n, r), -1, dtype=np.int64)
     take_all = limit <= r
@@ -123,16 +124,14 @@ def random_pattern(
         if r is None:
             raise ValueError("random_pattern needs r (keys per query) to draw from rng")
         keys = draw_random_keys(rng, n, r, m=m, causal=causal)
-    keys = np.asarray(keys)
-    if keys.dtype.kind not in "iu" or keys.ndim != 2 or keys.shape[0] != n:
-        raise ValueError(
-            f"keys must be an integer array of shape (n={n}, r), got dtype {keys.dtype}, shape {keys.shape}"
-        )
+    keys = as_indices("keys", keys, ndim=2)
+    if keys.shape[0] != n:
+        raise ValueError(f"keys must have shape (n={n}, r), got shape {keys.shape}")
     if r is not None and keys.shape[1] != r:
         raise ValueError(f"keys has {keys.shape[1]} columns but r={r}")
     kept = keys >= 0
-    if np.any(keys[kept] >= m):
-        raise ValueError(f"keys must lie in [0, m={m}) (or be -1 for none), got maximum {keys.max()}")
+    if np.any(keys[kept] >= m) or np.any(keys < -1):
+        raise ValueError(f"keys must lie in [0, m={m}) (or be -1 for none), got values in [{keys.min()}, {keys.max()}]")
     rows = np.repeat(np.arange(n), keys.shape[1]).reshape(keys.shape)
     pattern = SparsePattern.from_pairs(rows[kept], keys[kept], n, m)
     if np.any(pattern.row_counts() != kept.sum(axis=1)):
@@ -150,7 +149,7 @@ def _random(n, m, causal, rng, r=2, keys=None):
 RECORD = Mechanism(
     id="random", title="Random attention", family="sparse", section="4.1.1.1 (Fig. 4d)", paper=BIGBIRD,
     equation=r"J_i = r \text{ keys drawn uniformly without replacement}",
-    time="O(n·r·d)", memory="O(n·r)", kind="attention",
+    time="O(n·r·d)", memory="O(n·r)", kind="attention", methods=("equation", "csr"),
     function=random_pattern, apply=pattern_apply(_random, "random"),
     causal=True, position_dependent=True, figure=FigureSpec(
         title="Random attention (Fig. 4d): r = 3 distinct keys per query, uniform, seed 24", n=16, seed=24, panels=(

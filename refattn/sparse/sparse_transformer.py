@@ -155,16 +155,19 @@ def _summary_columns(n: int, l: int, offsets: range, causal: bool) -> SparsePatt
     return pattern
 
 
-def _sparse_transformer(n, m, causal, rng, stride=3, kind="strided", **options):
+def _sparse_transformer(n, m, causal, rng, stride=3, kind="strided", c=1, part=None, local_window="paper",
+                        subblock=0):
     """l = 3, strided"""
-    return sparse_transformer_pattern(n, stride, kind=kind, causal=causal, **options)
+    return sparse_transformer_pattern(n, stride, kind=kind, c=c, part=part, causal=causal, local_window=local_window,
+                                      subblock=subblock)
 
 
 RECORD = Mechanism(
     id="sparse_transformer", title="Sparse Transformer (strided and fixed factorisations)", family="sparse",
     section="4.1.1.2 (Fig. 5e)", paper=CHILD,
     equation=r"A^{(1)}_i = \{ j : i - l \le j \le i \},\ A^{(2)}_i = \{ j : (i - j) \bmod l = 0 \}",
-    time="O(n·√n·d)", memory="O(n·√n)", kind="attention", function=sparse_transformer_pattern,
+    time="O(n·√n·d)", memory="O(n·√n)", kind="attention",
+    methods=("equation", "csr"), function=sparse_transformer_pattern,
     apply=pattern_apply(_sparse_transformer, "sparse_transformer", cross=False), causal=True,
     position_dependent=True, cross=False, figure="refattn.figures.sparse:sparse_transformer",
     exact_options=lambda n, m: {"stride": max(n, m)}, exact_limit="l ≥ n (strided)",

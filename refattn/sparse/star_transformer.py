@@ -34,8 +34,8 @@ def star_transformer_pattern(n: int, *, ring: bool = True, causal: bool | str = 
     Parameters
     ----------
     n : int
-        Number of satellite nodes (tokens). The pattern has n + 1 rows and columns; the relay
-        node *s* is position ``n``.
+        Number of satellite nodes (tokens), >= 0. The pattern has n + 1 rows and columns; the
+        relay node *s* is position ``n`` (alone, it attends to itself).
     ring : bool, default True
         ``True``: the paper's ring, satellites 0 and n − 1 are neighbours. ``False``: a path,
         the first and last satellites have one neighbour each (the neighbourhood that fastNLP's
@@ -100,6 +100,9 @@ def star_transformer_pattern(n: int, *, ring: bool = True, causal: bool | str = 
 
 def _star_transformer(n, m, causal, rng, ring=True):
     """n − 1 satellites and the relay as the last position"""
+    if n < 1:
+        raise ValueError(f"star_transformer puts the relay node at the last position, after n − 1 satellites: "
+                         f"n must be >= 1, got n={n}")
     return star_transformer_pattern(n - 1, ring=ring)
 
 
@@ -107,7 +110,7 @@ RECORD = Mechanism(
     id="star_transformer", title="Star-Transformer (ring + relay node)", family="sparse", section="4.1.1.2 (Fig. 5a)",
     paper='Q. Guo et al., 2019, "Star-Transformer", arXiv:1902.09113',
     equation=r"J_i = \{i-1, i, i+1, \text{relay}\},\ J_\text{relay} = \text{all}", time="O(n·d)", memory="O(n)",
-    kind="attention", function=star_transformer_pattern,
+    kind="attention", methods=("equation", "csr"), function=star_transformer_pattern,
     apply=pattern_apply(_star_transformer, "star_transformer", cross=False, causal_ok=False), causal=False,
     position_dependent=True, cross=False, figure="refattn.figures.sparse:star_transformer", exact_options=None,
     exact_limit="none: every satellite keeps degree 4 (i − 1, i, i + 1 and the relay) at any length",
