@@ -594,7 +594,7 @@ def _performer_apply(kind: str):
 RECORD_POSITIVE = Mechanism(
     id="performer_positive", title="Performer FAVOR+ positive random features", family="linear", section="4.2",
     paper=PERFORMER, equation=r"\phi(x) = \tfrac{e^{-\|x\|^2/2}}{\sqrt{r}} \big[e^{\omega_i^\top x}\big]_{i=1}^r",
-    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan"),
+    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "auto"),
     examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}, {"eps": 1e-3}),
     function=performer_attention,
     apply=_performer_apply("positive"), causal=True, figure="refattn.figures.linear:performer_positive",
@@ -605,7 +605,7 @@ RECORD_TRIG = Mechanism(
     id="performer_trig", title="Performer trigonometric random features", family="linear", section="4.2",
     paper=PERFORMER,
     equation=r"\phi(x) = \tfrac{e^{\|x\|^2/2}}{\sqrt{r}} \big[\sin \omega_i^\top x, \cos \omega_i^\top x\big]_{i=1}^r",
-    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan"),
+    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "auto"),
     examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}),
     function=performer_attention,
     apply=_performer_apply("trig"), causal=True, nonnegative=False, figure="refattn.figures.linear:performer_trig",

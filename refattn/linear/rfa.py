@@ -346,7 +346,7 @@ RECORD = Mechanism(
     paper='H. Peng et al., 2021, "Random Feature Attention", arXiv:2103.02143',
     equation=r"S_t = g_t S_{t-1} + (1 - g_t)\,\phi(k_t) \otimes v_t", time="O(n·F·d_v)", memory="O(F·d_v) state",
     kind="attention",
-    methods=("equation", "scan"), examples=({"gate_form": "decay"},), function=rfa_attention,
+    methods=("equation", "scan", "auto"), examples=({"gate_form": "decay"},), function=rfa_attention,
     apply=recurrence_apply(_rfa, "rfa"), noncausal=False,
     causal=True,
     position_dependent=True, cross=False, figure="refattn.figures.linear:rfa", exact_options=None,
