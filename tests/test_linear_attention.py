@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refattn import causal_mask
-from refattn.kernels.scan import causal_linear_scan
+from refattn.common import MemoryBudgetError, set_memory_budget
+from refattn.kernels.scan import _causal_linear_scan, causal_linear_scan
 from refattn.linear import elu_feature_map, linear_attention
 
 from .naive import naive_linear
@@ -98,11 +99,13 @@ def test_eps_is_added_to_every_denominator(rng):
 def test_scan_kernel_python_source_equals_compiled(rng):
     phi_q, phi_k, v = (elu_feature_map(x) if i < 2 else x for i, x in enumerate(qkv(rng, 5, 7, batch=(2,))))
     results = []
-    python_source = getattr(causal_linear_scan, "py_func", causal_linear_scan)    # no py_func when JIT is disabled
-    for fn in (causal_linear_scan, python_source):
-        out, den = np.empty((2, 5, 3)), np.empty((2, 5))
-        fn(phi_q, phi_k, v, 2, 0.0, out, den)
-        results.append((out, den))
+    python_source = getattr(_causal_linear_scan, "py_func", _causal_linear_scan)  # no py_func when JIT is disabled
+    out, den = np.empty((2, 5, 3)), np.empty((2, 5))
+    causal_linear_scan(phi_q, phi_k, v, 2, 0.0, out, den)          # the wrapper, then the compiled kernel
+    results.append((out, den))
+    out, den = np.empty((2, 5, 3)), np.empty((2, 5))
+    python_source(phi_q, phi_k, v, np.zeros((2, 0)), 0.0, 2, 0.0, out, den)
+    results.append((out, den))
     np.testing.assert_allclose(results[0][0], results[1][0], **TIGHT)
     np.testing.assert_allclose(results[0][1], results[1][1], **TIGHT)
 
@@ -119,3 +122,82 @@ def test_bad_input(rng, kwargs, error, match):
     kwargs = {"feature_map": elu_feature_map} | kwargs
     with pytest.raises(error, match=match):
         linear_attention(q, k, v, **kwargs)
+
+
+def repeated_elu(x):
+    """φ with 12 features for d = 4 (elu + 1, each feature three times)."""
+    return np.repeat(elu_feature_map(x), 3, axis=-1)
+
+
+def first_elu(x):
+    """φ with 1 feature."""
+    return elu_feature_map(x)[..., :1]
+
+
+@pytest.mark.parametrize(("causal", "method"), [(False, "equation"), (False, "right"), (True, "equation"),
+                                                (True, "scan"), ("bottom-right", "equation"), ("bottom-right", "scan")])
+@pytest.mark.parametrize(("query_map", "key_map", "F_q", "F_k"), [(repeated_elu, first_elu, 12, 1),
+                                                                  (first_elu, repeated_elu, 1, 12)])
+def test_feature_counts_must_agree_before_any_method_runs(rng, causal, method, query_map, key_map, F_q, F_k):
+    # Fewer key features made the scan read past phi_k (a crash, or different numbers on each call);
+    # extra key features were ignored; the other methods failed inside matmul.
+    q, k, v = qkv(rng, 6, 8)
+    match = (rf"feature_map gave φ\(q\) of shape \(6, {F_q}\) \(F={F_q}\) but key_feature_map gave φ\(k\) of shape "
+             rf"\(8, {F_k}\) \(F={F_k}\)")
+    with pytest.raises(ValueError, match=match):
+        linear_attention(q, k, v, query_map, key_feature_map=key_map, causal=causal, method=method)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"feature_map": None}, TypeError, "feature_map must be a callable φ .* got NoneType"),
+    ({"feature_map": "elu"}, TypeError, "feature_map must be a callable φ .* got str"),
+    ({"key_feature_map": 3}, TypeError, "key_feature_map must be a callable φ .* got int"),
+    ({"feature_map": lambda x: elu_feature_map(x) + 0j}, TypeError,
+     r"feature_map must return real numbers, but gave dtype complex128 \(shape \(4, 3\)\) for q of shape \(4, 3\)"),
+    ({"key_feature_map": lambda x: elu_feature_map(x) * 1j}, TypeError,
+     r"key_feature_map must return real numbers, but gave dtype complex128 \(shape \(6, 3\)\) for k"),
+    ({"feature_map": lambda x: x > 0}, TypeError, "feature_map must return real numbers, but gave dtype bool"),
+    ({"feature_map": lambda x: np.array(["a"] * x.shape[-2])}, TypeError, "gave dtype <U1"),
+    ({"return_weights": 1}, TypeError, "return_weights must be True or False, got 1"),
+])
+@pytest.mark.parametrize("method", ["equation", "right"])
+def test_maps_must_be_callables_with_real_features(rng, kwargs, error, match, method):
+    # A complex map was silently cast to its real part; None failed with "'NoneType' object is not callable".
+    q, k, v = qkv(rng, 4, 6, d=3)
+    kwargs = {"feature_map": elu_feature_map} | kwargs
+    with pytest.raises(error, match=match):
+        linear_attention(q, k, v, method=method, **kwargs)
+
+
+def test_integer_features_are_real_and_accepted(rng):
+    q, k, v = qkv(rng, 4, 6)
+    def counts(x):
+        return (x > 0).astype(np.int64) + 1                        # 1 or 2: positive integer features
+    np.testing.assert_allclose(linear_attention(q, k, v, counts),
+                               linear_attention(q, k, v, lambda x: counts(x).astype(np.float64)), **TIGHT)
+
+
+@pytest.fixture
+def small_budget():
+    """A memory budget of 4 KiB (512 float64 entries), restored afterwards."""
+    previous = set_memory_budget(4096)
+    yield 4096
+    set_memory_budget(previous)
+
+
+@pytest.mark.parametrize("causal", [False, True, "bottom-right"])
+def test_auto_streams_above_the_memory_budget(rng, small_budget, causal):
+    # 30 × 40 = 1200 entries > 512: "auto" takes the right product or the scan, "equation" refuses before
+    # allocating, and so do the weights; below the budget "auto" is the equation path itself.
+    q, k, v = qkv(rng, 30, 40)
+    streaming = "right" if causal is False else "scan"
+    np.testing.assert_array_equal(linear_attention(q, k, v, elu_feature_map, causal=causal),
+                                  linear_attention(q, k, v, elu_feature_map, causal=causal, method=streaming))
+    with pytest.raises(MemoryBudgetError,
+                       match=r"similarity matrix of method='equation' of shape \(30, 40\) would take 8.94e-06 GiB"):
+        linear_attention(q, k, v, elu_feature_map, causal=causal, method="equation")
+    with pytest.raises(MemoryBudgetError, match=r"the weights \(return_weights=True\) of shape \(30, 40\)"):
+        linear_attention(q, k, v, elu_feature_map, causal=causal, method=streaming, return_weights=True)
+    q, k, v = qkv(rng, 12, 40)                                     # 480 entries: within the budget
+    np.testing.assert_array_equal(linear_attention(q, k, v, elu_feature_map, causal=causal),
+                                  linear_attention(q, k, v, elu_feature_map, causal=causal, method="equation"))

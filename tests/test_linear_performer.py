@@ -407,6 +407,64 @@ def test_stabilizer_changes_the_output_only_by_rounding(rng, kind, causal):
     np.testing.assert_allclose(A_s, A, **TIGHT)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("causal", "n", "m"), [(True, 7, 9), ("bottom-right", 6, 9), ("bottom-right", 9, 6)])
+@pytest.mark.parametrize("method", ["equation", "scan"])
+def test_causal_stabilizer_cancels_where_it_matters(rng, kind, causal, n, m, method):
+    # Inputs 2.5× the moderate ones: |ωᵀk̃| up to ~8 and ‖k̃‖²/2 up to ~5, and the running key maximum grows
+    # along the keys (1 to 4 distinct values per sequence), so the scan rescales its state. Row i's features are
+    # all scaled by e^{−C_{l(i)}}, which cancels in its normalisation; what remains is rounding: each exp
+    # argument (|·| ≤ ~20) carries ~20·2⁻⁵³ ≈ 2e-15 relative error, and the scan multiplies by at most m − 1 = 8
+    # rescaling factors of the same accuracy, so each feature is within ~2e-14 relative and the normalised
+    # output (values O(1)) within that; 1e-12 leaves a wide margin.
+    q, k, v = qkv(rng, n, m, batch=(2,), scale=1.25)
+    opts = {"num_features": 16, "rng": 4, "kind": kind, "causal": causal, "method": method}
+    out = performer_attention(q, k, v, **opts)
+    out_s = performer_attention(q, k, v, stabilize=True, **opts)
+    assert np.isfinite(out).all() and np.isfinite(out_s).all()
+    np.testing.assert_allclose(out_s, out, **TIGHT)
+
+
+@pytest.mark.parametrize("kind", ["positive", "hyperbolic"])
+@pytest.mark.parametrize(("causal", "n", "m"), [(True, 6, 8), ("bottom-right", 5, 8), ("bottom-right", 8, 5)])
+@pytest.mark.parametrize("method", ["equation", "scan"])
+def test_causal_stabilizer_with_eps_is_the_official_formula_with_each_rows_own_maximum(rng, kind, causal, n, m,
+                                                                                         method):
+    # A loop over (i, j): φ⁽ⁱ⁾(k_j) = (exp(ωᵀk̃_j − ‖k̃_j‖²/2 − C_i) + ε)/√F with C_i the maximum of ωᵀk̃ over the
+    # keys row i sees (official code: over every key), φ(q_i) the official per-row query features.
+    q, k, v = qkv(rng, n, m, scale=1.25)
+    eps, omega = 1e-3, draw_omega(2, 6, 8)
+    q_t, k_t = q * 8**-0.25, k * 8**-0.25
+    u = k_t @ omega.T
+    u = u if kind == "positive" else np.concatenate([u, -u], axis=-1)     # (m, F)
+    F = u.shape[-1]
+    phi_q = favor_features(q_t, omega, kind=kind, stabilize=True, is_query=True, eps=eps)
+    delta = 0 if causal is True else m - n
+    expected = np.zeros((n, 3))
+    for i in range(n):
+        seen = range(min(i + delta, m - 1) + 1)
+        if not seen:
+            continue
+        C = max(u[j].max() for j in seen)
+        s = [phi_q[i] @ ((np.exp(u[j] - 0.5 * k_t[j] @ k_t[j] - C) + eps) / np.sqrt(F)) for j in seen]
+        expected[i] = sum(s_j * v[j] for s_j, j in zip(s, seen, strict=True)) / sum(s)
+    out = performer_attention(q, k, v, omega=omega, kind=kind, causal=causal, method=method, stabilize=True, eps=eps)
+    np.testing.assert_allclose(out, expected, **TIGHT)
+
+
+def test_trig_query_stabilizer_is_each_rows_own_norm(rng):
+    # is_query=True shifts each row by its own ‖x‖²/2: h(x) = 1, one factor per row (it cancels in attention).
+    x, omega = rng.standard_normal((2, 5, 4)), draw_omega(1, 6, 4)
+    u = x @ omega.T
+    np.testing.assert_allclose(favor_features(x, omega, kind="trig", stabilize=True, is_query=True),
+                               np.concatenate([np.sin(u), np.cos(u)], axis=-1) / np.sqrt(6), **TIGHT)
+
+
+def test_zero_width_inputs_name_d_k(rng):
+    with pytest.raises(ValueError, match=r"scales q and k by d_k\^\(-1/4\): needs d_k >= 1, got q shape \(4, 0\)"):
+        performer_attention(np.zeros((4, 0)), np.zeros((5, 0)), np.ones((5, 2)), omega=np.zeros((3, 0)))
+
+
 def test_stabilized_batch_equals_a_stack_of_single_calls(rng):
     # The key maximum is taken per batch item, so batching does not couple items.
     q, k, v = qkv(rng, 5, 7, batch=(3,))
@@ -416,17 +474,17 @@ def test_stabilized_batch_equals_a_stack_of_single_calls(rng):
         np.testing.assert_allclose(batched[b], performer_attention(q[b], k[b], v[b], **opts), **TIGHT)
 
 
-def test_causal_outputs_ignore_the_future_unless_eps_meets_the_key_maximum(rng):
+@pytest.mark.parametrize("method", ["equation", "scan"])
+@pytest.mark.parametrize("eps", [0.0, 1e-3])
+def test_causal_outputs_ignore_the_future_eps_included(rng, method, eps):
+    # The key maximum is taken over the keys each row sees, so the official ε added after it no
+    # longer lets future keys reach past rows (the sequence-wide maximum did).
     q, k, v = qkv(rng, 8, 8)
     k2, v2 = k.copy(), v.copy()
     k2[5:] *= 6.0                                                  # future keys with a larger ωᵀk
     v2[5:] = rng.standard_normal(v2[5:].shape)
-    opts = {"num_features": 16, "rng": 3, "causal": True, "stabilize": True}
-    np.testing.assert_allclose(performer_attention(q, k2, v2, **opts)[:5],
-                               performer_attention(q, k, v, **opts)[:5], **TIGHT)
-    # The official ε after the sequence-wide key maximum: past outputs now see future keys.
-    past = performer_attention(q, k, v, eps=1e-3, **opts)[:5]
-    assert np.max(np.abs(performer_attention(q, k2, v2, eps=1e-3, **opts)[:5] - past)) > 1e-6
+    opts = {"num_features": 16, "rng": 3, "causal": True, "stabilize": True, "eps": eps, "method": method}
+    np.testing.assert_array_equal(performer_attention(q, k2, v2, **opts)[:5], performer_attention(q, k, v, **opts)[:5])
 
 
 def test_large_eps_pulls_the_weights_to_uniform(rng):

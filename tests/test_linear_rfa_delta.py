@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refattn.kernels.delta_scan import delta_rule_scan
-from refattn.kernels.gated_scan import gated_linear_scan
+from refattn.kernels.delta_scan import _delta_rule_scan, delta_rule_scan
+from refattn.kernels.gated_scan import _gated_linear_scan, gated_linear_scan
 from refattn.linear import elu_feature_map, linear_attention
 from refattn.linear.delta_rule import DeltaBetaParams, delta_beta, delta_rule_attention, init_delta_beta
 from refattn.linear.rfa import RFAGateParams, init_rfa_gate, rfa_attention, rfa_gates
@@ -180,7 +180,7 @@ def test_gated_scan_python_source_equals_compiled(rng):
     v, g = rng.standard_normal((2, 5, 4)), rng.uniform(size=(2, 5))
     for coupled in (True, False):
         results = []
-        for fn in (gated_linear_scan, getattr(gated_linear_scan, "py_func", gated_linear_scan)):
+        for fn in (gated_linear_scan, getattr(_gated_linear_scan, "py_func", _gated_linear_scan)):
             out, den = np.empty((2, 5, 4)), np.empty((2, 5))
             fn(phi_q, phi_k, v, g, coupled, 0.0, out, den)
             results.append((out, den))
@@ -344,7 +344,7 @@ def test_delta_scan_python_source_equals_compiled(rng):
     phi_q, phi_k = elu_feature_map(rng.standard_normal((2, 2, 5, 3)))
     v, beta = rng.standard_normal((2, 5, 4)), rng.uniform(size=(2, 5))
     results = []
-    for fn in (delta_rule_scan, getattr(delta_rule_scan, "py_func", delta_rule_scan)):
+    for fn in (delta_rule_scan, getattr(_delta_rule_scan, "py_func", _delta_rule_scan)):
         out = np.empty((2, 5, 4))
         fn(phi_q, phi_k, v, beta, out)
         results.append(out)

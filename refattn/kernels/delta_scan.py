@@ -12,13 +12,25 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit_parallel, prange
+from . import check_kernel_arrays
 
 __all__ = ["delta_rule_scan"]
 
 
+def delta_rule_scan(phi_q, phi_k, v, beta, out) -> None:
+    """Run the delta-rule scan after checking every shape it indexes.
+
+    phi_q, phi_k (B, n, F), v (B, n, d_v), beta (B, n), all C-contiguous float64; writes out (B, n, d_v).
+    """
+    check_kernel_arrays("delta_rule_scan", {
+        "phi_q": (phi_q, "B n F"), "phi_k": (phi_k, "B n F"), "v": (v, "B n d_v"), "beta": (beta, "B n"),
+        "out": (out, "B n d_v")}, written=("out",))
+    _delta_rule_scan(phi_q, phi_k, v, beta, out)
+
+
 @jit_parallel
-def delta_rule_scan(phi_q, phi_k, v, beta, out):  # pragma: no cover - jitted
-    """phi_q, phi_k (B, n, F), v (B, n, d_v), beta (B, n) → out (B, n, d_v)."""
+def _delta_rule_scan(phi_q, phi_k, v, beta, out):  # pragma: no cover - jitted
+    """The loops of :func:`delta_rule_scan`."""
     B, n, F = phi_q.shape
     d_v = v.shape[2]
     for b in prange(B):

@@ -12,13 +12,27 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit_parallel, prange
+from . import check_kernel_arrays, kernel_scalar
 
 __all__ = ["gated_linear_scan"]
 
 
+def gated_linear_scan(phi_q, phi_k, v, g, coupled, eps, out, den) -> None:
+    """Run the gated scan after checking every shape it indexes.
+
+    phi_q, phi_k (B, n, F), v (B, n, d_v), g (B, n), all C-contiguous float64; ``coupled``: the write
+    is weighted by (1 − g_t) (True) or 1; ``eps`` a finite float. Writes out (B, n, d_v) and den (B, n).
+    """
+    check_kernel_arrays("gated_linear_scan", {
+        "phi_q": (phi_q, "B n F"), "phi_k": (phi_k, "B n F"), "v": (v, "B n d_v"), "g": (g, "B n"),
+        "out": (out, "B n d_v"), "den": (den, "B n")}, written=("out", "den"))
+    _gated_linear_scan(phi_q, phi_k, v, g, kernel_scalar("gated_linear_scan", "coupled", coupled, bool),
+                       kernel_scalar("gated_linear_scan", "eps", eps, float), out, den)
+
+
 @jit_parallel
-def gated_linear_scan(phi_q, phi_k, v, g, coupled, eps, out, den):  # pragma: no cover - jitted
-    """phi_q, phi_k (B, n, F), v (B, n, d_v), g (B, n); coupled: write (1 − g_t) or 1 → out (B, n, d_v), den (B, n)."""
+def _gated_linear_scan(phi_q, phi_k, v, g, coupled, eps, out, den):  # pragma: no cover - jitted
+    """The loops of :func:`gated_linear_scan`."""
     B, n, F = phi_q.shape
     d_v = v.shape[2]
     for b in prange(B):

@@ -1,23 +1,85 @@
-"""Helpers shared by the linearised-attention modules: features, denominators, kernel inputs, σ."""
+"""Helpers shared by the linearised-attention modules: features, denominators, methods, kernel inputs, σ.
+
+The edge-size rule they implement is stated in :mod:`refattn.linear`.
+"""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import as_float, broadcast_batch, causal_alignment, check_qkv
+from ..common import as_float, broadcast_batch, causal_alignment, check_fits, check_qkv, memory_budget
 from ..core.causal_mask import causal_mask
 from ..mechanism import AttentionResult
 
 
-def features(feature_map: Callable[[NDArray], NDArray], x: NDArray, name: str) -> NDArray:
-    """φ(x) as float64, checked to keep every axis of ``x`` but the last."""
-    phi = np.asarray(feature_map(x), dtype=np.float64)
+def check_feature_map(feature_map, name: str) -> None:
+    """``TypeError`` naming the argument unless ``feature_map`` is callable (``None`` included)."""
+    if not callable(feature_map):
+        raise TypeError(f"{name} must be a callable φ mapping (..., T, d) to (..., T, F), "
+                        f"got {type(feature_map).__name__}")
+
+
+def features(feature_map: Callable[[NDArray], NDArray], x: NDArray, name: str,
+             map_name: str = "feature_map") -> NDArray:
+    """φ(x) as float64, checked: real numbers, every axis of ``x`` but the last kept, F >= 1 features.
+
+    ``name`` is the input's name (q, k) and ``map_name`` the argument that holds the map.
+    """
+    check_feature_map(feature_map, map_name)
+    phi = np.asarray(feature_map(x))
+    if phi.dtype.kind not in "fiu":                                # complex would lose its imaginary part
+        raise TypeError(f"{map_name} must return real numbers, but gave dtype {phi.dtype} "
+                        f"(shape {phi.shape}) for {name} of shape {x.shape}")
     if phi.shape[:-1] != x.shape[:-1]:
-        raise ValueError(f"feature_map turned {name} of shape {x.shape} into shape {phi.shape}; "
+        raise ValueError(f"{map_name} turned {name} of shape {x.shape} into shape {phi.shape}; "
                          "it must keep every axis but the last")
-    return phi
+    if phi.shape[-1] == 0:
+        raise ValueError(f"{map_name} gave no feature (F=0) for {name} of shape {x.shape} (d_k={x.shape[-1]}): "
+                         "with no feature every similarity φ(q)·φ(k) is 0 and the weights 0/0 are undefined")
+    return phi.astype(np.float64, copy=False)
+
+
+def check_feature_counts(phi_q: NDArray, phi_k: NDArray, q_map: str, k_map: str) -> None:
+    """``ValueError`` naming both maps unless φ(q) and φ(k) have the same number of features F."""
+    if phi_q.shape[-1] != phi_k.shape[-1]:
+        raise ValueError(f"{q_map} gave φ(q) of shape {phi_q.shape} (F={phi_q.shape[-1]}) but {k_map} gave "
+                         f"φ(k) of shape {phi_k.shape} (F={phi_k.shape[-1]}): φ(q)·φ(k) needs the same F")
+
+
+def check_eps(eps) -> float:
+    """A denominator's ``eps`` as a float; ``ValueError`` unless it is a finite real number."""
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(eps):
+        raise ValueError(f"eps must be a finite real number, got {eps!r}")
+    return float(eps)
+
+
+def last_keys(n: int, m: int, alignment: str | None) -> tuple[int, NDArray]:
+    """``delta`` (query i sees keys j <= i + delta) and ``last`` (n,), the last key each query sees, −1 for none.
+
+    Non-causal: every key (delta = m); "top-left": j <= i; "bottom-right": j <= i + m − n. A query
+    sees keys 0 … last with last = min(i + delta, m − 1): none when that is negative, and none at all
+    when m = 0.
+    """
+    delta = {None: m, "top-left": 0, "bottom-right": m - n}[alignment]
+    return delta, np.maximum(np.minimum(np.arange(n) + delta, m - 1), -1)
+
+
+def resolve_method(method: str, streaming: str, dense_shape: tuple[int, ...]) -> str:
+    """The method that runs: "auto" is "equation" while its (..., n, m) array fits the memory budget.
+
+    Above the budget (:func:`refattn.common.memory_budget`), "auto" is ``streaming`` (the right
+    product or a scan), and an explicit "equation" raises :class:`refattn.common.MemoryBudgetError`
+    before allocating.
+    """
+    if method == "auto":
+        return "equation" if math.prod(dense_shape) * 8 <= memory_budget() else streaming
+    if method == "equation":
+        check_fits("the similarity matrix of method='equation'", dense_shape)
+    return method
 
 
 def safe_denominator(den: NDArray) -> NDArray:
@@ -71,17 +133,18 @@ def recurrence_apply(run: Callable, name: str) -> Callable:
     its own query and on the keys, values and gates up to i only, so the recurrence runs over all m
     positions (earlier queries, whose outputs are dropped, are zeros) and the last rows are kept.
     """
-    def apply(q, k, v, *, causal=True, rng=None, return_weights=False, method="equation", **options):
+    def apply(q, k, v, *, causal=True, rng=None, return_weights=False, method="auto", **options):
         alignment = causal_alignment(causal)
         if alignment is None:
             raise ValueError(f"{name} is a causal recurrence: pass causal=True or 'bottom-right', got causal=False")
-        n, m = np.shape(q)[-2], np.shape(k)[-2]
+        q, k, v = (as_float(label, x) for label, x in (("q", q), ("k", k), ("v", v)))
+        check_qkv(q, k, v)
+        n, m = q.shape[-2], k.shape[-2]
         if n != m and alignment == "top-left":
             raise ValueError(f"{name} is self-attention over one sequence: q has n={n}, k has m={m} "
                              "(causal='bottom-right' takes the last n of m positions)")
         if n != m:
             keep = min(n, m)
-            q = as_float("q", q)
             q_all = np.zeros((*q.shape[:-2], m, q.shape[-1]))
             q_all[..., m - keep:, :] = q[..., n - keep:, :]
             result = run(q_all, k, v, rng, method, return_weights, **options)

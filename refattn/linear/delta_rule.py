@@ -8,8 +8,9 @@ r"""Fast-weight delta rule (Schlag, Irie & Schmidhuber, 2021, §4): linear atten
 denominator. The sum rule W_i = W_{i−1} + v_i ⊗ φ(k_i) (linear attention) only adds, so two keys that
 overlap interfere; the delta rule first removes what k_i retrieves.
 
-    "equation"  the update above as a NumPy loop over time, vectorised over the batch
+    "equation"  the update above as a NumPy loop over time, vectorised over the batch (O(F·d_v) state)
     "scan"      the same loop in Numba (refattn.kernels.delta_scan)
+    "auto"      "equation": it never forms an n × n array
 
 For fixed q, k and β the output is linear in V: y = A V with an effective n × n matrix A (Notes).
 """
@@ -21,15 +22,23 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_bool, check_choice, check_positive_int, glorot
+from ..common import as_float, as_rng, check_bool, check_choice, check_fits, check_positive_int, glorot
 from ..kernels import kernel_rows
 from ..mechanism import Mechanism
-from ._common import check_denominators, check_recurrence_inputs, features, recurrence_apply, sigmoid
+from ._common import (
+    check_denominators,
+    check_feature_counts,
+    check_feature_map,
+    check_recurrence_inputs,
+    features,
+    recurrence_apply,
+    sigmoid,
+)
 from .linear_elu import elu_feature_map
 
 __all__ = ["DeltaBetaParams", "delta_beta", "delta_rule_attention", "init_delta_beta"]
 
-METHODS = ("equation", "scan")
+METHODS = ("auto", "equation", "scan")
 
 
 @dataclass(frozen=True)
@@ -126,7 +135,7 @@ def delta_rule_attention(
     feature_map: Callable[[NDArray], NDArray],
     *,
     normalize: bool = True,
-    method: str = "equation",
+    method: str = "auto",
     return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Causal fast-weight memory updated by the delta rule (Schlag et al., 2021).
@@ -153,15 +162,19 @@ def delta_rule_attention(
         Learning rates :math:`\beta^{(i)} \in [0, 1]`, e.g. from :func:`delta_beta`. Explicit, so
         that another implementation can be fed the same rates.
     feature_map : callable
-        :math:`\phi`, mapping ``(..., n, d)`` to ``(..., n, F)`` (ELU + 1, DPFP, FAVOR+ ...).
+        :math:`\phi`, mapping ``(..., n, d)`` to ``(..., n, F)`` real features, F >= 1 (ELU + 1,
+        DPFP, FAVOR+ ...).
     normalize : bool, default True
         Divide :math:`\phi(q)` and :math:`\phi(k)` by the sum of their components, as the paper and
         the official code do. ``False`` uses :math:`\phi` as it is.
-    method : {"equation", "scan"}, default "equation"
+    method : {"auto", "equation", "scan"}, default "auto"
         "equation": the update as a NumPy loop over time, vectorised over the batch. "scan": the
-        same loop in Numba, :math:`O(n F d_v)` time and :math:`O(F d_v)` memory.
+        same loop in Numba. Both take :math:`O(n F d_v)` time and :math:`O(F d_v)` memory, so
+        "auto" is "equation" at every size.
     return_weights : bool, default False
-        Also return the effective matrix *A* with ``out = A @ v`` (Notes).
+        Also return the effective matrix *A* with ``out = A @ v`` (Notes;
+        :class:`~refattn.common.MemoryBudgetError` before allocating if it exceeds the memory
+        budget).
 
     Returns
     -------
@@ -173,10 +186,11 @@ def delta_rule_attention(
     Raises
     ------
     ValueError
-        If the shapes do not fit, q and k differ in length, a rate lies outside [0, 1], or an option
-        is unknown.
+        If the shapes do not fit, q and k differ in length, a rate lies outside [0, 1], the map
+        gives no feature (F = 0) or different F for q and k, or an option is unknown.
     TypeError
-        If an input is not a real floating-point array, or ``normalize`` is not a bool.
+        If an input is not a real floating-point array, ``normalize`` is not a bool, or
+        ``feature_map`` is not callable or gives non-real features.
     ZeroDivisionError
         If ``normalize`` and some :math:`\sum_j \phi(x)_j` is exactly 0 (e.g. DPFP of a zero vector).
 
@@ -239,14 +253,17 @@ def delta_rule_attention(
     """
     check_choice("method", method, METHODS)
     normalize = check_bool("normalize", normalize)
+    check_bool("return_weights", return_weights)
+    check_feature_map(feature_map, "feature_map")
     q, k, v, beta, batch = check_recurrence_inputs(q, k, v, beta, "beta", "delta_rule_attention")
     n = q.shape[-2]
-    phi_q = _normalized_features(feature_map, q, "q", normalize)
-    phi_k = _normalized_features(feature_map, k, "k", normalize)
-    if phi_q.shape[-1] != phi_k.shape[-1]:
-        raise ValueError(f"feature_map gave F={phi_q.shape[-1]} features for q but F={phi_k.shape[-1]} for k")
+    if return_weights:
+        check_fits("the weights (return_weights=True)", (*batch, n, n))
+    phi_q, phi_k = features(feature_map, q, "q"), features(feature_map, k, "k")
+    check_feature_counts(phi_q, phi_k, "feature_map", "feature_map")
+    phi_q, phi_k = _normalized(phi_q, "q", normalize), _normalized(phi_k, "k", normalize)
 
-    if method == "equation":
+    if method in ("auto", "equation"):
         out = _delta_loop(phi_q, phi_k, v, beta)                   # (..., n, d_v)
     else:
         out = _scan(phi_q, phi_k, v, beta, batch)
@@ -283,8 +300,7 @@ def _scan(phi_q, phi_k, v, beta, batch):
     return out.reshape(*batch, n, d_v)
 
 
-def _normalized_features(feature_map, x: NDArray, name: str, normalize: bool) -> NDArray:
-    phi = features(feature_map, x, name)
+def _normalized(phi: NDArray, name: str, normalize: bool) -> NDArray:
     if not normalize:
         return phi
     total = phi.sum(axis=-1, keepdims=True)                        # Σ_j φ(x)_j
@@ -298,7 +314,10 @@ def _delta_rule(q, k, v, rng, method, return_weights, beta=None, feature_map=elu
     if beta is None:
         if rng is None:
             raise ValueError("delta_rule draws its learning-rate parameters from rng: pass rng= (or beta=)")
-        params = init_delta_beta(as_rng(rng), np.shape(k)[-1])
+        if k.shape[-1] == 0:
+            raise ValueError(f"delta_rule draws its learning-rate weights over the d_k features of k: needs d_k >= 1, "
+                             f"got k shape {k.shape}")
+        params = init_delta_beta(as_rng(rng), k.shape[-1])
         beta = delta_beta(k, params.w, params.b)
     return delta_rule_attention(q, k, v, beta, feature_map, method=method, return_weights=return_weights, **options)
 
@@ -308,7 +327,7 @@ RECORD = Mechanism(
     paper='I. Schlag, K. Irie, J. Schmidhuber, 2021, "Linear Transformers Are Secretly Fast Weight Programmers", '
     "arXiv:2102.11174", equation=r"W_i = W_{i-1} + \beta_i (v_i - W_{i-1}\phi(k_i)) \otimes \phi(k_i)",
     time="O(n·F·d_v)", memory="O(F·d_v) state", kind="attention",
-    methods=("equation", "scan"), examples=({"normalize": False},), function=delta_rule_attention,
+    methods=("equation", "scan", "auto"), examples=({"normalize": False},), function=delta_rule_attention,
     apply=recurrence_apply(_delta_rule, "delta_rule"), noncausal=False, causal=True, position_dependent=True,
     cross=False, normalized=False, nonnegative=False, figure="refattn.figures.linear:delta_rule",
     exact_options=None, exact_limit="none: an unnormalised fast-weight memory (β = 0 leaves it empty)",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_qkv
+from ..common import as_float, check_bool, check_fits, check_qkv
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
 
@@ -43,12 +43,13 @@ def efficient_attention(
     q : (..., n, d) array_like
         Queries :math:`Q`.
     k : (..., m, d) array_like
-        Keys :math:`K`; *m* >= 1.
+        Keys :math:`K`.
     v : (..., m, d_v) array_like
         Values :math:`V`.
     return_weights : bool, default False
         Also return the effective attention matrix :math:`A = \rho_q(Q)\,\rho_k(K)^\top`
-        (materialised only on request).
+        (materialised only on request; :class:`~refattn.common.MemoryBudgetError` before
+        allocating if it exceeds the memory budget).
 
     Returns
     -------
@@ -59,7 +60,7 @@ def efficient_attention(
     Raises
     ------
     ValueError
-        If the shapes do not fit, or there is no key (*m* = 0: a softmax over no position).
+        If the shapes do not fit, or d = 0 (a softmax over no feature has no value).
     TypeError
         If an input is not a real floating-point array.
 
@@ -79,6 +80,10 @@ def efficient_attention(
 
     **Associativity.** :math:`(\rho_q(Q)\rho_k(K)^\top)V = \rho_q(Q)(\rho_k(K)^\top V)`: the
     right product costs :math:`O((n + m)\,d\,d_v)` instead of :math:`O(n\,m\,(d + d_v))`.
+
+    **Edge sizes.** With no key (*m* = 0), :math:`\rho_k(K)^\top V` is the empty sum, 0, and
+    every output is 0: the "zero" policy of a query that sees no key (:mod:`refattn.linear`).
+    With d = 0 the row softmax of :math:`Q` runs over no feature and is refused.
 
     **Non-causal.** The column softmax of *K* normalises over every position, so every output
     depends on every key: this is the paper's (vision, encoder) form, and it has no causal mask.
@@ -106,10 +111,14 @@ def efficient_attention(
     >>> bool(np.allclose(A.sum(axis=-1), 1.0)), bool(np.allclose(A @ v, out))
     (True, True)
     """
+    check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
-    if k.shape[-2] == 0:
-        raise ValueError(f"k must have at least one key: the softmax of K runs over positions, got k shape {k.shape}")
+    batch = check_qkv(q, k, v)
+    if q.shape[-1] == 0:
+        raise ValueError(f"efficient attention's softmax of each query runs over its d_k features: needs d_k >= 1, "
+                         f"got q shape {q.shape}, k shape {k.shape}")
+    if return_weights:
+        check_fits("the weights (return_weights=True)", (*batch, q.shape[-2], k.shape[-2]))
 
     rho_q = softmax(q, axis=-1)                                    # (..., n, d)  σ_row(Q)
     rho_k = softmax(k, axis=-2)                                    # (..., m, d)  σ_col(K)

@@ -52,7 +52,7 @@ def elu_feature_map(x: ArrayLike) -> NDArray:
     return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))    # elu(x) + 1, no overflow in the unused branch
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", eps=0.0):
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", eps=0.0):
     """:func:`~refattn.linear.linear_attention` with φ = elu + 1 (``rng`` is not used)."""
     if not return_weights:
         return AttentionResult(linear_attention(q, k, v, elu_feature_map, causal=causal, method=method, eps=eps))
@@ -63,7 +63,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equ
 RECORD = Mechanism(
     id="linear_elu", title="Linear Transformer (φ = elu + 1)", family="linear", section="4.2", paper=KATHAROPOULOS,
     equation=LINEAR_EQUATION, time="O((n + m)·F·d_v)", memory="O(F·d_v) state", kind="attention",
-    methods=("equation", "right", "scan"), examples=({"eps": 1e-6},),
+    methods=("equation", "right", "scan", "auto"), examples=({"eps": 1e-6},),
     function=linear_attention, apply=_apply, causal=True, figure="refattn.figures.linear:linear_elu",
     exact_options=None, exact_limit="none: a different kernel, elu(q)+1 · elu(k)+1 in place of exp(q·k/√d)",
 )

@@ -22,16 +22,23 @@ another implementation can be fed the same draw.
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_bool, check_choice, check_positive_int, check_qkv
+from ..common import (
+    as_float,
+    as_rng,
+    broadcast_batch,
+    check_bool,
+    check_choice,
+    check_positive_int,
+    check_qkv,
+)
 from ..core.sdpa import allowed_pairs
 from ..mechanism import AttentionResult, Mechanism
 from ..papers import PERFORMER
-from .attention import METHODS, linear_attention
+from .attention import KeyFeatures, attend, check_linear_options, check_method_alignment
 
 __all__ = ["draw_omega", "favor_features", "favor_mse", "performer_attention"]
 
@@ -185,15 +192,15 @@ def favor_features(
         :math:`\widehat{\mathrm{SM}}^{+}_r` (F = r), :math:`\widehat{\mathrm{SM}}^{\mathrm{hyp+}}_r`
         (F = 2r) or :math:`\widehat{\mathrm{SM}}^{\mathrm{trig}}_r` (F = 2r).
     stabilize : bool, default False
-        Subtract the official code's running maximum inside the exponential (see Notes). Off in
-        the paper.
+        Subtract the official code's maximum inside the exponential (see Notes). Off in the paper.
     eps : float, default 0.0
         The official ``numerical_stabilizer``: added to every exponential before the
         :math:`1/\sqrt{r}` factor, :math:`\phi_i = (e^{\dots} + \epsilon)/\sqrt{r}`. Positive and
         hyperbolic kinds only. Not in the paper: it biases the estimate (see Notes).
     is_query : bool, optional
-        Whether *x* holds queries (maximum per row) or keys (maximum over the whole sequence).
-        Required when ``stabilize`` is on for the positive and hyperbolic kinds; ignored otherwise.
+        Whether *x* holds queries (the maximum of each row's own terms) or keys (the maximum over
+        the whole sequence). Required when ``stabilize`` is on for the positive and hyperbolic
+        kinds; for trig, ``None`` and ``False`` take the official maximum over the sequence.
 
     Returns
     -------
@@ -220,9 +227,10 @@ def favor_features(
       :math:`e^{-c_i - c}`, constant along each row of the attention matrix: it cancels exactly in
       the row normalisation :math:`\widehat{D}^{-1}` (Eq. 4), and the attention output changes only
       by rounding. The kernel estimate itself is no longer :math:`\exp(x^\top y)`: it is scaled by
-      a data-dependent factor. The key maximum runs over *all* positions, future ones included;
-      with :math:`\epsilon = 0` that still cancels, with :math:`\epsilon > 0` causal outputs then
-      depend (slightly) on future keys.
+      a data-dependent factor. The official key maximum runs over *all* positions, future ones
+      included: in causal attention a NaN or a huge future key would reach every earlier row.
+      :func:`performer_attention` therefore takes it, causally, over the keys each row sees (a
+      running maximum; see there).
     * :math:`\epsilon` adds :math:`\epsilon (a_i + b_i) + \epsilon^2` to each term
       :math:`a_i b_i` of :math:`\phi(x)^\top\phi(y) = \tfrac{1}{r}\sum_i (a_i + \epsilon)(b_i + \epsilon)`;
       without the stabiliser :math:`\mathrm{E}[a_i] = \mathrm{E}[b_i] = 1`, so
@@ -233,7 +241,9 @@ def favor_features(
       with :math:`c` the maximum of :math:`|\omega_i^\top x|` (both halves), which cancels alike.
     * trig: the official ``sincos_softmax_kernel_feature_creator`` (JAX) multiplies by
       :math:`\exp(\|x\|^2/2 - \max_j \|x_j\|^2/2)`, the maximum over the sequence (per batch and
-      head), for queries and keys alike; ``stabilize=True`` reproduces it. It has no
+      head), for queries and keys alike; ``stabilize=True`` reproduces it (``is_query`` None or
+      False). With ``is_query=True`` the shift is each row's own :math:`\|x\|^2/2` (the factor
+      becomes 1), which cancels alike and keeps one query's NaN out of the other rows. It has no
       :math:`\epsilon`. It orders the features [cos, sin]; the paper's Eq. (5) and this function
       use [sin, cos] (the dot product is the same).
 
@@ -266,24 +276,38 @@ def favor_features(
     eps = _check_eps(eps)
     if eps != 0.0 and kind == "trig":
         raise ValueError("eps is the official positive-feature stabiliser; kind='trig' takes none (eps=0.0)")
-    if stabilize and kind != "trig":
-        if is_query is None:
-            raise ValueError("stabilize=True needs is_query=True (max per row) or False (max over the sequence)")
+    if stabilize and is_query is None and kind != "trig":
+        raise ValueError("stabilize=True needs is_query=True (max per row) or False (max over the sequence)")
+    if stabilize and is_query is not None:
         check_bool("is_query", is_query)
-    num_features = omega.shape[-2]
+    exponent, candidate, trig = _favor_terms(x, omega, kind)
+    c = 0.0
+    if stabilize:                                                  # each row's own, or over the sequence
+        c = candidate if is_query else candidate.max(axis=-2, keepdims=True, initial=-np.inf)   # T = 0: no row
+    return _favor_from_terms(exponent - c, trig, eps)
 
+
+def _favor_terms(x: NDArray, omega: NDArray, kind: str) -> tuple[NDArray, NDArray, NDArray | None]:
+    """FAVOR's φ(x) in parts: φ = (e^{a − c} ⊙ b + ε)/√F for a stabiliser c.
+
+    Returns the exponents ``a`` (..., T, F) (or (..., T, 1) for trig), each row's stabiliser
+    candidate (..., T, 1) (max_i ωᵢᵀx, max_i |ωᵢᵀx| for hyperbolic, ‖x‖²/2 for trig) and ``b``, the
+    trig factors [sin, cos] (..., T, 2r), or None (b = 1).
+    """
     u = x @ np.swapaxes(omega, -1, -2)                             # (..., T, r)  ωᵢᵀx
     half_sq = 0.5 * np.sum(x * x, axis=-1, keepdims=True)          # (..., T, 1)  ‖x‖²/2
-    if kind == "trig":
-        c = half_sq.max(axis=-2, keepdims=True) if stabilize else 0.0   # official per-sequence renormaliser
-        h = np.exp(half_sq - c)                                    # (..., T, 1)  h(x) = e^{‖x‖²/2}
-        return h * np.concatenate([np.sin(u), np.cos(u)], axis=-1) / np.sqrt(num_features)   # (..., T, 2r)
+    if kind == "trig":                                             # h(x) = e^{‖x‖²/2}
+        return half_sq, half_sq, np.concatenate([np.sin(u), np.cos(u)], axis=-1)   # [sin ωᵢᵀx, cos ωᵢᵀx]
     if kind == "hyperbolic":
         u = np.concatenate([u, -u], axis=-1)                       # (..., T, 2r)  [ωᵢᵀx, −ωᵢᵀx]
-    c = 0.0
-    if stabilize:
-        c = u.max(axis=-1, keepdims=True) if is_query else u.max(axis=(-2, -1), keepdims=True)
-    return (np.exp(u - half_sq - c) + eps) / np.sqrt(u.shape[-1])  # e^{ωᵀx − ‖x‖²/2}/√r (or /√(2r))
+    return u - half_sq, u.max(axis=-1, keepdims=True), None        # ωᵀx − ‖x‖²/2
+
+
+def _favor_from_terms(exponent: NDArray, trig: NDArray | None, eps: float) -> NDArray:
+    """(e^{exponent} ⊙ b + ε)/√F: F = r (positive) or 2r (hyperbolic, trig)."""
+    if trig is not None:
+        return np.exp(exponent) * trig / np.sqrt(trig.shape[-1] // 2)   # (..., T, 2r)  h(x)[sin, cos]/√r
+    return (np.exp(exponent) + eps) / np.sqrt(exponent.shape[-1])   # e^{ωᵀx − ‖x‖²/2}/√r (or /√(2r))
 
 
 def favor_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, kind: str = "positive") -> NDArray:
@@ -356,7 +380,7 @@ def performer_attention(
     orthogonal: bool = True,
     norms: str = "chi",
     causal: bool | str = False,
-    method: str = "equation",
+    method: str = "auto",
     stabilize: bool = False,
     eps: float = 0.0,
     fully_masked: str = "zero",
@@ -399,13 +423,15 @@ def performer_attention(
         Row lengths of ω (:func:`draw_omega`); ignored when ``omega`` is given.
     causal : {False, True, "top-left", "bottom-right"}, default False
         As in :func:`~refattn.scaled_dot_product_attention`.
-    method : {"equation", "right", "scan"}, default "equation"
+    method : {"auto", "equation", "right", "scan"}, default "auto"
         Multiplication order (:func:`~refattn.linear.linear_attention`): the masked
         :math:`(Q'K'^\top)V`, the non-causal :math:`Q'(K'^\top V)` of Eq. (4), or the causal
-        prefix-sum recurrence of App. B.1.
+        prefix-sum recurrence of App. B.1; "auto" is "equation" while the n × m matrix fits the
+        memory budget.
     stabilize : bool, default False
         The official max-subtraction (:func:`favor_features`): queries per row, keys over the
-        sequence. Changes the output only by rounding when ``eps=0``.
+        keys each row sees (all of them non-causally, as the official code; see Notes). Changes
+        the output only by rounding when ``eps=0``.
     eps : float, default 0.0
         The official additive ``numerical_stabilizer`` inside the features (official default
         1e-6); biased (:func:`favor_features`).
@@ -425,7 +451,8 @@ def performer_attention(
     ------
     ValueError
         If neither or both of ``rng`` and ``omega`` are given, ``omega`` does not have *d*
-        columns, ``num_features`` < 1 or disagrees with ``omega``, or an option is unknown.
+        columns, ``num_features`` < 1 or disagrees with ``omega``, d = 0 (the scale
+        :math:`d^{-1/4}`), or an option is unknown.
     ZeroDivisionError
         If a trig denominator is exactly 0 (from :func:`~refattn.linear.linear_attention`).
 
@@ -433,6 +460,20 @@ def performer_attention(
     -----
     Time :math:`O((n + m) F d)` for "right"/"scan" (F features, *m* keys), memory
     :math:`O(F d_v)` beyond inputs; "equation" materialises the :math:`n \times m` matrix.
+
+    **The causal stabiliser.** The official key shift :math:`c = \max_{j,i} \omega_i^\top k_j`
+    runs over every position, so in causal attention a NaN in a future key, or a future key large
+    enough to underflow the others' features, would reach every earlier row. Here row *i* uses
+    :math:`C_{l(i)} = \max_{j \le l(i)} \max_i \omega_i^\top k_j`, the maximum over the keys it
+    sees (*l(i)*: its last visible key, in either alignment): the keys' features are stored
+    relative to the running maximum :math:`C_j`, and row *i* rescales them by
+    :math:`e^{C_j - C_{l(i)}} \le 1` (the scan whenever the running maximum grows, the equation
+    path pair by pair). With ``eps=0`` every row's features are scaled by one factor
+    :math:`e^{-C_{l(i)}}`, which cancels in its normalisation: the output equals the unstabilised
+    one up to rounding. With ``eps > 0`` the features are the official
+    :math:`(e^{\omega^\top k - \|k\|^2/2 - C_{l(i)}} + \epsilon)/\sqrt{r}`, with the official *c*
+    replaced by each row's own maximum (identical non-causally). Trig queries are shifted by their
+    own :math:`\|q\|^2/2` (``is_query=True`` in :func:`favor_features`), the keys as above.
 
     **Paper versus official code.** The paper's FAVOR+ (the default here) is positive features,
     orthogonal ω with :math:`\chi(d)` lengths, no stabiliser, no :math:`\epsilon`. The official
@@ -463,12 +504,19 @@ def performer_attention(
     """
     check_choice("kind", kind, KINDS)
     check_choice("norms", norms, NORMS)
-    check_choice("method", method, METHODS)
+    check_linear_options(method, fully_masked, return_weights)
     check_bool("orthogonal", orthogonal)
     check_bool("stabilize", stabilize)
     q, k, v = (as_float(name, a) for name, a in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
+    alignment = check_method_alignment(method, causal)
     d = q.shape[-1]
+    if d < 1:
+        raise ValueError(f"performer_attention scales q and k by d_k^(-1/4): needs d_k >= 1, got q shape {q.shape}, "
+                         f"k shape {k.shape}")
+    eps = _check_eps(eps)
+    if eps != 0.0 and kind == "trig":
+        raise ValueError("eps is the official positive-feature stabiliser; kind='trig' takes none (eps=0.0)")
     if (rng is None) == (omega is None):
         raise ValueError("performer_attention needs exactly one of rng= (to draw ω) and omega= (an explicit draw)")
     if omega is None:
@@ -479,13 +527,29 @@ def performer_attention(
         omega = _check_omega(omega, d)
         if num_features is not None and check_positive_int("num_features", num_features) != omega.shape[-2]:
             raise ValueError(f"num_features={num_features} but omega has {omega.shape[-2]} rows (shape {omega.shape})")
+    batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2], "omega": omega.shape[:-2]})
 
     scale = d ** -0.25                                              # exp(qᵀk/√d) = exp((q/d^{1/4})ᵀ(k/d^{1/4}))
     q_tilde, k_tilde = q * scale, k * scale                        # (..., n, d), (..., m, d)
-    phi = partial(favor_features, omega=omega, kind=kind, stabilize=stabilize, eps=eps)
-    query_map, key_map = (partial(phi, is_query=True), partial(phi, is_query=False)) if stabilize else (phi, phi)
-    return linear_attention(q_tilde, k_tilde, v, query_map, key_feature_map=key_map, causal=causal,
-                            method=method, fully_masked=fully_masked, return_weights=return_weights)
+    phi_q = favor_features(q_tilde, omega, kind=kind, stabilize=stabilize, eps=eps, is_query=True)   # (..., n, F)
+    if stabilize and alignment is not None:
+        keys = _running_key_features(k_tilde, omega, kind, eps)
+    else:
+        keys = KeyFeatures(favor_features(k_tilde, omega, kind=kind, stabilize=stabilize, eps=eps, is_query=False))
+    return attend(phi_q, keys, v, batch, alignment, method, 0.0, fully_masked, return_weights)
+
+
+def _running_key_features(k_tilde: NDArray, omega: NDArray, kind: str, eps: float) -> KeyFeatures:
+    """Causal stabilised key features: ψ_j = φ(k_j) e^{−C_j} with C_j the running maximum over keys 0 … j.
+
+    C_j never decreases, and a NaN stays in it from its key on (``np.maximum`` propagates NaN), so
+    only the rows that see that key are affected. ε is kept apart, as the offset added after each
+    row's rescaling.
+    """
+    exponent, candidate, trig = _favor_terms(k_tilde, omega, kind)
+    C = np.maximum.accumulate(candidate[..., 0], axis=-1)          # (..., m)  C_j = max_{l ≤ j} (row l's maximum)
+    psi = _favor_from_terms(exponent - C[..., None], trig, 0.0)    # (..., m, F)  φ(k_j) e^{−C_j} without ε
+    return KeyFeatures(psi, C, eps / np.sqrt(psi.shape[-1]))       # offset ε/√F
 
 
 def _default_num_features(d: int) -> int:
@@ -511,7 +575,7 @@ def _check_omega(omega, d: int) -> NDArray:
 
 
 def _performer_apply(kind: str):
-    def apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", num_features=64,
+    def apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", num_features=64,
               **options):
         if rng is None and "omega" not in options:
             raise ValueError(f"performer_{kind} draws ω from rng: pass rng= (or omega=)")
@@ -530,7 +594,7 @@ def _performer_apply(kind: str):
 RECORD_POSITIVE = Mechanism(
     id="performer_positive", title="Performer FAVOR+ positive random features", family="linear", section="4.2",
     paper=PERFORMER, equation=r"\phi(x) = \tfrac{e^{-\|x\|^2/2}}{\sqrt{r}} \big[e^{\omega_i^\top x}\big]_{i=1}^r",
-    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan"),
+    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "auto"),
     examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}, {"eps": 1e-3}),
     function=performer_attention,
     apply=_performer_apply("positive"), causal=True, figure="refattn.figures.linear:performer_positive",
@@ -541,7 +605,7 @@ RECORD_TRIG = Mechanism(
     id="performer_trig", title="Performer trigonometric random features", family="linear", section="4.2",
     paper=PERFORMER,
     equation=r"\phi(x) = \tfrac{e^{\|x\|^2/2}}{\sqrt{r}} \big[\sin \omega_i^\top x, \cos \omega_i^\top x\big]_{i=1}^r",
-    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan"),
+    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "auto"),
     examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}),
     function=performer_attention,
     apply=_performer_apply("trig"), causal=True, nonnegative=False, figure="refattn.figures.linear:performer_trig",

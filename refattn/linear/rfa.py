@@ -9,6 +9,7 @@ Unrolled, query i weighs key j ≤ i by c_ij = (1 − g_j) Π_{l=j+1..i} g_l (se
 
     "equation"  the masked n × n matrix c_ij φ(q_i)·φ(k_j), row-normalised (also the effective matrix)
     "scan"      the recurrence above, in Numba (refattn.kernels.gated_scan)
+    "auto"      "equation" while its n × n matrix fits the memory budget, "scan" above
 
 agree to 1e-12. φ is any feature map; RFA's own is a random Fourier map of ℓ2-normalised q and k.
 """
@@ -20,15 +21,26 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_choice, check_positive_int, glorot, weighted_values
+from ..common import as_float, as_rng, check_bool, check_choice, check_fits, check_positive_int, glorot, weighted_values
 from ..kernels import kernel_rows
 from ..mechanism import Mechanism
-from ._common import check_denominators, check_recurrence_inputs, features, recurrence_apply, safe_denominator, sigmoid
+from ._common import (
+    check_denominators,
+    check_eps,
+    check_feature_counts,
+    check_feature_map,
+    check_recurrence_inputs,
+    features,
+    recurrence_apply,
+    resolve_method,
+    safe_denominator,
+    sigmoid,
+)
 from .linear_elu import elu_feature_map
 
 __all__ = ["RFAGateParams", "init_rfa_gate", "rfa_attention", "rfa_gates"]
 
-METHODS = ("equation", "scan")
+METHODS = ("auto", "equation", "scan")
 GATE_FORMS = ("paper", "decay")
 
 
@@ -127,7 +139,7 @@ def rfa_attention(
     feature_map: Callable[[NDArray], NDArray],
     *,
     gate_form: str = "paper",
-    method: str = "equation",
+    method: str = "auto",
     eps: float = 0.0,
     return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
@@ -154,20 +166,24 @@ def rfa_attention(
         :math:`g_t \in [0, 1]`, one per step (and per batch row or head), e.g. from
         :func:`rfa_gates`. Explicit, so that another implementation can be fed the same gates.
     feature_map : callable
-        :math:`\phi`, mapping ``(..., n, d)`` to ``(..., n, F)``.
+        :math:`\phi`, mapping ``(..., n, d)`` to ``(..., n, F)`` real features, F >= 1.
     gate_form : {"paper", "decay"}, default "paper"
         "paper": the write is weighted by :math:`1 - g_t`, a convex combination of the old memory
         and the new association (Eq. 7). "decay": :math:`S_t = g_t S_{t-1} + \phi(k_t) \otimes v_t`
         (and likewise *z*), the gate only decays the past; with :math:`g \equiv 1` this is the
         paper's ungated causal RFA, i.e. causal linear attention.
-    method : {"equation", "scan"}, default "equation"
+    method : {"auto", "equation", "scan"}, default "auto"
         "equation": the masked :math:`n \times n` matrix of the unrolled sum. "scan": the
-        recurrence in Numba, :math:`O(n F d_v)` time and :math:`O(F d_v)` memory.
+        recurrence in Numba, :math:`O(n F d_v)` time and :math:`O(F d_v)` memory. "auto":
+        "equation" while one (..., n, n) float64 array fits :func:`~refattn.common.memory_budget`,
+        "scan" above (an explicit "equation" above it raises
+        :class:`~refattn.common.MemoryBudgetError` before allocating).
     eps : float, default 0.0
         Added to every denominator :math:`\phi(q_t) \cdot z_t` (the paper's equations have none).
     return_weights : bool, default False
         Also return the effective attention matrix (computed by the equation path whatever
-        ``method`` is).
+        ``method`` is; :class:`~refattn.common.MemoryBudgetError` before allocating if it
+        exceeds the memory budget).
 
     Returns
     -------
@@ -180,10 +196,11 @@ def rfa_attention(
     Raises
     ------
     ValueError
-        If the shapes do not fit, q and k differ in length, a gate lies outside [0, 1], or an
-        option is unknown.
+        If the shapes do not fit, q and k differ in length, a gate lies outside [0, 1], the map
+        gives no feature (F = 0) or different F for q and k, or an option is unknown.
     TypeError
-        If an input is not a real floating-point array.
+        If an input is not a real floating-point array, or ``feature_map`` is not callable or
+        gives non-real features.
     ZeroDivisionError
         If a denominator :math:`\phi(q_t)\cdot z_t + \epsilon` is exactly 0 (e.g. ``gate_form="paper"``
         with :math:`g_1 = \dots = g_t = 1`: every write so far was erased); never a silent inf or NaN.
@@ -253,13 +270,17 @@ def rfa_attention(
     """
     check_choice("method", method, METHODS)
     check_choice("gate_form", gate_form, GATE_FORMS)
+    check_bool("return_weights", return_weights)
+    check_feature_map(feature_map, "feature_map")
     q, k, v, gates, batch = check_recurrence_inputs(q, k, v, gates, "gates", "rfa_attention")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not np.isfinite(eps):
-        raise ValueError(f"eps must be a finite real number, got {eps!r}")
+    eps = check_eps(eps)
     coupled = gate_form == "paper"
     phi_q, phi_k = features(feature_map, q, "q"), features(feature_map, k, "k")
-    if phi_q.shape[-1] != phi_k.shape[-1]:
-        raise ValueError(f"feature_map gave F={phi_q.shape[-1]} features for q but F={phi_k.shape[-1]} for k")
+    check_feature_counts(phi_q, phi_k, "feature_map", "feature_map")
+    n = q.shape[-2]
+    if return_weights:
+        check_fits("the weights (return_weights=True)", (*batch, n, n))
+    method = resolve_method(method, "scan", (*batch, n, n))
 
     if method == "equation" or return_weights:
         A, den_eq = _effective_weights(phi_q, phi_k, gates, coupled, eps)
@@ -303,7 +324,7 @@ def _scan(phi_q, phi_k, v, gates, coupled, eps, batch):
     g = kernel_rows(gates, batch, (n,))                                    # (B, n)
     out, den = np.empty((g.shape[0], n, d_v)), np.empty((g.shape[0], n))
     with np.errstate(divide="ignore", invalid="ignore"):
-        gated_linear_scan(*flat, g, coupled, float(eps), out, den)
+        gated_linear_scan(*flat, g, coupled, eps, out, den)
     return out.reshape(*batch, n, d_v), den.reshape(*batch, n)
 
 
@@ -312,7 +333,10 @@ def _rfa(q, k, v, rng, method, return_weights, gates=None, feature_map=elu_featu
     if gates is None:
         if rng is None:
             raise ValueError("rfa draws its gate parameters from rng: pass rng= (or gates=)")
-        params = init_rfa_gate(as_rng(rng), np.shape(k)[-1])
+        if k.shape[-1] == 0:
+            raise ValueError(f"rfa draws its gate weights w_g over the d_k features of k: needs d_k >= 1, "
+                             f"got k shape {k.shape}")
+        params = init_rfa_gate(as_rng(rng), k.shape[-1])
         gates = rfa_gates(k, params.w_g, params.b_g)
     return rfa_attention(q, k, v, gates, feature_map, method=method, return_weights=return_weights, **options)
 
@@ -322,7 +346,7 @@ RECORD = Mechanism(
     paper='H. Peng et al., 2021, "Random Feature Attention", arXiv:2103.02143',
     equation=r"S_t = g_t S_{t-1} + (1 - g_t)\,\phi(k_t) \otimes v_t", time="O(n·F·d_v)", memory="O(F·d_v) state",
     kind="attention",
-    methods=("equation", "scan"), examples=({"gate_form": "decay"},), function=rfa_attention,
+    methods=("equation", "scan", "auto"), examples=({"gate_form": "decay"},), function=rfa_attention,
     apply=recurrence_apply(_rfa, "rfa"), noncausal=False,
     causal=True,
     position_dependent=True, cross=False, figure="refattn.figures.linear:rfa", exact_options=None,

@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..common import as_float, causal_alignment, check_choice, check_qkv, weighted_values
 from ..core.masks import attention_mask
 from ..linear import elu_feature_map, linear_attention
+from ..linear._common import last_keys
 from .shapes import as_upstream_gradient, sum_to_shape
 
 __all__ = ["linear_attention_vjp"]
@@ -106,8 +107,8 @@ def linear_attention_vjp(
     "scan" causal and "right" non-causal for ``method="scan"``). The paper writes the
     cumulative-sum gradients for the numerator of causal self-attention (n = m); here the
     normaliser's terms (:math:`c_i`, :math:`w_j`) are included and the queries may be aligned
-    top-left or bottom-right with n != m. A query that sees no key (bottom-right,
-    n > m) has the constant output 0 (the "zero" policy) and a zero gradient.
+    top-left or bottom-right with n != m. A query that sees no key (bottom-right with
+    n > m, or m = 0) has the constant output 0 (the "zero" policy) and a zero gradient.
 
     References
     ----------
@@ -132,16 +133,16 @@ def linear_attention_vjp(
     forward = "equation" if method == "equation" else "scan" if alignment is not None else "right"
     out = linear_attention(q, k, v, elu_feature_map, causal=causal, method=forward, eps=eps)   # (..., n, d_v)
     phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)          # (..., n, F), (..., m, F)
-    delta = {None: m, "top-left": 0, "bottom-right": m - n}[alignment]   # query i sees keys j <= i + delta
-    sees_none = np.arange(n) + delta < 0                           # (n,)
+    delta, last = last_keys(n, m, alignment)                       # query i sees keys 0 … last_i (none: −1)
+    sees_none = last < 0                                           # (n,)  bottom-right with n > m, or m = 0
 
     if method == "equation":
         dphi_q, dphi_k, dv = _left_product_vjp(phi_q, phi_k, v, out, d_out, alignment, sees_none, float(eps))
     elif alignment is None:
-        dphi_q, dphi_k, dv = _right_product_vjp(phi_q, phi_k, v, out, d_out, float(eps))
+        dphi_q, dphi_k, dv = _right_product_vjp(phi_q, phi_k, v, out, d_out, sees_none, float(eps))
     else:
         phi_q_b, phi_k_b, v_b = (np.broadcast_to(x, (*batch, *x.shape[-2:])) for x in (phi_q, phi_k, v))
-        dphi_q, dphi_k, dv = _scan_vjp(phi_q_b, phi_k_b, v_b, out, d_out, delta, float(eps))
+        dphi_q, dphi_k, dv = _scan_vjp(phi_q_b, phi_k_b, v_b, out, d_out, delta, sees_none, float(eps))
     dq = dphi_q * _elu_feature_map_derivative(q)                   # dφ(q) ⊙ φ'(q)
     dk = dphi_k * _elu_feature_map_derivative(k)                   # dφ(k) ⊙ φ'(k)
     return sum_to_shape(dq, q.shape), sum_to_shape(dk, k.shape), sum_to_shape(dv, v.shape)
@@ -174,12 +175,12 @@ def _left_product_vjp(phi_q, phi_k, v, out, d_out, alignment, sees_none, eps):
     return dphi_q, dphi_k, dv
 
 
-def _right_product_vjp(phi_q, phi_k, v, out, d_out, eps):
+def _right_product_vjp(phi_q, phi_k, v, out, d_out, sees_none, eps):
     """Non-causal backward in right-product order, O((n + m)·F·d_v); returns (dφ(q), dφ(k), dv)."""
     S = np.swapaxes(phi_k, -1, -2) @ v                             # (..., F, d_v)  S = Σ_j φ(k_j) v_jᵀ
     z = phi_k.sum(axis=-2)                                         # (..., F)       z = Σ_j φ(k_j)
-    den = (phi_q @ z[..., None])[..., 0] + eps                     # (..., n)       φ(q_i)·z + ε, nonzero
-    g = d_out / den[..., None]                                     # (..., n, d_v)  g_i = ō_i / den_i
+    den = (phi_q @ z[..., None])[..., 0] + eps                     # (..., n)       φ(q_i)·z + ε, nonzero if m > 0
+    g = np.divide(d_out, den[..., None], out=np.zeros(d_out.shape), where=~sees_none[:, None])   # g_i = ō_i / den_i
     c = np.sum(g * out, axis=-1, keepdims=True)                    # (..., n, 1)    c_i = g_i · o_i
     dphi_q = g @ np.swapaxes(S, -1, -2) - c * z[..., None, :]      # (..., n, F)    S g_i − c_i z
     U = np.swapaxes(phi_q, -1, -2) @ g                             # (..., F, d_v)  U = Σ_i φ(q_i) g_iᵀ
@@ -189,7 +190,7 @@ def _right_product_vjp(phi_q, phi_k, v, out, d_out, eps):
     return dphi_q, dphi_k, dv
 
 
-def _scan_vjp(phi_q, phi_k, v, out, d_out, delta, eps):
+def _scan_vjp(phi_q, phi_k, v, out, d_out, delta, sees_none, eps):
     """Causal backward as two sweeps with O(F·d_v) state; query i sees keys j <= i + delta."""
     n, m = phi_q.shape[-2], phi_k.shape[-2]
     F, d_v = phi_q.shape[-1], v.shape[-1]
@@ -205,7 +206,7 @@ def _scan_vjp(phi_q, phi_k, v, out, d_out, delta, eps):
             S = S + phi_k[..., seen, :, None] * v[..., seen, None, :]
             z = z + phi_k[..., seen, :]
             seen += 1
-        if i + delta < 0:                                          # sees no key: constant output 0
+        if sees_none[i]:                                           # sees no key: constant output 0
             continue
         den = np.sum(phi_q[..., i, :] * z, axis=-1) + eps          # (...,)  φ(q_i)·z_i + ε, nonzero
         g[..., i, :] = d_out[..., i, :] / den[..., None]
