@@ -164,3 +164,20 @@ def test_a_tampered_pattern_is_refused_not_read_out_of_bounds(rng):
     object.__setattr__(p, "indices", np.where(p.indices == p.indices.max(), 60, p.indices).astype(np.int32))
     with pytest.raises(ValueError, match=r"indices must lie in \[0, 5\], got values in \[0, 60\]"):
         sparse_attention(q, k, v, p, method="csr")
+
+
+def test_auto_is_the_equation_path_within_the_budget_and_csr_beyond_it(rng):
+    from refattn.common import set_memory_budget
+    from refattn.sparse import band_pattern
+
+    q, k, v = rng.standard_normal((3, 2, 9, 4))
+    p = band_pattern(9, 2)
+    exact = {method: sparse_attention(q, k, v, p, method=method) for method in ("equation", "csr")}
+    previous = set_memory_budget(2000)     # the weights (1296 bytes) fit; the equation path's ~4× of them does not
+    try:
+        np.testing.assert_array_equal(sparse_attention(q, k, v, p), exact["csr"])
+        _, weights = sparse_attention(q, k, v, p, return_weights=True, method="auto")   # weights: always dense
+        assert weights.shape == (2, 9, 9)
+    finally:
+        set_memory_budget(previous)
+    np.testing.assert_array_equal(sparse_attention(q, k, v, p), exact["equation"])

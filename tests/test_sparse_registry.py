@@ -16,7 +16,7 @@ from refattn.sparse import band_pattern
 from refattn.sparse.attention import attend_pattern
 
 SPARSE = list(registry.FAMILIES["sparse"])
-METHODS = ("equation", "csr")
+METHODS = ("equation", "csr")                                 # "auto" is one of the two
 # Registry entries whose structure needs positions (a relay node, global tokens, whole blocks, a tree): at n = 0
 # they refuse, naming n and saying which lengths they take. Every other entry gives an empty pattern.
 NEEDS_POSITIONS = {
@@ -84,7 +84,7 @@ def test_bad_qkv_is_named_before_any_shape_is_read(mech, which, make, error, mat
 @pytest.mark.parametrize("mech", SPARSE, ids=_id)
 def test_shared_arguments_are_checked_before_the_pattern_is_built(mech):
     q, k, v = _qkv(mech.example_length, mech.example_length)
-    with pytest.raises(ValueError, match=r"method must be one of \('equation', 'csr'\), got 'dense'"):
+    with pytest.raises(ValueError, match=r"method must be one of \('equation', 'csr', 'auto'\), got 'dense'"):
         mech.apply(q, k, v, method="dense", rng=0)
     with pytest.raises(TypeError, match="return_weights must be True or False, got 1"):
         mech.apply(q, k, v, return_weights=1, rng=0)

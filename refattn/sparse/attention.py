@@ -11,6 +11,7 @@ is O(nnz·d) and its memory O(nnz) for the pattern plus O(n·d) for the inputs.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -25,6 +26,7 @@ from ..common import (
     check_qkv,
     check_scale,
     default_scale,
+    memory_budget,
 )
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
@@ -34,7 +36,7 @@ from .pattern import SparsePattern
 
 __all__ = ["attend_pattern", "pattern_apply", "sparse_attention"]
 
-METHODS = ("equation", "csr")
+METHODS = ("equation", "csr", "auto")
 
 
 def sparse_attention(
@@ -46,7 +48,7 @@ def sparse_attention(
     scale: float | None = None,
     fully_masked: str = "zero",
     return_weights: bool = False,
-    method: str = "equation",
+    method: str = "auto",
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Scaled dot-product attention over the (query, key) pairs that ``pattern`` keeps.
 
@@ -76,9 +78,12 @@ def sparse_attention(
         ``method="csr"`` one value per kept pair, ``(..., nnz)`` in CSR order (densify small ones
         with ``pattern.to_dense(w)``; a "uniform" empty row has no stored pair to show), and with
         one pattern per head a list of the heads' arrays.
-    method : {"equation", "csr"}, default "equation"
+    method : {"equation", "csr", "auto"}, default "auto"
         "equation": dense masked softmax (materialises n × m; the definition). "csr": the Numba
         kernel, O(nnz·d) time and O(nnz) memory.
+        "auto": "equation" while its dense (..., n, m) scores fit the memory budget
+        (:func:`refattn.common.memory_budget`), else "csr"; with ``return_weights`` always
+        "equation" (dense weights, refused over the budget).
 
     Returns
     -------
@@ -118,6 +123,9 @@ def sparse_attention(
     if not isinstance(pattern, SparsePattern):
         return _per_head(q, k, v, _check_patterns(pattern, n, m, batch), batch, method, options)
     _check_pattern(pattern, n, m, "pattern")
+    if method == "auto":
+        dense = 4 * 8 * math.prod((*batch, n, m))                 # the equation path peaks near 4× its scores
+        method = "equation" if return_weights or dense <= memory_budget() else "csr"
     if method == "equation":
         return scaled_dot_product_attention(q, k, v, pattern.to_mask(), method="equation", **options)
     return _csr(q, k, v, pattern, batch, **options)
@@ -169,7 +177,7 @@ def _check_pattern(pattern: SparsePattern, n: int, m: int, name: str) -> None:
         raise ValueError(f"{name} has shape {pattern.shape} but q has n={n} queries and k has m={m} keys")
 
 
-def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "equation",
+def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
                    return_weights: bool = False) -> AttentionResult:
     """Sparse attention over ``pattern`` as an :class:`~refattn.mechanism.AttentionResult`.
 
@@ -185,7 +193,7 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "equation",
         As in :func:`sparse_attention`; checked before anything else.
     pattern : SparsePattern
         The kept pairs.
-    method : {"equation", "csr"}, default "equation"
+    method : {"equation", "csr", "auto"}, default "auto"
         As in :func:`sparse_attention`.
     return_weights : bool, default False
         Also return the dense weights and the pattern's mask.
@@ -204,7 +212,7 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "equation",
     check_weights_fit(batch, pattern.n, pattern.m)
     out, w = sparse_attention(q, k, v, pattern, method=method, return_weights=True)
     mask = pattern.to_mask(max_size=pattern.n * pattern.m)         # within budget: 1/8 of the weights
-    if method == "equation":
+    if method != "csr":                                            # "auto" with weights is "equation"
         np.copyto(w, 0.0, where=~mask)                             # a NaN row (non-finite kept score) too
     else:
         w = pattern.to_dense(w)
@@ -244,13 +252,13 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
     Returns
     -------
     callable
-        ``apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", **options)``,
+        ``apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", **options)``,
         whose signature lists ``make``'s options.
     """
     option_parameters = list(inspect.signature(make).parameters.values())[4:]   # after (n, m, causal, rng)
     accepted = tuple(p.name for p in option_parameters)
 
-    def apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", **options):
+    def apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", **options):
         q, k, v, batch = checked_qkv(q, k, v)
         check_choice("method", method, METHODS)
         return_weights = check_bool("return_weights", return_weights)
