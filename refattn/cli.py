@@ -7,19 +7,25 @@
 - ``bench FAMILY [...]``: speed and memory benchmarks, e.g. ``bench sparse``.
 - ``export --case NAME --out FILE.npz [--layout bnhd]`` / ``export --list``: write a fixture (inputs,
   conventions, refattn's outputs and gradients) for another implementation's tests.
-- ``check FILE.npz [--rule ratio|table|ulp] [--table NAME] [--max-ulps N]``: compare the candidate's
-  results stored in the file with the oracle; exit 0 on pass, 1 on fail, 2 on a malformed file.
+- ``check FILE.npz [--rule ratio|table|ulp] [--table NAME] [--max-ulps N] [--memory-budget GIB]``: compare
+  the candidate's results stored in the file with the oracle; exit 0 on pass, 1 on fail, 2 on a malformed file.
+
+Every subcommand exits 2 with a one-line error for bad arguments (numbers out of range, an output
+path that is an existing file where a folder is needed or the reverse, benchmark sizes that do not
+fit in memory or that a pattern cannot take).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 from . import registry
 
-__all__ = ["main"]
+__all__ = ["main", "non_negative_float", "non_negative_int", "output_file", "output_folder", "positive_float",
+           "positive_int"]
 
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
 README = FIGURES_DIR.parent / "README.md"
@@ -37,13 +43,16 @@ def main(argv: list[str] | None = None) -> int:
 
     p_fig = sub.add_parser("figures", help="regenerate the figures (one PNG per mechanism) and, writing the "
                            "repository's own figures/, the README's catalogue table")
-    p_fig.add_argument("--out", type=Path, default=FIGURES_DIR, help=f"output folder (default {FIGURES_DIR})")
+    p_fig.add_argument("--out", type=output_folder, default=FIGURES_DIR,
+                       help=f"output folder, created if missing (default {FIGURES_DIR})")
     p_fig.add_argument("--only", nargs="+", metavar="ID", help="only these mechanism ids or sheet names")
 
     p_bench = sub.add_parser("bench", help="speed and memory benchmarks (ratios measured in one process)")
     families = p_bench.add_subparsers(dest="family", required=True)
+    bench_parsers = {}
     for name, module in _bench_families().items():
-        module.add_arguments(families.add_parser(name, help=module.__doc__.splitlines()[0]))
+        bench_parsers[name] = families.add_parser(name, help=module.__doc__.splitlines()[0])
+        module.add_arguments(bench_parsers[name])
 
     p_export = sub.add_parser("export", help="write a fixture .npz (inputs, conventions, refattn's results)")
     p_export.add_argument("--list", action="store_true", help="list the cases and exit")
@@ -58,13 +67,22 @@ def main(argv: list[str] | None = None) -> int:
                          help="tolerance rule (default ratio; table with --table, ulp with --max-ulps)")
     p_check.add_argument("--table", choices=("torch-default", "xformers", "jax"), default=None,
                          help="tolerance table of rule 'table' (default torch-default)")
-    p_check.add_argument("--max-ulps", type=float, default=None, metavar="N", help="N of rule 'ulp' (default 64)")
+    p_check.add_argument("--max-ulps", type=non_negative_float, default=None, metavar="N",
+                         help="N of rule 'ulp' (default 64)")
+    p_check.add_argument("--memory-budget", type=positive_float, default=None, metavar="GIB",
+                         help="GiB the oracle's (..., n, m) arrays may take (default 4); above it the output is "
+                              "computed by blocks of query rows and gradients are refused")
 
     args = parser.parse_args(argv)
     if args.command == "list":
         return _list(args)
     if args.command == "bench":
-        return _bench_families()[args.family].run(args)
+        module = _bench_families()[args.family]
+        try:
+            module.check_arguments(args)                           # sizes that fit memory and the patterns
+        except ValueError as error:
+            bench_parsers[args.family].error(str(error))           # usage and one error line, exit 2
+        return module.run(args)
     if args.command == "export":
         return _export(args)
     if args.command == "check":
@@ -99,9 +117,13 @@ def _figures(args) -> int:
     names = args.only or known
     unknown = [n for n in names if n not in known]
     if unknown:
-        print(f"unknown figure(s): {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
+        print(f"error: unknown figure(s): {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return 2
-    write_figures(args.out, names, progress=True)
+    try:
+        write_figures(args.out, names, progress=True)
+    except OSError as error:
+        print(f"error: cannot write figures to {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 2
     if args.out.resolve() == FIGURES_DIR and README.is_file() and registry.update_readme_catalogue(README):
         print(f"updated the catalogue table of {README}", file=sys.stderr)   # the repository's own figures
     return 0
@@ -133,8 +155,9 @@ def _check(args) -> int:
     from .oracle.fixtures import FixtureError, check_file
 
     rule = args.rule or ("table" if args.table else "ulp" if args.max_ulps is not None else "ratio")
+    budget = {} if args.memory_budget is None else {"memory_budget": max(1, int(args.memory_budget * 2**30))}
     try:
-        report = check_file(args.file, rule=rule, table=args.table, max_ulps=args.max_ulps)
+        report = check_file(args.file, rule=rule, table=args.table, max_ulps=args.max_ulps, **budget)
     except FixtureError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -144,3 +167,70 @@ def _check(args) -> int:
         return 2
     print(report)
     return 0 if report.passed else 1
+
+
+# ---------------------------------------------------------------------------------------- argument types
+# argparse turns an ArgumentTypeError into "usage ... error: argument --name: <message>" and exit 2.
+
+
+def _number(text: str, kind: type, low: float, strict: bool):
+    """``text`` as ``kind``, finite and >= ``low`` (> with ``strict``), or an ``ArgumentTypeError``."""
+    what = "an integer" if kind is int else "a number"
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value) or value < low or (strict and value == low):
+        finite = "" if kind is int else "a finite number "
+        raise argparse.ArgumentTypeError(f"must be {finite}{'>' if strict else '>='} {low:g}, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1."""
+    return _number(text, int, 1, False)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 0."""
+    return _number(text, int, 0, False)
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number > 0."""
+    return _number(text, float, 0.0, True)
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse ``type``: a finite number >= 0."""
+    return _number(text, float, 0.0, False)
+
+
+def _existing_file_above(path: Path) -> Path | None:
+    """The first of ``path``'s parents that exists as something other than a folder, if any."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def output_folder(text: str) -> Path:
+    """An argparse ``type``: a folder that exists or can be created (no part of it is an existing file)."""
+    path = Path(text)
+    blocker = path if path.exists() and not path.is_dir() else _existing_file_above(path)
+    if blocker is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be a folder: {str(blocker)!r} is an existing file")
+    return path
+
+
+def output_file(text: str) -> Path | None:
+    """An argparse ``type``: a file path that is not an existing folder and lies under no existing file; '' is None."""
+    if not text:
+        return None
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is an existing folder, not a file name")
+    blocker = _existing_file_above(path)
+    if blocker is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {str(blocker)!r} is an existing file")
+    return path

@@ -26,3 +26,15 @@ def test_bench_sdpa_plot_can_be_skipped(tmp_path, capsys, monkeypatch):
                  "--memory-n", "0", "--plot", ""]) == 0
     assert "wrote" not in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_sdpa_runs_below_the_warm_up_size(capsys):
+    assert main(["bench", "sdpa", "--sizes", "1", "3", "--heads", "1", "--d", "2", "--repeat", "1",
+                 "--memory-n", "2", "--plot", ""]) == 0
+    assert "target: peak memory at n = 2" in capsys.readouterr().out
+
+
+def test_bench_sparse_runs_every_size_its_patterns_take(capsys):
+    assert main(["bench", "sparse", "--sizes", "128", "512", "--d", "4", "--repeat", "1", "--dense-max", "128"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("bigbird")]
+    assert [(row[2], row[3]) for row in rows] == [("128", "16384"), ("512", "253952")]   # n = 128: 2 global blocks

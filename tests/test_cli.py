@@ -5,7 +5,10 @@ import json
 import subprocess
 import sys
 
-from refattn import registry
+import pytest
+
+from refattn import cli, registry
+from refattn.bench import _measure
 from refattn.cli import main
 
 
@@ -76,3 +79,77 @@ def test_check_exit_codes(tmp_path, capsys):
     assert "PASSED" in captured.out and "FAILED" in captured.out
     assert captured.err.splitlines() == [f"error: {path}: missing array 'candidate_out' (has: "
                                          + ", ".join(sorted(a for a in arrays if a != "candidate_out")) + ")"]
+
+
+def bad_argument_lists(tmp_path):
+    """Each subcommand with arguments it must refuse, and a piece of the error line it must print."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    fixture = tmp_path / "basic.npz"
+    return [
+        (["list", "--yaml"], "unrecognized arguments: --yaml"),
+        (["figures", "--out", str(a_file)], f"argument --out: '{a_file}' cannot be a folder: '{a_file}' is an "
+                                            "existing file"),
+        (["figures", "--out", str(a_file / "sub")], f"'{a_file}' is an existing file"),
+        (["export", "--case", "basic", "--out", str(fixture), "--layout", "nhd"], "argument --layout: invalid choice"),
+        (["check", str(fixture), "--max-ulps", "-1"], "argument --max-ulps: must be a finite number >= 0, got -1"),
+        (["check", str(fixture), "--max-ulps", "nan"], "argument --max-ulps: must be a finite number >= 0, got nan"),
+        (["check", str(fixture), "--memory-budget", "0"], "argument --memory-budget: must be a finite number > 0"),
+        (["bench", "sdpa", "--sizes", "0"], "argument --sizes: must be >= 1, got 0"),
+        (["bench", "sdpa", "--sizes", "64", "-5"], "argument --sizes: must be >= 1, got -5"),
+        (["bench", "sdpa", "--sizes", "1e3"], "argument --sizes: expected an integer, got '1e3'"),
+        (["bench", "sdpa", "--sizes", str(10**12)], f"n={10**12} needs about "),
+        (["bench", "sdpa", "--d", "0"], "argument --d: must be >= 1, got 0"),
+        (["bench", "sdpa", "--heads", "0"], "argument --heads: must be >= 1, got 0"),
+        (["bench", "sdpa", "--repeat", "0"], "argument --repeat: must be >= 1, got 0"),
+        (["bench", "sdpa", "--equation-max", "-1"], "argument --equation-max: must be >= 0, got -1"),
+        (["bench", "sdpa", "--memory-n", str(10**12)], f"--memory-n {10**12} needs about "),
+        (["bench", "sdpa", "--plot", str(tmp_path)], f"argument --plot: '{tmp_path}' is an existing folder"),
+        (["bench", "sdpa", "--plot", str(a_file / "c.png")], f"'{a_file}' is an existing file"),
+        (["bench", "sparse", "--sizes", "64", "128"], "pattern 'bigbird b=64' cannot take n=64: num_global_blocks=2 "
+                                                      "exceeds num_blocks=1"),
+        (["bench", "sparse", "--sizes", "192"], "pattern 'bigbird b=64' cannot take n=192: num_random_blocks=3"),
+        (["bench", "sparse", "--sizes", "100"], "cannot take n=100: n=100 is not a multiple of the block size 64"),
+        (["bench", "sparse", "--sizes", str(10**12)], f"n={10**12} needs about "),
+        (["bench", "sparse", "--repeat", "0"], "argument --repeat: must be >= 1, got 0"),
+        (["bench", "sparse", "--dense-max", "x"], "argument --dense-max: expected an integer, got 'x'"),
+        (["bench", "linear", "--sizes", "0"], "argument --sizes: must be >= 1, got 0"),
+        (["bench", "linear", "--d", "-3"], "argument --d: must be >= 1, got -3"),
+        (["bench", "linear", "--quadratic-max", "-1"], "argument --quadratic-max: must be >= 0, got -1"),
+        (["bench", "linear", "--sizes", str(10**12)], f"n={10**12} needs about "),
+    ]
+
+
+def test_bad_arguments_exit_2_with_one_error_line(tmp_path, capsys):
+    assert main(["export", "--case", "basic", "--out", str(tmp_path / "basic.npz")]) == 0
+    for argv, message in bad_argument_lists(tmp_path):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        captured = capsys.readouterr()
+        errors = [line for line in captured.err.splitlines() if "error:" in line]
+        assert exit_info.value.code == 2, argv
+        assert captured.out == "" and "Traceback" not in captured.err, argv
+        assert len(errors) == 1 and errors[0] == captured.err.splitlines()[-1], (argv, captured.err)
+        assert errors[0].startswith("python -m refattn") and ": error: " in errors[0], (argv, errors[0])
+        assert message in errors[0], (argv, errors[0])
+
+
+def test_bench_sizes_that_do_not_fit_are_refused_naming_the_gib(monkeypatch, capsys):
+    monkeypatch.setattr(_measure, "available_memory", lambda: 2**30)
+    with pytest.raises(SystemExit) as exit_info:                    # 5 (8, 8192, 8192) float64 score arrays
+        main(["bench", "sdpa", "--sizes", "1024", "8192", "--equation-max", "8192", "--memory-n", "0"])
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert exit_info.value.code == 2
+    assert ("error: n=8192 needs about 20.4 GiB (inputs and outputs 0.25, band pattern 0.125, equation path's "
+            "scores 20 GiB), more than the 1 GiB of memory available now; lower --sizes") in error
+    monkeypatch.setattr(_measure, "available_memory", lambda: None)   # unknown (not Linux): not refused
+    assert _measure.check_memory({"n=1": {"everything": 2**60}}, "") is None
+
+
+def test_figures_out_must_be_a_folder(tmp_path, capsys):
+    (tmp_path / "taken").write_text("")
+    assert cli.output_folder(str(tmp_path / "new" / "sub")) == tmp_path / "new" / "sub"   # created when drawn
+    with pytest.raises(SystemExit):
+        main(["figures", "--out", str(tmp_path / "taken"), "--only", "softmax"])
+    assert (tmp_path / "taken").read_text() == ""                   # left alone
+    assert "error: argument --out" in capsys.readouterr().err

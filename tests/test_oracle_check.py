@@ -358,6 +358,10 @@ def test_tables_are_the_sources_numbers():
     ({"causal": "top"}, ValueError, "causal must be one of"),
     ({"k": np.zeros((7, 5))}, ValueError, "q has d_k=8 but k has d_k=5"),
     ({"candidate": np.zeros((5, 6)), "rule": "table", "table": "xformers"}, ValueError, "no entry"),
+    ({"q": np.float64(1.0)}, ValueError, r"q must have at least 2 dimensions, got shape \(\)"),
+    ({"k": np.zeros(8)}, ValueError, r"k must have at least 2 dimensions, got shape \(8,\)"),
+    ({"mask": np.ones((5, 7), int)}, TypeError, r"mask must be bool .* got dtype int64 with shape \(5, 7\)"),
+    ({"mask": np.ones((4, 7), bool)}, ValueError, r"mask has shape \(4, 7\), which does not broadcast"),
 ])
 def test_bad_arguments_get_named_errors(rng, kwargs, error, match):
     args = {"candidate": np.zeros((5, 6), np.float32), "q": rng.standard_normal((5, 8)),
@@ -365,6 +369,24 @@ def test_bad_arguments_get_named_errors(rng, kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         check(args.pop("candidate"), args.pop("q"), args.pop("k"), args.pop("v"), **args)
+
+
+def test_zero_width_queries_with_an_explicit_scale_attend_uniformly(rng):
+    q, k, v = np.zeros((2, 4, 0)), np.zeros((2, 6, 0)), rng.standard_normal((2, 6, 3))
+    d_out = rng.standard_normal((2, 4, 3))
+    uniform = np.broadcast_to(v.mean(axis=-2, keepdims=True), (2, 4, 3))          # every score is 0
+    grads = {"d_out": d_out, "dq": np.zeros((2, 4, 0)), "dk": np.zeros((2, 6, 0)),
+             "dv": np.broadcast_to(d_out.sum(axis=-2, keepdims=True) / 6, (2, 6, 3))}   # dV = Aᵀ dO, A = 1/6
+    report = check(uniform.astype(np.float32), q, k, v, scale=0.5, **grads)
+    assert report.passed, str(report)
+    assert report.conventions["scale"] == "0.5"
+    causal = np.cumsum(v, axis=-2)[:, :4] / np.arange(1, 5)[:, None]             # query i averages keys 0..i
+    assert check(causal, q, k, v, scale=3.0, causal=True).passed
+    report = check(np.zeros((2, 4, 3), np.float32), q, k, v, scale=0.5)
+    assert not report.passed
+    assert report.alternatives_tried and not any("d_k" in alt for alt in report.alternatives_tried)
+    with pytest.raises(ValueError, match=r"default scale 1/sqrt\(d_k\) needs d_k >= 1, got d_k=0"):
+        check(uniform, q, k, v)
 
 
 def test_grouped_query_heads_must_divide(rng):

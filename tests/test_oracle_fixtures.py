@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -150,6 +151,20 @@ def _pickled(path):
     return str(path)
 
 
+def _raw_member(key, raw):
+    """The basic case with member ``key`` replaced by the bytes ``raw`` (no .npy format check on the way)."""
+    def write(path):
+        good = save(path.with_suffix(".good.npz"), with_candidate(make_case("basic"), grads=False))
+        with zipfile.ZipFile(good) as source, zipfile.ZipFile(path, "w") as target:
+            for item in source.namelist():
+                target.writestr(item, raw if item == f"{key}.npy" else source.read(item))
+        return str(path)
+    return write
+
+
+_UNFINISHED_HEADER = b"{'descr': '<f8', 'fortran_order': False, 'shape': (2,), ".ljust(63) + b"\n"
+
+
 MALFORMED = {
     "not an npz": (_write_text, "not an npz archive"),
     "a .npy": (_npy, "single .npy array"),
@@ -167,7 +182,15 @@ MALFORMED = {
     "integer q": (_modified(lambda a: a.update(q=a["q"].astype(int))), "'q' must be a float array"),
     "typo key": (_modified(lambda a: a.update(candidate_dQ=a["dq"])), "unknown key 'candidate_dQ'"),
     "grads without d_out": (_modified(lambda a: (a.pop("d_out"), a.update(candidate_dq=a["dq"]))), "need 'd_out'"),
-    "object array": (_pickled, "cannot be read without pickle"),
+    "object array": (_pickled, "member 'mask' is not a .npy array readable without pickle (ValueError: Object "
+                               "arrays cannot be loaded when allow_pickle=False)"),
+    "member of text": (_raw_member("q", b"hello"), "member 'q' is not a .npy array (5 bytes without the .npy header)"),
+    "empty member": (_raw_member("causal", b""), "member 'causal' is not a .npy array (0 bytes without the .npy"),
+    "broken .npy header": (_raw_member("scale", b"\x93NUMPY\x01\x00\x40\x00" + _UNFINISHED_HEADER),
+                           "member 'scale' is not a .npy array readable without pickle ("),
+    "scale not 0-d": (_modified(lambda a: a.update(scale=np.ones((2, 3)))),
+                      "'scale' must be a finite 0-d number, got dtype float64, shape (2, 3)"),
+    "0-d q": (_modified(lambda a: a.update(q=np.array(1.0))), "q must have at least 2 dimensions, got shape ()"),
     "int mask": (_modified(lambda a: a.update(mask=np.ones((5, 7), int))), "'mask' must be bool"),
 }
 

@@ -13,18 +13,40 @@ import time
 
 import numpy as np
 
+from ..cli import non_negative_int, positive_int
 from ..linear import elu_feature_map, linear_attention
-from ._measure import best_time, mib, peak_memory
+from ._measure import best_time, check_memory, mib, peak_memory
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "check_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``bench linear``."""
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384, 32768, 65536])
-    parser.add_argument("--d", type=int, default=64, help="d = d_v = F")
-    parser.add_argument("--repeat", type=int, default=3, help="timed calls per point (best is kept)")
-    parser.add_argument("--quadratic-max", type=int, default=8192, help="largest n for the quadratic path")
+    parser.add_argument("--sizes", type=positive_int, nargs="+",
+                        default=[1024, 2048, 4096, 8192, 16384, 32768, 65536], metavar="N",
+                        help="sequence lengths (refused, naming the GiB, if a run would not fit in memory)")
+    parser.add_argument("--d", type=positive_int, default=64, help="d = d_v = F")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="timed calls per point (best is kept)")
+    parser.add_argument("--quadratic-max", type=non_negative_int, default=8192,
+                        help="largest n for the quadratic path (0: never)")
+
+
+QUADRATIC_ARRAYS = 3
+"""Float64 (n, n) arrays the quadratic left product holds at once, at most (tracemalloc: 2.2)."""
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise a one-line ``ValueError`` if a size would not fit in the memory available now.
+
+    The estimate of size n: 8 float64 (n, d) arrays (q, k, v, the features, the output) and, where
+    n <= ``--quadratic-max``, :data:`QUADRATIC_ARRAYS` (n, n) arrays.
+    """
+    needs = {}
+    for n in args.sizes:
+        needs[f"n={n}"] = {"inputs, features and output": 8 * n * args.d * 8}
+        if n <= args.quadratic_max:
+            needs[f"n={n}"]["quadratic path"] = QUADRATIC_ARRAYS * n * n * 8
+    check_memory(needs, "lower --sizes, --d or --quadratic-max")
 
 
 def run(args: argparse.Namespace) -> int:

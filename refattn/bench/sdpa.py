@@ -20,29 +20,56 @@ memory at n = 32768, 8 heads, under 512 MiB beyond inputs and output.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ..cli import non_negative_int, output_file, positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ._measure import best_time, best_times, mib, peak_memory
+from ._measure import PATTERN_BYTES_PER_ROW, best_time, best_times, check_memory, mib, peak_memory
 
-__all__ = ["add_arguments", "run", "measure"]
+__all__ = ["add_arguments", "check_arguments", "run", "measure"]
 
 COMPLEXITY_PNG = Path(__file__).resolve().parents[2] / "figures" / "complexity.png"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``bench sdpa``."""
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--d", type=int, default=64)
-    parser.add_argument("--repeat", type=int, default=5, help="timed rounds per point (best is kept)")
-    parser.add_argument("--equation-max", type=int, default=4096, help="largest n for the equation path")
-    parser.add_argument("--memory-n", type=int, default=32768, help="n of the peak-memory target (0: skip)")
-    parser.add_argument("--plot", type=lambda text: Path(text) if text else None, default=COMPLEXITY_PNG,
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1024, 2048, 4096, 8192], metavar="N",
+                        help="sequence lengths n = m (refused, naming the GiB, if a run would not fit in memory)")
+    parser.add_argument("--heads", type=positive_int, default=8)
+    parser.add_argument("--d", type=positive_int, default=64)
+    parser.add_argument("--repeat", type=positive_int, default=5, help="timed rounds per point (best is kept)")
+    parser.add_argument("--equation-max", type=non_negative_int, default=4096,
+                        help="largest n for the equation path (0: never)")
+    parser.add_argument("--memory-n", type=non_negative_int, default=32768,
+                        help="n of the peak-memory target (0: skip)")
+    parser.add_argument("--plot", type=output_file, default=COMPLEXITY_PNG,
                         help=f"where to write the time-vs-n figure (default {COMPLEXITY_PNG}; '' to skip)")
+
+
+SCORE_ARRAYS = 5
+"""Float64 (h, n, n) arrays the equation path holds at once, at most (tracemalloc: 4.1 causal, 3.0 not)."""
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise a one-line ``ValueError`` if a size would not fit in the memory available now.
+
+    The estimate of size n: 8 float64 (h, n, d) arrays (inputs, outputs, the scan's features), the
+    band pattern of the complexity figure (:data:`~refattn.bench._measure.PATTERN_BYTES_PER_ROW`
+    per row) and, where n <= ``--equation-max``, :data:`SCORE_ARRAYS` (h, n, n) score arrays.
+    """
+    needs = {}
+    for n in args.sizes:
+        needs[f"n={n}"] = {"inputs and outputs": 8 * args.heads * n * args.d * 8,
+                           "band pattern": PATTERN_BYTES_PER_ROW * n}
+        if n <= args.equation_max:
+            needs[f"n={n}"]["equation path's scores"] = SCORE_ARRAYS * args.heads * n * n * 8
+    if args.memory_n:
+        needs[f"--memory-n {args.memory_n}"] = {"inputs and output": 5 * args.heads * args.memory_n * args.d * 8}
+    check_memory(needs, "lower --sizes, --heads, --d, --equation-max or --memory-n")
 
 
 def _threads() -> int:
@@ -103,7 +130,11 @@ def run(args: argparse.Namespace) -> int:
         curves.setdefault("sparse band w=128 (CSR)", {})[n] = _band_time(n, args.heads, args.d, args.repeat)
         curves.setdefault("causal linear scan (elu+1)", {})[n] = _scan_time(n, args.heads, args.d, args.repeat)
     if args.plot is not None:
-        print(f"wrote {_plot(curves, args.plot, args.heads, args.d)}")
+        try:
+            print(f"wrote {_plot(curves, args.plot, args.heads, args.d)}")
+        except OSError as error:
+            print(f"error: cannot write {args.plot}: {error.strerror or error}", file=sys.stderr)
+            return 2
     for causal, ratio in at_4096.items():
         ok &= ratio <= 1.0
         print(f"target: blocked / torch at n = 4096, causal={causal}: {ratio:.2f} (<= 1.0): "
@@ -124,7 +155,7 @@ def _band_time(n: int, heads: int, d: int, repeat: int) -> float:
 
     rng, pattern = np.random.default_rng(n), band_pattern(n, 128)
     q, k, v = (rng.standard_normal((heads, n, d)) for _ in range(3))
-    sparse_attention(q[:1, :8], k[:1, :8], v[:1, :8], band_pattern(8, 1), method="csr")   # compiled
+    sparse_attention(*np.ones((3, 8, d)), band_pattern(8, 1), method="csr")    # compiled (any n, even n < 8)
     return best_time(lambda: sparse_attention(q, k, v, pattern, method="csr"), repeat)
 
 

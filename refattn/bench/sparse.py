@@ -13,10 +13,14 @@ import time
 
 import numpy as np
 
+from ..cli import non_negative_int, positive_int
 from ..sparse import SparsePattern, band_pattern, sparse_attention
-from ._measure import best_time, mib, peak_memory
+from ._measure import PATTERN_BYTES_PER_ROW, best_time, check_memory, mib, peak_memory
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "check_arguments", "run"]
+
+
+BIGBIRD_BLOCK = 64
 
 
 def _builders() -> dict:
@@ -25,17 +29,54 @@ def _builders() -> dict:
 
     return {
         "band w=128": lambda n: band_pattern(n, 128),
-        "bigbird b=64": lambda n: bigbird_pattern(n, rng=0),
+        f"bigbird b={BIGBIRD_BLOCK}": lambda n: bigbird_pattern(n, block_size=BIGBIRD_BLOCK, rng=0),
         "longformer w=256 g=2": lambda n: longformer_pattern(n, 256, global_indices=(0, n - 1)),
     }
 
 
+def _bigbird_layout(n: int) -> None:
+    """Raise BigBird's own ``ValueError`` if it cannot lay out n tokens (cheap: its n/64 × n/64 block layout)."""
+    from ..sparse.bigbird import bigbird_block_layout
+
+    if n % BIGBIRD_BLOCK:
+        raise ValueError(f"n={n} is not a multiple of the block size {BIGBIRD_BLOCK}")
+    bigbird_block_layout(n // BIGBIRD_BLOCK, rng=0)
+
+
+DENSE_ARRAYS = 5
+"""Float64 (n, n) arrays dense masked attention holds at once, at most (tracemalloc: 4.1)."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``bench sparse``."""
-    parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192, 16384, 32768, 65536])
-    parser.add_argument("--d", type=int, default=64, help="head width d = d_v")
-    parser.add_argument("--repeat", type=int, default=3, help="timed calls per point (best is kept)")
-    parser.add_argument("--dense-max", type=int, default=8192, help="largest n for dense masked attention")
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[4096, 8192, 16384, 32768, 65536],
+                        metavar="N", help="sequence lengths; every pattern must take each of them (BigBird b=64: "
+                        "n = 128 or a multiple of 64 from 512 on), and each run must fit in memory, else the "
+                        "command is refused, saying why")
+    parser.add_argument("--d", type=positive_int, default=64, help="head width d = d_v")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="timed calls per point (best is kept)")
+    parser.add_argument("--dense-max", type=non_negative_int, default=8192,
+                        help="largest n for dense masked attention (0: never)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise a one-line ``ValueError`` for a size a pattern cannot take or that would not fit in memory.
+
+    The estimate of size n: q, k, v and the output (4 float64 (n, d) arrays), the pattern and the
+    kernel (:data:`~refattn.bench._measure.PATTERN_BYTES_PER_ROW` per row) and, where n <=
+    ``--dense-max``, :data:`DENSE_ARRAYS` (n, n) arrays of dense masked attention.
+    """
+    needs = {}
+    for n in args.sizes:
+        needs[f"n={n}"] = {"inputs and output": 4 * n * args.d * 8, "pattern and kernel": PATTERN_BYTES_PER_ROW * n}
+        if n <= args.dense_max:
+            needs[f"n={n}"]["dense masked attention"] = DENSE_ARRAYS * n * n * 8
+    check_memory(needs, "lower --sizes, --d or --dense-max")
+    for n in args.sizes:
+        try:
+            _bigbird_layout(n)
+        except ValueError as error:
+            raise ValueError(f"pattern 'bigbird b={BIGBIRD_BLOCK}' cannot take n={n}: {error}") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, causal_alignment, check_choice, check_scale, default_scale
+from ..common import as_float, causal_alignment, check_choice, check_positive_int, check_scale, default_scale
 from ..core.softmax import FULLY_MASKED_POLICIES
 from .diagnose import describe, try_alternatives
-from .evaluate import Conventions, Evaluation, Problem, evaluate
+from .evaluate import DEFAULT_MEMORY_BUDGET, Conventions, Evaluation, Problem, evaluate
 from .report import Comparison, FullyMaskedRows, Report, compare_arrays, elementwise_ok
 from .shapes import LAYOUTS, swap_heads
 from .tolerances import RATIO_FACTORS, RuleSpec, floor_spec, rule_spec, table_tolerance
@@ -48,6 +48,7 @@ def check(
     table: str | None = None,
     layout: str = "bhnd",
     max_ulps: float | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
 ) -> Report:
     r"""Compare a candidate attention output (and gradients) with refattn's float64 oracle.
 
@@ -97,6 +98,10 @@ def check(
         (PyTorch SDPA) or ``(..., n, h, d)`` (FlashAttention, xFormers, JAX ``BTNH``).
     max_ulps : float, optional
         Rule "ulp" only; default :data:`~refattn.oracle.tolerances.DEFAULT_MAX_ULPS` (64).
+    memory_budget : int, default :data:`~refattn.oracle.evaluate.DEFAULT_MEMORY_BUDGET` (4 GiB)
+        Bytes the oracle's, the baseline's and the error model's ``(..., n, m)`` arrays may take at
+        once. Above it the output is computed by blocks of query rows (the same arithmetic per
+        row), and gradients raise ``ValueError`` (see Notes).
 
     Returns
     -------
@@ -108,11 +113,13 @@ def check(
     Raises
     ------
     TypeError
-        A candidate that is not float16/32/64, integer or complex inputs.
+        A candidate that is not float16/32/64, integer or complex inputs, a mask neither bool nor
+        float.
     ValueError
-        Unknown rule, table, layout or policy; shapes that do not fit each other; gradients
-        without ``d_out``. (A candidate of the wrong shape is not an error: the report fails it,
-        and names a transposed layout if that is what fits.)
+        Unknown rule, table, layout or policy; inputs with fewer than two dimensions or shapes that
+        do not fit each other; gradients without ``d_out``; gradients at a size whose dense
+        matrices exceed ``memory_budget``. (A candidate of the wrong shape is not an error: the
+        report fails it, and names a transposed layout if that is what fits.)
 
     Notes
     -----
@@ -138,6 +145,14 @@ def check(
     and the inputs read in the other layout. Each one under which every array passes is reported as
     "matches if ..."; when none does, those under which some arrays pass are listed as "partly".
 
+    **Memory.** A dense evaluation holds up to
+    :data:`~refattn.oracle.evaluate.DENSE_ARRAYS` (9) float64 arrays of shape ``(..., n, m)``. When
+    they exceed ``memory_budget``, the oracle, the baseline and the error model are computed for
+    blocks of query rows in turn, each row over all m keys by the same equations, in memory
+    proportional to the block: n = m = 32768 with 8 heads takes 2.8 GiB beyond the inputs.
+    Gradients are computed densely only (dK and dV sum over every query row); above the budget
+    they raise ``ValueError`` naming the size, before allocating it.
+
     **Non-finite values** are never covered by a tolerance: a NaN or Inf where the oracle is
     finite fails; a NaN (Inf) in the oracle passes only where the candidate has NaN (the same Inf)
     too, and the report counts them either way.
@@ -161,7 +176,7 @@ def check(
     for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
         if g is not None:
             cands[name] = _as_candidate(name, g)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    q, k, v = (as_float(name, x, min_ndim=2) for name, x in (("q", q), ("k", k), ("v", v)))
     grads = len(cands) > 1
     if grads and d_out is None:
         raise ValueError("dq, dk and dv are checked against the gradient for d_out: pass d_out, the upstream "
@@ -176,8 +191,13 @@ def check(
             if x is not None and x.ndim < 3:
                 raise ValueError(f"layout 'bnhd' needs {name} of shape (..., n, h, d), got shape {x.shape}")
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
-    conv = Conventions(alignment, scale, fully_masked, None if mask is None else np.asarray(mask), layout)
-    problem = Problem(q, k, v, d_out, cands, grads)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != np.bool_ and mask.dtype.kind != "f":
+            raise TypeError(f"mask must be bool (True = may attend) or a float bias, got dtype {mask.dtype} "
+                            f"with shape {mask.shape}")
+    conv = Conventions(alignment, scale, fully_masked, mask, layout)
+    problem = Problem(q, k, v, d_out, cands, grads, check_positive_int("memory_budget", memory_budget))
 
     run = _run(problem, conv, spec)
     passed = all(c.passed for c in run.comparisons)

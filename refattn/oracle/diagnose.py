@@ -51,8 +51,11 @@ def alternatives(problem: Problem, conv: Conventions, oracle: Evaluation) -> lis
                          replace(conv, mask=~conv.mask)))
         alts.append(("the mask is ignored", replace(conv, mask=None)))
     tried = [conv.scale]
-    for s, text in ((1.0, "scale=1 (no scaling)"), (1.0 / d_k, f"scale=1/d_k={1.0 / d_k:.6g}"),
-                    (default_scale(d_k), f"scale=1/√d_k={default_scale(d_k):.6g}")):
+    scales = [(1.0, "scale=1 (no scaling)")]
+    if d_k:                                                        # d_k = 0: no 1/d_k (and the scores are 0)
+        scales += [(1.0 / d_k, f"scale=1/d_k={1.0 / d_k:.6g}"),
+                   (default_scale(d_k), f"scale=1/√d_k={default_scale(d_k):.6g}")]
+    for s, text in scales:
         if not any(np.isclose(s, t, rtol=1e-9, atol=0) for t in tried):
             tried.append(s)
             alts.append((f"{text} instead of {conv.scale:.6g}", replace(conv, scale=s)))
@@ -102,7 +105,8 @@ def try_alternatives(
 def describe(conv: Conventions, problem: Problem, oracle: Evaluation) -> dict[str, str]:
     """The conventions of a check in words, for the report."""
     d_k = problem.q.shape[-1]
-    scale = f"{conv.scale:.6g}" + (" (1/√d_k)" if np.isclose(conv.scale, default_scale(d_k), rtol=1e-12) else "")
+    is_default = d_k >= 1 and np.isclose(conv.scale, default_scale(d_k), rtol=1e-12)
+    scale = f"{conv.scale:.6g}" + (" (1/√d_k)" if is_default else "")
     if conv.mask is None:
         mask = "none"
     elif conv.mask.dtype == np.bool_:

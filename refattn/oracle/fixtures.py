@@ -24,7 +24,6 @@ Keys (shapes in layout "bhnd"; in "bnhd" the two axes before the last are swappe
 """
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 from ..core.padding_mask import padding_mask
 from ..core.sdpa import scaled_dot_product_attention
 from .check import check
+from .evaluate import DEFAULT_MEMORY_BUDGET
 from .report import Report
 from .shapes import LAYOUTS, kv_groups, repeat_over_groups, sum_over_groups, swap_heads
 from .vjp import sdpa_vjp
@@ -239,23 +239,20 @@ def load_check_file(path: str | Path) -> dict:
     Raises
     ------
     FixtureError
-        With a one-line message naming the file's problem: not an npz archive, a missing or
-        non-float array, an unknown convention or ``candidate_*`` key.
+        With a one-line message naming the file's problem: not an npz archive, a member that is
+        not a .npy array, a missing or non-float array, an unknown convention or ``candidate_*`` key.
     """
     path = Path(path)
     try:
         archive = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise FixtureError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+    except Exception as error:  # noqa: BLE001 - NumPy's header parser raises many kinds on junk
         raise FixtureError(f"{path}: not an npz archive readable without pickle ({_one_line(error)})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise FixtureError(f"{path}: a single .npy array, not an npz archive of named arrays")
     with archive:
-        try:
-            arrays = {key: archive[key] for key in archive.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-            raise FixtureError(f"{path}: an array cannot be read without pickle ({_one_line(error)})") from None
+        arrays = {key: _member(path, archive, key) for key in archive.files}
     unknown = [key for key in arrays if key.startswith("candidate_") and key not in CANDIDATE_KEYS]
     if unknown:
         raise FixtureError(f"{path}: unknown key {unknown[0]!r} (candidate keys: {', '.join(CANDIDATE_KEYS)})")
@@ -284,7 +281,8 @@ def load_check_file(path: str | Path) -> dict:
     if "scale" in arrays:
         scale = arrays["scale"]
         if scale.shape != () or scale.dtype.kind not in "fiu" or not np.isfinite(scale):
-            raise FixtureError(f"{path}: 'scale' must be a finite 0-d number, got {scale!r}")
+            shown = repr(scale.item()) if scale.shape == () else f"shape {scale.shape}"
+            raise FixtureError(f"{path}: 'scale' must be a finite 0-d number, got dtype {scale.dtype}, {shown}")
         kwargs["scale"] = float(scale)
     if "fully_masked" in arrays:
         kwargs["fully_masked"] = _string(path, "fully_masked", arrays["fully_masked"], ("zero", "nan", "uniform"))
@@ -294,7 +292,7 @@ def load_check_file(path: str | Path) -> dict:
 
 
 def check_file(path: str | Path, *, rule: str = "ratio", table: str | None = None,
-               max_ulps: float | None = None) -> Report:
+               max_ulps: float | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> Report:
     """Load a check file and run :func:`~refattn.oracle.check.check` on it.
 
     Parameters
@@ -307,6 +305,8 @@ def check_file(path: str | Path, *, rule: str = "ratio", table: str | None = Non
         The tolerance table for ``rule="table"``.
     max_ulps : float, optional
         The bound for ``rule="ulp"``.
+    memory_budget : int, default 4 GiB
+        Bytes the oracle's ``(..., n, m)`` arrays may take (see :func:`~refattn.oracle.check.check`).
 
     Returns
     -------
@@ -324,7 +324,7 @@ def check_file(path: str | Path, *, rule: str = "ratio", table: str | None = Non
     if rule == "ulp" or max_ulps is not None:
         kwargs["max_ulps"] = max_ulps
     try:
-        report = check(rule=rule, **kwargs)
+        report = check(rule=rule, memory_budget=memory_budget, **kwargs)
     except (ValueError, TypeError) as error:
         raise FixtureError(f"{path}: {_one_line(error)}") from None
     if not report.alternatives:
@@ -333,6 +333,18 @@ def check_file(path: str | Path, *, rule: str = "ratio", table: str | None = Non
                 key = "candidate_out" if c.name == "out" else f"candidate_{c.name}"
                 raise FixtureError(f"{path}: {key} has shape {c.candidate_shape} but the inputs give {c.shape}")
     return report
+
+
+def _member(path, archive, key) -> np.ndarray:
+    """Member ``key`` of the npz ``archive`` as an array, or a one-line ``FixtureError`` naming it."""
+    try:
+        x = archive[key]
+    except Exception as error:  # noqa: BLE001 - NumPy's header parser raises many kinds on junk
+        raise FixtureError(f"{path}: member {key!r} is not a .npy array readable without pickle "
+                           f"({type(error).__name__}: {_one_line(error)})") from None
+    if not isinstance(x, np.ndarray):          # NpzFile returns a member without the .npy magic as its raw bytes
+        raise FixtureError(f"{path}: member {key!r} is not a .npy array ({len(x)} bytes without the .npy header)")
+    return x
 
 
 def _float_array(path, key, x):

@@ -1,0 +1,144 @@
+"""refattn.oracle.check within a memory budget: the output by blocks of query rows equals the dense one."""
+from __future__ import annotations
+
+import tracemalloc
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from refattn import scaled_dot_product_attention
+from refattn.core.masks import attention_mask
+from refattn.oracle.check import check
+from refattn.oracle.evaluate import (
+    DEFAULT_MEMORY_BUDGET,
+    DENSE_ARRAYS,
+    Conventions,
+    Problem,
+    _row_block_mask,
+    block_rows,
+    evaluate,
+)
+from refattn.oracle.fixtures import CASES, make_case
+
+
+def case_problem(name: str, layout: str, budget: int = DEFAULT_MEMORY_BUDGET):
+    """(problem, conventions) of fixture case ``name``, forward only, with a float32 candidate."""
+    a = make_case(name, layout=layout)
+    causal = {"none": None}.get(str(a["causal"]), str(a["causal"]))
+    conv = Conventions(causal, float(a["scale"]), str(a["fully_masked"]), a.get("mask"), layout)
+    problem = Problem(a["q"], a["k"], a["v"], None, {"out": a["out"].astype(np.float32)}, False, budget)
+    return problem, conv
+
+
+def rows_budget(problem: Problem, layout: str, rows: int) -> int:
+    """The budget that gives blocks of ``rows`` query rows: (b, h) query heads over m keys."""
+    q, k = (problem.q, problem.k) if layout == "bhnd" else (np.swapaxes(problem.q, 1, 2), np.swapaxes(problem.k, 1, 2))
+    return rows * DENSE_ARRAYS * 8 * q.shape[0] * q.shape[1] * k.shape[2]
+
+
+def test_small_problems_run_the_equation_path_itself(rng):
+    q, k, v = rng.standard_normal((2, 3, 5, 8)), rng.standard_normal((2, 3, 9, 8)), rng.standard_normal((2, 3, 9, 6))
+    problem = Problem(q, k, v, None, {"out": np.zeros((2, 3, 5, 6), np.float32)}, False)
+    conv = Conventions("bottom-right", 0.3, "zero", None, "bhnd")
+    assert block_rows(q, k, v, None, DEFAULT_MEMORY_BUDGET, False) == 5
+    for dtype in (np.float64, np.float32):
+        expected = scaled_dot_product_attention(q, k, v, causal="bottom-right", scale=0.3, dtype=dtype)
+        assert np.array_equal(evaluate(problem, conv, dtype).arrays["out"], expected)   # bit for bit
+
+
+def test_block_rows_follow_the_budget(rng):
+    q, k, v = rng.standard_normal((2, 3, 10, 4)), rng.standard_normal((1, 3, 7, 4)), rng.standard_normal((1, 3, 7, 5))
+    row = DENSE_ARRAYS * 8 * (2 * 3) * 7                            # bytes per query row: batch (2, 3), m = 7
+    assert block_rows(q, k, v, None, 10 * row, False) == 10         # exactly fits: dense
+    assert block_rows(q, k, v, None, 10 * row - 1, False) == 9
+    assert block_rows(q, k, v, None, 3 * row + row // 2, False) == 3
+    assert block_rows(q, k, v, None, 1, False) == 1                 # never fewer than one row
+    with pytest.raises(ValueError, match="leading"):               # (4, 1) does not broadcast with (2, 3)
+        block_rows(q, k, v, np.ones((4, 1, 1, 7), bool), 10 * row, False)
+    mask = np.ones((5, 2, 1, 1, 7), bool)                           # batch (5, 2, 3): five times the bytes per row
+    assert block_rows(q, k, v, mask, 10 * row, False) == 2
+
+
+@pytest.mark.parametrize("causal", [None, "top-left", "bottom-right"])
+@pytest.mark.parametrize("kind", ["none", "bool", "bool-broadcast", "float", "float-broadcast"])
+@pytest.mark.parametrize(("n", "m"), [(6, 9), (9, 6)])
+def test_row_block_mask_is_those_rows_of_the_dense_mask(rng, causal, kind, n, m):
+    mask = {"none": None, "bool": rng.random((2, n, m)) < 0.7, "bool-broadcast": rng.random((2, 1, m)) < 0.7,
+            "float": np.where(rng.random((2, n, m)) < 0.7, rng.standard_normal((2, n, m)), -np.inf),
+            "float-broadcast": np.where(rng.random((m,)) < 0.7, rng.standard_normal(m), -np.inf)}[kind]
+    conv = Conventions(causal, 1.0, "zero", mask, "bhnd")
+    allowed, bias = attention_mask(mask, causal or False, n, m, np.float64)
+    allowed = np.ones((n, m), bool) if allowed is None else np.broadcast_to(allowed, np.broadcast_shapes(allowed.shape,
+                                                                                                          (n, m)))
+    for start, stop in ((0, 4), (4, n), (2, 3)):
+        rows, rows_bias = attention_mask(_row_block_mask(conv, n, m, start, stop), False, stop - start, m, np.float64)
+        rows = np.ones((stop - start, m), bool) if rows is None else rows
+        assert np.array_equal(np.broadcast_to(rows, allowed[..., start:stop, :].shape), allowed[..., start:stop, :])
+        if bias is not None:                                         # the bias itself is unchanged where allowed
+            dense_bias = np.broadcast_to(bias, allowed.shape)[..., start:stop, :]
+            block_bias = np.broadcast_to(rows_bias, dense_bias.shape)
+            kept = allowed[..., start:stop, :]
+            assert np.array_equal(block_bias[kept], dense_bias[kept])
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4])
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_row_blocks_give_the_dense_oracle_baseline_and_error_model(name, layout, rows):
+    dense, conv = case_problem(name, layout)
+    blocks = replace(dense, memory_budget=rows_budget(dense, layout, rows))
+    # BLAS may order a block's sums unlike the whole matrix's: a float32 or float16 ulp or so apart
+    # (measured: 6.6e-8 relative in float32, 0 in float16, 1.8e-16 in float64)
+    for dtype, noise, tol in ((np.float64, ("abs", "rss"), 1e-12), (np.float32, (), 1e-6), (np.float16, (), 1e-3)):
+        a, b = evaluate(dense, conv, dtype, noise=noise), evaluate(blocks, conv, dtype, noise=noise)
+        scale = float(np.max(np.abs(a.arrays["out"])))
+        assert b.arrays["out"].dtype == a.arrays["out"].dtype and b.arrays["out"].shape == a.arrays["out"].shape
+        assert float(np.max(np.abs(b.arrays["out"] - a.arrays["out"]))) <= tol * scale
+        assert np.array_equal(b.empty, a.empty)
+        assert b.groups == a.groups
+        for combine in noise:
+            assert b.noise[combine]["out"] == pytest.approx(a.noise[combine]["out"], rel=1e-12)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_check_by_row_blocks_reaches_the_dense_verdict(name):
+    a = make_case(name)
+    kwargs = dict(mask=a.get("mask"), causal={"none": False}.get(str(a["causal"]), str(a["causal"])),
+                  scale=float(a["scale"]), fully_masked=str(a["fully_masked"]))
+    for candidate in (a["out"].astype(np.float32), a["out"].astype(np.float16), a["out"],
+                      a["out"].astype(np.float32)[..., ::-1], (a["out"] * 1.01).astype(np.float32)):
+        dense = check(candidate, a["q"], a["k"], a["v"], **kwargs)
+        blocks = check(candidate, a["q"], a["k"], a["v"], memory_budget=1, **kwargs)   # one row at a time
+        assert blocks.passed == dense.passed
+        assert blocks.alternatives == dense.alternatives
+        assert blocks.fully_masked == dense.fully_masked
+        for c_blocks, c_dense in zip(blocks.comparisons, dense.comparisons, strict=True):
+            assert c_blocks.passed == c_dense.passed
+            assert c_blocks.max_abs_error == pytest.approx(c_dense.max_abs_error, rel=1e-6, abs=1e-15)
+
+
+def test_gradients_above_the_budget_are_refused_before_allocating(rng):
+    h, n, m, d = 2, 256, 320, 8
+    q, k, v, d_out = (rng.standard_normal(shape) for shape in ((h, n, d), (h, m, d), (h, m, d), (h, n, d)))
+    cand = np.zeros((h, n, d), np.float32)
+    grads = {"d_out": d_out, "dq": cand, "dk": np.zeros((h, m, d), np.float32), "dv": np.zeros((h, m, d), np.float32)}
+    need = DENSE_ARRAYS * 8 * h * n * m                             # 11.25 MiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"about 0\.011 GiB for batch \(2,\), n=256, m=320 .* more than "
+                                             r"memory_budget=0\.00977 GiB"):
+            check(cand, q, k, v, memory_budget=10 * 2**20, **grads)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < h * n * m * 8 / 4                                 # not even a quarter of one score matrix
+    assert check(cand, q, k, v, memory_budget=need, **grads).comparisons[1].name == "dq"   # fits: checked
+    assert not check(cand, q, k, v, memory_budget=10 * 2**20).passed   # the output alone is checked by row blocks
+
+
+@pytest.mark.parametrize("budget", [0, -1, 1.5, True, "4 GiB", None])
+def test_memory_budget_must_be_a_positive_int(rng, budget):
+    q = rng.standard_normal((3, 4))
+    with pytest.raises(ValueError, match="memory_budget must be a positive int"):
+        check(np.zeros((3, 4)), q, q, q, memory_budget=budget)
