@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from refattn import scaled_dot_product_attention
+from refattn.common import DEFAULT_MEMORY_BUDGET
 from refattn.core.masks import attention_mask
 from refattn.oracle.check import check
 from refattn.oracle.evaluate import (
-    DEFAULT_MEMORY_BUDGET,
     DENSE_ARRAYS,
     Conventions,
     Problem,
@@ -137,8 +137,25 @@ def test_gradients_above_the_budget_are_refused_before_allocating(rng):
     assert not check(cand, q, k, v, memory_budget=10 * 2**20).passed   # the output alone is checked by row blocks
 
 
-@pytest.mark.parametrize("budget", [0, -1, 1.5, True, "4 GiB", None])
+@pytest.mark.parametrize("budget", [0, -1, 1.5, True, "4 GiB"])
 def test_memory_budget_must_be_a_positive_int(rng, budget):
     q = rng.standard_normal((3, 4))
     with pytest.raises(ValueError, match="memory_budget must be a positive int"):
         check(np.zeros((3, 4)), q, q, q, memory_budget=budget)
+
+
+def test_default_memory_budget_is_the_librarys(rng):
+    """memory_budget=None takes refattn.common.memory_budget(): one budget for every streaming default."""
+    from refattn.common import set_memory_budget
+
+    q = rng.standard_normal((1, 6, 4))
+    out, d_out = scaled_dot_product_attention(q, q, q), rng.standard_normal((1, 6, 4))
+    grads = [np.zeros((1, 6, 4))] * 3
+    assert check(out, q, q, q, d_out=d_out, dq=grads[0], dk=grads[1], dv=grads[2]) is not None
+    previous = set_memory_budget(9 * 8 * 6 * 2)                   # two query rows of the 9 dense arrays
+    try:
+        with pytest.raises(ValueError, match="more than memory_budget"):        # gradients are dense only
+            check(out, q, q, q, d_out=d_out, dq=grads[0], dk=grads[1], dv=grads[2])
+        assert check(out, q, q, q).passed                           # the output by blocks of rows
+    finally:
+        set_memory_budget(previous)

@@ -17,10 +17,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .. import common
 from ..common import as_float, causal_alignment, check_choice, check_positive_int, check_scale, default_scale
 from ..core.softmax import FULLY_MASKED_POLICIES
 from .diagnose import describe, try_alternatives
-from .evaluate import DEFAULT_MEMORY_BUDGET, Conventions, Evaluation, Problem, evaluate
+from .evaluate import Conventions, Evaluation, Problem, evaluate
 from .report import Comparison, FullyMaskedRows, Report, compare_arrays, elementwise_ok
 from .shapes import LAYOUTS, swap_heads
 from .tolerances import RATIO_FACTORS, RuleSpec, floor_spec, rule_spec, table_tolerance
@@ -48,7 +49,7 @@ def check(
     table: str | None = None,
     layout: str = "bhnd",
     max_ulps: float | None = None,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
 ) -> Report:
     r"""Compare a candidate attention output (and gradients) with refattn's float64 oracle.
 
@@ -98,10 +99,11 @@ def check(
         (PyTorch SDPA) or ``(..., n, h, d)`` (FlashAttention, xFormers, JAX ``BTNH``).
     max_ulps : float, optional
         Rule "ulp" only; default :data:`~refattn.oracle.tolerances.DEFAULT_MAX_ULPS` (64).
-    memory_budget : int, default :data:`~refattn.oracle.evaluate.DEFAULT_MEMORY_BUDGET` (4 GiB)
+    memory_budget : int, optional
         Bytes the oracle's, the baseline's and the error model's ``(..., n, m)`` arrays may take at
         once. Above it the output is computed by blocks of query rows (the same arithmetic per
-        row), and gradients raise ``ValueError`` (see Notes).
+        row), and gradients raise ``ValueError`` (see Notes). Default
+        :func:`refattn.common.memory_budget` (4 GiB unless set).
 
     Returns
     -------
@@ -197,7 +199,8 @@ def check(
             raise TypeError(f"mask must be bool (True = may attend) or a float bias, got dtype {mask.dtype} "
                             f"with shape {mask.shape}")
     conv = Conventions(alignment, scale, fully_masked, mask, layout)
-    problem = Problem(q, k, v, d_out, cands, grads, check_positive_int("memory_budget", memory_budget))
+    problem = Problem(q, k, v, d_out, cands, grads, common.memory_budget() if memory_budget is None
+                      else check_positive_int("memory_budget", memory_budget))
 
     run = _run(problem, conv, spec)
     passed = all(c.passed for c in run.comparisons)

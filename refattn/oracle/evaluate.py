@@ -11,7 +11,7 @@ fully-masked policy, layout), so that the diagnosis of a failure can change one 
 
 Memory: one evaluation holds up to :data:`DENSE_ARRAYS` float64 arrays of the scores' shape
 ``(..., n, m)`` at once. When they would take more than the problem's ``memory_budget``
-(:data:`DEFAULT_MEMORY_BUDGET`, 4 GiB), the output is computed for blocks of query rows in turn,
+(:func:`refattn.common.memory_budget`, 4 GiB by default), the output is computed for blocks of query rows in turn,
 each block by the same equations over all m keys (so every row's arithmetic is the dense one's), in
 memory proportional to block rows × m; gradients, whose dK and dV sum over every row, are refused
 there with a ``ValueError`` before anything of that size is allocated.
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from numpy.typing import NDArray
 
+from .. import common
 from ..common import broadcast_batch, check_qkv
 from ..core.masks import attention_mask, check_mask_shape
 from ..core.sdpa import scaled_dot_product_attention
@@ -31,9 +32,8 @@ from .shapes import kv_groups, repeat_over_groups, sum_over_groups, sum_to_shape
 from .tolerances import forward_noise, gradient_noise
 from .vjp import sdpa_vjp
 
-__all__ = ["DEFAULT_MEMORY_BUDGET", "DENSE_ARRAYS", "Conventions", "Evaluation", "Problem", "block_rows", "evaluate"]
+__all__ = ["DENSE_ARRAYS", "Conventions", "Evaluation", "Problem", "block_rows", "evaluate"]
 
-DEFAULT_MEMORY_BUDGET = 4 * 2**30
 """Bytes one evaluation's ``(..., n, m)`` arrays may take before the output is computed by row blocks (4 GiB)."""
 
 DENSE_ARRAYS = 9
@@ -93,7 +93,7 @@ class Problem:
     d_out: NDArray | None
     candidates: dict[str, NDArray]
     grads: bool
-    memory_budget: int = DEFAULT_MEMORY_BUDGET
+    memory_budget: int = field(default_factory=common.memory_budget)
 
 
 @dataclass(frozen=True)

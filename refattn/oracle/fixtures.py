@@ -33,7 +33,6 @@ import numpy as np
 from ..core.padding_mask import padding_mask
 from ..core.sdpa import scaled_dot_product_attention
 from .check import check
-from .evaluate import DEFAULT_MEMORY_BUDGET
 from .report import Report
 from .shapes import LAYOUTS, kv_groups, repeat_over_groups, sum_over_groups, swap_heads
 from .vjp import sdpa_vjp
@@ -292,7 +291,7 @@ def load_check_file(path: str | Path) -> dict:
 
 
 def check_file(path: str | Path, *, rule: str = "ratio", table: str | None = None,
-               max_ulps: float | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> Report:
+               max_ulps: float | None = None, memory_budget: int | None = None) -> Report:
     """Load a check file and run :func:`~refattn.oracle.check.check` on it.
 
     Parameters
@@ -305,8 +304,9 @@ def check_file(path: str | Path, *, rule: str = "ratio", table: str | None = Non
         The tolerance table for ``rule="table"``.
     max_ulps : float, optional
         The bound for ``rule="ulp"``.
-    memory_budget : int, default 4 GiB
-        Bytes the oracle's ``(..., n, m)`` arrays may take (see :func:`~refattn.oracle.check.check`).
+    memory_budget : int, optional
+        Bytes the oracle's ``(..., n, m)`` arrays may take (see :func:`~refattn.oracle.check.check`);
+        default :func:`refattn.common.memory_budget`.
 
     Returns
     -------
