@@ -181,3 +181,15 @@ def test_auto_is_the_equation_path_within_the_budget_and_csr_beyond_it(rng):
     finally:
         set_memory_budget(previous)
     np.testing.assert_array_equal(sparse_attention(q, k, v, p), exact["equation"])
+
+
+def test_auto_with_one_pattern_per_head_returns_stacked_dense_weights(rng):
+    from refattn.sparse import band_pattern
+
+    q, k, v = rng.standard_normal((3, 2, 7, 4))                    # two heads on axis -3
+    heads = [band_pattern(7, 1), band_pattern(7, 2)]
+    out, weights = sparse_attention(q, k, v, heads, return_weights=True)
+    out_eq, weights_eq = sparse_attention(q, k, v, heads, return_weights=True, method="equation")
+    assert weights.shape == (2, 7, 7)
+    np.testing.assert_array_equal(weights, weights_eq)
+    np.testing.assert_array_equal(out, out_eq)

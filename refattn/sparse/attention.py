@@ -120,12 +120,12 @@ def sparse_attention(
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     options = {"scale": scale, "fully_masked": fully_masked, "return_weights": return_weights}
 
-    if not isinstance(pattern, SparsePattern):
-        return _per_head(q, k, v, _check_patterns(pattern, n, m, batch), batch, method, options)
-    _check_pattern(pattern, n, m, "pattern")
     if method == "auto":
         dense = 4 * 8 * math.prod((*batch, n, m))                 # the equation path peaks near 4× its scores
         method = "equation" if return_weights or dense <= memory_budget() else "csr"
+    if not isinstance(pattern, SparsePattern):
+        return _per_head(q, k, v, _check_patterns(pattern, n, m, batch), batch, method, options)
+    _check_pattern(pattern, n, m, "pattern")
     if method == "equation":
         return scaled_dot_product_attention(q, k, v, pattern.to_mask(), method="equation", **options)
     return _csr(q, k, v, pattern, batch, **options)
