@@ -38,3 +38,12 @@ def test_bench_sparse_runs_every_size_its_patterns_take(capsys):
     assert main(["bench", "sparse", "--sizes", "128", "512", "--d", "4", "--repeat", "1", "--dense-max", "128"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("bigbird")]
     assert [(row[2], row[3]) for row in rows] == [("128", "16384"), ("512", "253952")]   # n = 128: 2 global blocks
+
+
+def test_bench_memory_measures_a_call_in_its_own_process_and_reports_a_refusal():
+    from refattn.bench import memory
+
+    done = memory._measure("x = np.ones(10)", "None", "np.zeros(2**20)")           # 8 MiB
+    assert done["error"] is None and done["peak"] >= done["before"] > 0 and done["seconds"] >= 0
+    refused = memory._measure("pass", "None", "refattn.common.check_fits('a test array', (2**40,))")
+    assert refused["error"].startswith("a test array of shape (1099511627776,) would take 8.19e+03 GiB")
