@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
+from contextlib import contextmanager
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -20,6 +21,7 @@ __all__ = [
     "check_fits",
     "memory_budget",
     "set_memory_budget",
+    "temporary_memory_budget",
     "as_float",
     "as_rng",
     "broadcast_batch",
@@ -452,6 +454,28 @@ def set_memory_budget(nbytes: int | None) -> int | None:
     previous = _budget[0]
     _budget[0] = None if nbytes is None else check_positive_int("nbytes", nbytes)
     return previous
+
+
+@contextmanager
+def temporary_memory_budget(nbytes: int | None):
+    """Set the memory budget for the duration of a ``with`` block, then restore the previous setting.
+
+    Parameters
+    ----------
+    nbytes : int or None
+        The budget inside the block (``None``: the environment's or the default).
+
+    Examples
+    --------
+    >>> with temporary_memory_budget(1024):
+    ...     memory_budget()
+    1024
+    """
+    previous = set_memory_budget(nbytes)
+    try:
+        yield
+    finally:
+        set_memory_budget(previous)
 
 
 def check_fits(what: str, shape: tuple[int, ...], itemsize: int = 8) -> None:

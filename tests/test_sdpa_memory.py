@@ -6,25 +6,17 @@ sees NumPy's allocations (not the Numba kernels' small tiles), which is what the
 from __future__ import annotations
 
 import tracemalloc
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
 from refattn import init_multi_head, multi_head_attention, scaled_dot_product_attention
-from refattn.common import DEFAULT_MEMORY_BUDGET, MemoryBudgetError, set_memory_budget
+from refattn.common import DEFAULT_MEMORY_BUDGET, MemoryBudgetError, temporary_memory_budget
 from refattn.core.sdpa import AUTO_BLOCKED_ENTRIES
 
 EXACT = {"rtol": 1e-13, "atol": 1e-13}          # blocked against equation (tests/test_blocked_sdpa.py)
 
 
-@contextmanager
-def budget(nbytes):
-    previous = set_memory_budget(nbytes)
-    try:
-        yield
-    finally:
-        set_memory_budget(previous)
 
 
 def peak_of(call):
@@ -48,7 +40,7 @@ def test_default_is_the_equation_path_within_the_budget(rng):
     # 2·1100·1100 scores > 2**21: "auto" would take the blocked kernel; the default keeps the definition.
     q, k, v = (rng.standard_normal((2, 1100, 8)) for _ in range(3))
     assert 2 * 1100 * 1100 > AUTO_BLOCKED_ENTRIES
-    with budget(DEFAULT_MEMORY_BUDGET):
+    with temporary_memory_budget(DEFAULT_MEMORY_BUDGET):
         default = scaled_dot_product_attention(q, k, v, causal=True, return_lse=True)
     equation = scaled_dot_product_attention(q, k, v, causal=True, return_lse=True, method="equation")
     for a, b in zip(default, equation, strict=True):
@@ -62,7 +54,7 @@ def test_default_streams_by_the_blocked_kernel_beyond_the_budget(rng, causal, po
     options = {"mask": mask, "causal": causal, "fully_masked": policy, "key_lengths": np.array([257, 100, 0])}
     expected = scaled_dot_product_attention(q, k, v, return_lse=True, method="equation", **options)
     scores = np.empty((2, 3, 300, 257)).nbytes
-    with budget(scores // 8):
+    with temporary_memory_budget(scores // 8):
         blocked = scaled_dot_product_attention(q, k, v, return_lse=True, method="blocked", **options)   # (loaded)
         got, peak = peak_of(lambda: scaled_dot_product_attention(q, k, v, return_lse=True, **options))
     assert peak < scores // 8
@@ -80,7 +72,7 @@ def test_other_dtypes_stream_by_chunks_of_query_rows(rng, dtype, kind):
     options = {"mask": mask, "causal": "bottom-right", "key_lengths": np.array([257, 100, 0]), "dtype": dtype}
     out_eq, lse_eq = scaled_dot_product_attention(q, k, v, return_lse=True, method="equation", **options)
     scores = np.empty((2, 3, 300, 257), dtype=dtype).nbytes
-    with budget(scores // 8):
+    with temporary_memory_budget(scores // 8):
         (out, lse), peak = peak_of(lambda: scaled_dot_product_attention(q, k, v, return_lse=True, **options))
     assert out.dtype == lse.dtype == dtype
     assert peak < scores // 2                                      # chunks of rows, never the whole scores
@@ -93,7 +85,7 @@ def test_other_dtypes_stream_by_chunks_of_query_rows(rng, dtype, kind):
 
 def test_one_query_row_over_the_budget_is_refused(rng):
     q, k, v, _ = problem(rng)
-    with budget(64), pytest.raises(MemoryBudgetError, match=r"one query row"):
+    with temporary_memory_budget(64), pytest.raises(MemoryBudgetError, match=r"one query row"):
         scaled_dot_product_attention(q, k, v, dtype=np.float32)
 
 
@@ -105,28 +97,29 @@ def test_over_budget_weights_are_refused_before_allocating(rng, method):
                            r"257\) would take 0\.00345 GiB, above the memory budget of 6\.1e-05 GiB"):
             scaled_dot_product_attention(q, k, v, method=method, return_weights=True)
 
-    with budget(2**16):
+    with temporary_memory_budget(2**16):
         _, peak = peak_of(call)
     assert peak < 2**16
 
 
 def test_weights_at_65536_are_refused_naming_32_gib():
     x = np.zeros((65536, 1))
-    with budget(DEFAULT_MEMORY_BUDGET), pytest.raises(MemoryBudgetError, match=r"\(65536, 65536\) would take 32 GiB"):
+    with temporary_memory_budget(DEFAULT_MEMORY_BUDGET), \
+            pytest.raises(MemoryBudgetError, match=r"\(65536, 65536\) would take 32 GiB"):
         scaled_dot_product_attention(x, x, x, return_weights=True)
     assert issubclass(MemoryBudgetError, ValueError) and issubclass(MemoryBudgetError, MemoryError)
 
 
 def test_the_equation_method_over_budget_is_refused(rng):
     q, k, v, _ = problem(rng)
-    with budget(2**16), pytest.raises(MemoryBudgetError, match=r'the scores of method="equation"'):
+    with temporary_memory_budget(2**16), pytest.raises(MemoryBudgetError, match=r'the scores of method="equation"'):
         scaled_dot_product_attention(q, k, v, method="equation")
 
 
 def test_a_mask_the_blocked_kernel_would_broadcast_over_budget_is_refused(rng):
     q, k, v, mask = problem(rng)
     padding = np.arange(257) < 100                                 # (m,): broadcast to (n, m) for the kernel
-    with budget(2**16):
+    with temporary_memory_budget(2**16):
         with pytest.raises(MemoryBudgetError, match=r"mask broadcast to \(\.\.\., n, m\).*key_lengths="):
             scaled_dot_product_attention(q, k, v, padding)
         out = scaled_dot_product_attention(q, k, v, key_lengths=np.array(100))   # the same, without a mask
@@ -141,7 +134,7 @@ def test_multi_head_streams_like_sdpa(rng, dtype):
     x, memory = rng.standard_normal((2, 200, 16)), rng.standard_normal((2, 150, 16))
     expected = multi_head_attention(x, memory, params, num_heads=4, causal=True, method="equation", dtype=dtype)
     scores = np.empty((2, 4, 200, 150), dtype=dtype).nbytes
-    with budget(scores // 8):
+    with temporary_memory_budget(scores // 8):
         if dtype == np.float64:
             blocked = multi_head_attention(x, memory, params, num_heads=4, causal=True, method="blocked")
         out, peak = peak_of(lambda: multi_head_attention(x, memory, params, num_heads=4, causal=True, dtype=dtype))

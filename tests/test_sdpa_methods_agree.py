@@ -9,13 +9,12 @@ and the tile sizes of the blocked kernel, which every method checks alike.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
 from refattn import scaled_dot_product_attention
-from refattn.common import MemoryBudgetError, set_memory_budget
+from refattn.common import MemoryBudgetError, temporary_memory_budget
 from refattn.sparse import SparsePattern, sparse_attention
 
 from .naive import naive_causal_allowed, naive_sdpa
@@ -24,13 +23,6 @@ EXACT = {"rtol": 1e-13, "atol": 1e-13}          # the blocked kernel's bound (te
 SDPA_METHODS = ["equation", "blocked", "auto", None]
 
 
-@contextmanager
-def budget(nbytes):
-    previous = set_memory_budget(nbytes)
-    try:
-        yield
-    finally:
-        set_memory_budget(previous)
 
 
 def run(method, q, k, v, **kwargs):
@@ -220,8 +212,9 @@ def test_a_tile_larger_than_the_problem_is_cut_to_it(rng, block_size):
 
 def test_tiles_over_the_memory_budget_are_refused_before_allocating(rng):
     q = k = v = rng.standard_normal((600, 2))
-    with budget(2**20), pytest.raises(MemoryBudgetError, match=r"score tiles \(block_size=\(600, 600\).*GiB"):
+    with temporary_memory_budget(2**20), \
+            pytest.raises(MemoryBudgetError, match=r"score tiles \(block_size=\(600, 600\).*GiB"):
         scaled_dot_product_attention(q, k, v, method="blocked", block_size=600)   # ≥ 2.7 MiB per thread
-    with budget(2**20):                                            # the default tiles fit
+    with temporary_memory_budget(2**20):                                            # the default tiles fit
         out = scaled_dot_product_attention(q, k, v, method="blocked")
     np.testing.assert_allclose(out, scaled_dot_product_attention(q, k, v), **EXACT)

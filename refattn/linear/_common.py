@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import as_float, broadcast_batch, causal_alignment, check_fits, check_qkv, memory_budget
+from ..common import as_float, as_rng, broadcast_batch, causal_alignment, check_fits, check_qkv, memory_budget
 from ..core.causal_mask import causal_mask
 from ..mechanism import AttentionResult
 
@@ -162,3 +162,17 @@ def recurrence_apply(run: Callable, name: str) -> Callable:
 
     apply.__doc__ = f"The registry's uniform apply of {name} ({run.__doc__})"
     return apply
+
+
+def drawn_parameters(who: str, option: str, k: NDArray, rng, init: Callable):
+    """``init(rng, d_k)``: the parameters a registry entry draws for its per-step ``option`` when not given.
+
+    The coefficients (RFA's gates, the delta rule's rates) are computed from the keys, so their
+    weights span k's d_k features.
+    """
+    if rng is None:
+        raise ValueError(f"{who} draws the parameters of its {option} from rng: pass rng= (or {option}=)")
+    if k.shape[-1] == 0:
+        raise ValueError(f"{who} draws the weights of its {option} over the d_k features of k: needs d_k >= 1, "
+                         f"got k shape {k.shape}")
+    return init(as_rng(rng), k.shape[-1])

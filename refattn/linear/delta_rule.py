@@ -30,6 +30,7 @@ from ._common import (
     check_feature_counts,
     check_feature_map,
     check_recurrence_inputs,
+    drawn_parameters,
     features,
     recurrence_apply,
     sigmoid,
@@ -312,12 +313,7 @@ def _normalized(phi: NDArray, name: str, normalize: bool) -> NDArray:
 def _delta_rule(q, k, v, rng, method, return_weights, beta=None, feature_map=elu_feature_map, **options):
     """β = σ(k·w + b) with w drawn from rng, φ = elu + 1 normalised by its sum"""
     if beta is None:
-        if rng is None:
-            raise ValueError("delta_rule draws its learning-rate parameters from rng: pass rng= (or beta=)")
-        if k.shape[-1] == 0:
-            raise ValueError(f"delta_rule draws its learning-rate weights over the d_k features of k: needs d_k >= 1, "
-                             f"got k shape {k.shape}")
-        params = init_delta_beta(as_rng(rng), k.shape[-1])
+        params = drawn_parameters("delta_rule", "beta", k, rng, init_delta_beta)
         beta = delta_beta(k, params.w, params.b)
     return delta_rule_attention(q, k, v, beta, feature_map, method=method, return_weights=return_weights, **options)
 

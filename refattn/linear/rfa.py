@@ -30,6 +30,7 @@ from ._common import (
     check_feature_counts,
     check_feature_map,
     check_recurrence_inputs,
+    drawn_parameters,
     features,
     recurrence_apply,
     resolve_method,
@@ -331,12 +332,7 @@ def _scan(phi_q, phi_k, v, gates, coupled, eps, batch):
 def _rfa(q, k, v, rng, method, return_weights, gates=None, feature_map=elu_feature_map, **options):
     """gates σ(k·w_g + b_g) with w_g drawn from rng, φ = elu + 1"""
     if gates is None:
-        if rng is None:
-            raise ValueError("rfa draws its gate parameters from rng: pass rng= (or gates=)")
-        if k.shape[-1] == 0:
-            raise ValueError(f"rfa draws its gate weights w_g over the d_k features of k: needs d_k >= 1, "
-                             f"got k shape {k.shape}")
-        params = init_rfa_gate(as_rng(rng), k.shape[-1])
+        params = drawn_parameters("rfa", "gates", k, rng, init_rfa_gate)
         gates = rfa_gates(k, params.w_g, params.b_g)
     return rfa_attention(q, k, v, gates, feature_map, method=method, return_weights=return_weights, **options)
 
