@@ -465,6 +465,11 @@ def temporary_memory_budget(nbytes: int | None):
     nbytes : int or None
         The budget inside the block (``None``: the environment's or the default).
 
+    Returns
+    -------
+    context manager
+        Restores the previous setting on leaving the block, however it is left.
+
     Examples
     --------
     >>> with temporary_memory_budget(1024):
