@@ -57,7 +57,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, lengths=Non
     m − ⌊m/3⌋: the last third of every key sequence is padding (``rng`` is not used)."""
     from .sdpa import RECORD as SDPA  # sdpa imports this module
 
-    m = np.shape(k)[-2] if np.ndim(k) >= 2 else 0               # k is validated by sdpa
+    m = k.shape[-2]                                                # the registry's entry has checked q, k, v
     lengths = m - m // 3 if lengths is None else lengths
     return SDPA.apply(q, k, v, causal=causal, return_weights=return_weights, mask=padding_mask(lengths, m),
                       scale=scale)
