@@ -35,11 +35,18 @@ class AttentionResult(NamedTuple):
         The pairs (query *i*, key *j*) the mechanism lets each query see (its mask or sparsity
         pattern, causal mask included), when it has one and ``return_weights=True``; ``None`` when
         every pair may carry weight. Figures draw the pairs outside it in a neutral colour.
+    draws : dict or None
+        Every random draw the mechanism used (hash rotations, centroids, sampled keys, projection
+        matrices, parameters drawn from ``rng``), keyed by the ``apply`` option that takes it back,
+        only when ``apply`` was asked for it (``return_draws=True``): ``apply(q, k, v, **draws)``
+        (same other options, no ``rng``) reproduces the result, and another implementation can be
+        fed the same draws. ``{}`` for a mechanism that draws nothing.
     """
 
     output: NDArray
     weights: NDArray | None = None
     allowed: NDArray | None = None
+    draws: Mapping | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,11 +101,13 @@ class Mechanism:
         The mechanism's own, natural function (with its own parameters).
     apply : callable or None
         The uniform entry, ``apply(q, k, v, *, causal=False, rng=None, return_weights=False,
-        **options) -> AttentionResult``. The record stores it behind one validation layer: q, k, v
-        are checked (real floating point, at least 2-D, d_k and m agreeing, batch dims
-        broadcasting) and converted to float64, ``causal`` is checked against
-        :attr:`causal_settings`, ``rng`` and ``return_weights`` are checked, all before the
-        mechanism's own code indexes a shape; ``apply.__wrapped__`` is the mechanism's own.
+        return_draws=False, **options) -> AttentionResult``. The record stores it behind one
+        validation layer: q, k, v are checked (real floating point, at least 2-D, d_k and m
+        agreeing, batch dims broadcasting) and converted to float64, ``causal`` is checked against
+        :attr:`causal_settings`, ``rng``, ``return_weights`` and ``return_draws`` are checked, all
+        before the mechanism's own code indexes a shape; ``apply.__wrapped__`` is the mechanism's
+        own, which returns its draws always (``AttentionResult.draws``) and leaves it to this
+        layer to keep them only when asked.
     figure : FigureSpec or str
         How ``python -m refattn figures`` draws it: a :class:`FigureSpec` for the generic template,
         or ``"module:function"`` naming a function that returns a matplotlib Figure (imported only
@@ -140,6 +149,11 @@ class Mechanism:
     example_length : int, default 7
         A sequence length at which ``apply`` is defined (some patterns exist only at particular
         lengths: a multiple of a block size, the node count of a tree), used by the shared tests.
+    draws : tuple of str, default ()
+        The options of ``apply`` that hold its random draws. ``apply`` draws each one from ``rng``
+        when it is not given, and returns them all in ``AttentionResult.draws`` when asked
+        (``return_draws=True``); fed back as options, they reproduce the result without ``rng``.
+        Empty for a mechanism whose result does not depend on ``rng``.
     """
 
     id: str
@@ -166,6 +180,7 @@ class Mechanism:
     examples: tuple[Mapping, ...] = ()
     methods: tuple[str, ...] = ()
     example_length: int = 7
+    draws: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -178,8 +193,10 @@ class Mechanism:
             raise ValueError(f"{self.id}: a component has no exact_options (it has no apply)")
         if self.incremental and not self.causal:
             object.__setattr__(self, "incremental", False)             # nothing to decode without causality
+        if self.draws and self.apply is None:
+            raise ValueError(f"{self.id}: a component has no draws (it has no apply)")
         if self.apply is not None and not hasattr(self.apply, "__wrapped__"):
-            object.__setattr__(self, "apply", _validated(self.apply, self.id, self.causal_settings))
+            object.__setattr__(self, "apply", _validated(self.apply, self.id, self.causal_settings, self.draws))
 
     @property
     def causal_settings(self) -> tuple:
@@ -197,19 +214,20 @@ class Mechanism:
         """The JSON-serialisable fields (everything but the callables)."""
         fields = ("id", "title", "family", "section", "paper", "equation", "time", "memory", "kind",
                   "exact_limit", "noncausal", "causal", "incremental", "position_dependent", "cross", "normalized",
-                  "nonnegative", "example_length")
+                  "nonnegative", "example_length", "draws")
         return {name: getattr(self, name) for name in fields} | {
             "function": f"{self.function.__module__}.{self.function.__qualname__}",
             "has_exact_options": self.exact_options is not None,
         }
 
 
-def _validated(apply: Callable, name: str, settings: tuple) -> Callable:
+def _validated(apply: Callable, name: str, settings: tuple, draws: tuple[str, ...]) -> Callable:
     """``apply`` behind the checks every registry entry shares, run before any shape is indexed."""
     accepted = settings + (("top-left",) if True in settings else ())
 
     @functools.wraps(apply)
-    def entry(q, k, v, **options):
+    def entry(q, k, v, *, return_draws=False, **options):
+        return_draws = check_bool("return_draws", return_draws)
         q, k, v = (as_float(label, x) for label, x in (("q", q), ("k", k), ("v", v)))
         check_qkv(q, k, v)
         if "causal" in options:
@@ -221,7 +239,13 @@ def _validated(apply: Callable, name: str, settings: tuple) -> Callable:
             as_rng(options["rng"])
         if "return_weights" in options:
             check_bool("return_weights", options["return_weights"])
-        return apply(q, k, v, **options)
+        result = apply(q, k, v, **options)
+        if not return_draws:
+            return result._replace(draws=None)
+        drawn = dict(result.draws or {})
+        if set(drawn) != set(draws):                               # the record and its apply must agree
+            raise RuntimeError(f"{name}: apply returned the draws {sorted(drawn)}, its record names {sorted(draws)}")
+        return result._replace(draws=drawn)
 
     return entry
 

@@ -56,8 +56,8 @@ def test_each_record_lives_in_the_module_named_by_its_id():
 
 
 def _record_modules():
-    for family in registry.FAMILIES.values():
-        package = importlib.import_module(family[0].function.__module__.rsplit(".", 1)[0])
+    for family in registry.FAMILIES:
+        package = importlib.import_module(f"refattn.{'core' if family == 'vanilla' else family}")
         for info in pkgutil.iter_modules(package.__path__):
             yield importlib.import_module(f"{package.__name__}.{info.name}")
 
@@ -143,6 +143,31 @@ def test_apply_same_rng_same_result(mech):
     causal = mech.causal_settings[0]
     np.testing.assert_array_equal(mech.apply(q, k, v, causal=causal, rng=9).output,
                                   mech.apply(q, k, v, causal=causal, rng=9).output)
+
+
+@pytest.mark.parametrize(("mech", "causal"), [(m, c) for m in APPLIABLE for c in m.causal_settings], ids=_id)
+def test_apply_returns_its_draws_and_they_reproduce_the_result(mech, causal):
+    """Another implementation can be fed the very draws: given back as options, without rng, they give the same
+    result, bit for bit; a mechanism that declares no draw does not depend on rng at all."""
+    n, m = _lengths(mech)
+    q, k, v = _inputs(7, (2,), n=n + 2 if causal == "bottom-right" and not mech.cross else n, m=m)
+    if causal == "bottom-right":
+        q = q[:, :3]                                               # 3 new queries, the last 3 of m positions
+    result = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True, return_draws=True)
+    assert mech.apply(q, k, v, causal=causal, rng=3).draws is None     # only when asked
+    assert set(result.draws) == set(mech.draws)
+    again = mech.apply(q, k, v, causal=causal, return_weights=True, return_draws=True, **result.draws)
+    np.testing.assert_array_equal(again.output, result.output)
+    np.testing.assert_array_equal(again.weights, result.weights)
+    for name, draw in result.draws.items():                       # a draw given back is reported back as given
+        assert again.draws[name] is draw or np.array_equal(again.draws[name], draw), name
+    if not mech.draws:
+        np.testing.assert_array_equal(mech.apply(q, k, v, causal=causal, rng=4).output, result.output)
+
+
+def test_return_draws_is_checked():
+    with pytest.raises(TypeError, match="return_draws"):
+        registry.get("sdpa").apply(*_inputs(0), return_draws="yes")
 
 
 @pytest.mark.parametrize("mech", APPLIABLE, ids=_id)

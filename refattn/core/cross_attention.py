@@ -18,7 +18,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, **options):
     """Decoder queries attend to encoder keys/values: no causal mask, n and m free (options as multi_head's)."""
     if causal is not False:
         raise ValueError(f"cross-attention is not causal: the decoder may see the whole source; got causal={causal!r}")
-    return MULTI_HEAD.apply(q, k, v, rng=rng, return_weights=return_weights, **options)
+    return MULTI_HEAD.apply(q, k, v, rng=rng, return_weights=return_weights, return_draws=True, **options)
 
 
 RECORD = Mechanism(
@@ -28,4 +28,5 @@ RECORD = Mechanism(
     time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", function=multi_head_attention, apply=_apply,
     causal=False, figure="refattn.figures.vanilla:cross_attention",
     exact_options={"num_heads": 1, "params": "identity"}, exact_limit="one head, identity projections",
+    draws=("params",),
 )

@@ -287,12 +287,13 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2
         params = MultiHeadParams(eye, eye, eye, eye)
     elif not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be MultiHeadParams, None or 'identity', got {type(params).__name__}")
+    draws = {"params": params}                                     # drawn from rng, or as given
     if not return_weights:
         return AttentionResult(multi_head_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask,
-                                                    causal=causal))
+                                                    causal=causal), draws=draws)
     out, A = multi_head_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask, causal=causal,
                                   return_weights=True)
-    return AttentionResult(out, A, allowed_pairs(head_shared(mask), causal, A.shape))
+    return AttentionResult(out, A, allowed_pairs(head_shared(mask), causal, A.shape), draws)
 
 
 RECORD = Mechanism(
@@ -302,5 +303,5 @@ RECORD = Mechanism(
     time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention",
     examples=({"num_heads": 1}, {"num_heads": 4}), function=multi_head_attention, apply=_apply,
     causal=True, figure="refattn.figures.vanilla:multi_head", exact_options={"num_heads": 1, "params": "identity"},
-    exact_limit="one head, identity projections",
+    exact_limit="one head, identity projections", draws=("params",),
 )

@@ -127,7 +127,9 @@ def check_recurrence_inputs(q, k, v, coefficients, name: str, who: str):
 def recurrence_apply(run: Callable, name: str) -> Callable:
     """The registry's uniform ``apply`` of a causal recurrence.
 
-    ``run(q, k, v, rng, method, return_weights, **options)`` computes the recurrence over one sequence.
+    ``run(q, k, v, rng, method, return_weights, **options)`` computes the recurrence over one sequence
+    and returns ``(result, draws)``: what the recurrence returns, and the per-step coefficients it
+    drew from ``rng`` (or was given), keyed by their option.
 
     Bottom-right alignment: the n queries are the last n of the m positions. Output i depends on
     its own query and on the keys, values and gates up to i only, so the recurrence runs over all m
@@ -147,18 +149,18 @@ def recurrence_apply(run: Callable, name: str) -> Callable:
             keep = min(n, m)
             q_all = np.zeros((*q.shape[:-2], m, q.shape[-1]))
             q_all[..., m - keep:, :] = q[..., n - keep:, :]
-            result = run(q_all, k, v, rng, method, return_weights, **options)
+            result, draws = run(q_all, k, v, rng, method, return_weights, **options)
             out, A = result if return_weights else (result, None)
             lead = (*out.shape[:-2], n - keep)                     # queries before the first key: no key
             out = np.concatenate([np.zeros((*lead, out.shape[-1])), out[..., m - keep:, :]], axis=-2)
             if return_weights:
                 A = np.concatenate([np.zeros((*lead, m)), A[..., m - keep:, :]], axis=-2)
         else:
-            result = run(q, k, v, rng, method, return_weights, **options)
+            result, draws = run(q, k, v, rng, method, return_weights, **options)
             out, A = result if return_weights else (result, None)
         if not return_weights:
-            return AttentionResult(out)
-        return AttentionResult(out, A, causal_mask(n, m, alignment=alignment) & np.ones(A.shape, dtype=bool))
+            return AttentionResult(out, draws=draws)
+        return AttentionResult(out, A, causal_mask(n, m, alignment=alignment) & np.ones(A.shape, dtype=bool), draws)
 
     apply.__doc__ = f"The registry's uniform apply of {name} ({run.__doc__})"
     return apply

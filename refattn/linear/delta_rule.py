@@ -315,7 +315,8 @@ def _delta_rule(q, k, v, rng, method, return_weights, beta=None, feature_map=elu
     if beta is None:
         params = drawn_parameters("delta_rule", "beta", k, rng, init_delta_beta)
         beta = delta_beta(k, params.w, params.b)
-    return delta_rule_attention(q, k, v, beta, feature_map, method=method, return_weights=return_weights, **options)
+    return delta_rule_attention(q, k, v, beta, feature_map, method=method, return_weights=return_weights,
+                                **options), {"beta": beta}
 
 
 RECORD = Mechanism(
@@ -327,4 +328,5 @@ RECORD = Mechanism(
     apply=recurrence_apply(_delta_rule, "delta_rule"), noncausal=False, causal=True, position_dependent=True,
     cross=False, normalized=False, nonnegative=False, figure="refattn.figures.linear:delta_rule",
     exact_options=None, exact_limit="none: an unnormalised fast-weight memory (β = 0 leaves it empty)",
+    draws=("beta",),
 )

@@ -575,17 +575,24 @@ def _check_omega(omega, d: int) -> NDArray:
 
 
 def _performer_apply(kind: str):
-    def apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", num_features=64,
+    def apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", num_features=64, omega=None,
               **options):
-        if rng is None and "omega" not in options:
-            raise ValueError(f"performer_{kind} draws ω from rng: pass rng= (or omega=)")
-        drawn = {} if "omega" in options else {"num_features": num_features, "rng": rng}
+        if omega is None:
+            if rng is None:
+                raise ValueError(f"performer_{kind} draws ω from rng: pass rng= (or omega=)")
+            if q.shape[-1] < 1:
+                raise ValueError(f"performer_{kind} draws ω over the d_k features of q: needs d_k >= 1, got q shape "
+                                 f"{q.shape}")
+            orthogonal, norms = options.get("orthogonal", True), options.get("norms", "chi")
+            check_choice("norms", norms, NORMS)
+            omega = draw_omega(rng, check_positive_int("num_features", num_features), q.shape[-1],
+                               orthogonal=check_bool("orthogonal", orthogonal), norms=norms)
         result = performer_attention(q, k, v, kind=kind, causal=causal, method=method, return_weights=return_weights,
-                                     **drawn, **options)
+                                     omega=omega, **options)
         if not return_weights:
-            return AttentionResult(result)
+            return AttentionResult(result, draws={"omega": omega})
         out, A = result
-        return AttentionResult(out, A, allowed_pairs(None, causal, A.shape))
+        return AttentionResult(out, A, allowed_pairs(None, causal, A.shape), {"omega": omega})
 
     apply.__doc__ = f"The registry's uniform apply of performer_attention(kind={kind!r}): 64 features drawn from rng."
     return apply
@@ -599,6 +606,7 @@ RECORD_POSITIVE = Mechanism(
     function=performer_attention,
     apply=_performer_apply("positive"), causal=True, figure="refattn.figures.linear:performer_positive",
     exact_options=None, exact_limit="none at finite r: unbiased for exp(q·k/√d), exact only as r → ∞",
+    draws=("omega",),
 )
 
 RECORD_TRIG = Mechanism(
@@ -610,4 +618,5 @@ RECORD_TRIG = Mechanism(
     function=performer_attention,
     apply=_performer_apply("trig"), causal=True, nonnegative=False, figure="refattn.figures.linear:performer_trig",
     exact_options=None, exact_limit="none at finite r: unbiased for exp(q·k/√d), exact only as r → ∞",
+    draws=("omega",),
 )

@@ -334,7 +334,8 @@ def _rfa(q, k, v, rng, method, return_weights, gates=None, feature_map=elu_featu
     if gates is None:
         params = drawn_parameters("rfa", "gates", k, rng, init_rfa_gate)
         gates = rfa_gates(k, params.w_g, params.b_g)
-    return rfa_attention(q, k, v, gates, feature_map, method=method, return_weights=return_weights, **options)
+    return rfa_attention(q, k, v, gates, feature_map, method=method, return_weights=return_weights, **options), \
+        {"gates": gates}
 
 
 RECORD = Mechanism(
@@ -347,4 +348,5 @@ RECORD = Mechanism(
     causal=True,
     position_dependent=True, cross=False, figure="refattn.figures.linear:rfa", exact_options=None,
     exact_limit="none: a gated linear memory; its decay form with g ≡ 1 is causal linear attention (tested)",
+    draws=("gates",),
 )

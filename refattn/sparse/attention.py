@@ -223,6 +223,10 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
                   causal_ok: bool = True) -> Callable:
     """The registry's uniform ``apply`` of a pattern, from ``make(n, m, causal, rng, **options) -> SparsePattern``.
 
+    A maker that draws from ``rng`` returns ``(pattern, draws)`` instead: ``draws`` maps each of its
+    options holding a random draw to the draw it made (or was given), as the record's ``draws``
+    names them.
+
     ``make`` builds the pattern for n queries and m keys with small demonstration defaults; its
     docstring says which, and its keyword parameters after ``rng`` are the entry's options (any
     other option is a ``TypeError`` naming it and the mechanism). ``causal="bottom-right"`` makes
@@ -241,7 +245,8 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
     Parameters
     ----------
     make : callable
-        ``make(n, m, causal, rng, **options) -> SparsePattern``, ``causal`` a bool.
+        ``make(n, m, causal, rng, **options) -> SparsePattern`` (or ``(SparsePattern, draws)``),
+        ``causal`` a bool.
     name : str
         The mechanism's id, for messages.
     cross : bool, default True
@@ -275,16 +280,23 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
         if return_weights:
             check_weights_fit(batch, n, m)
         if alignment == "bottom-right":
-            pattern = make(m, m, True, rng, **options).last_rows(n)
+            pattern, draws = _made(make(m, m, True, rng, **options))
+            pattern = pattern.last_rows(n)
         else:
-            pattern = make(n, m, alignment is not None, rng, **options)
-        return attend_pattern(q, k, v, pattern, method=method, return_weights=return_weights)
+            pattern, draws = _made(make(n, m, alignment is not None, rng, **options))
+        result = attend_pattern(q, k, v, pattern, method=method, return_weights=return_weights)
+        return result._replace(draws=draws)
 
     own = [p for p in inspect.signature(apply).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     apply.__signature__ = inspect.Signature(own + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
                                                    for p in option_parameters])
     apply.__doc__ = f"The registry's uniform apply: attention over {name}'s pattern ({make.__doc__})"
     return apply
+
+
+def _made(made) -> tuple[SparsePattern, dict]:
+    """A maker's pattern and the draws it reports (none when it returns the pattern alone)."""
+    return (made, {}) if isinstance(made, SparsePattern) else made
 
 
 def check_options(name: str, options: dict, accepted: Iterable[str]) -> None:

@@ -164,8 +164,8 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equ
     if return_weights:
         check_weights_fit(batch, n, n)
     row, column = axial_patterns(height, width, causal=alignment is not None)
-    mid, A_row, _ = attend_pattern(q, k, v, row, method=method, return_weights=return_weights)
-    out, A_col, _ = attend_pattern(q, k, mid, column, method=method, return_weights=return_weights)
+    mid, A_row = attend_pattern(q, k, v, row, method=method, return_weights=return_weights)[:2]
+    out, A_col = attend_pattern(q, k, mid, column, method=method, return_weights=return_weights)[:2]
     if not return_weights:
         return AttentionResult(out)
     A = _two_steps(A_col, A_row, height, width)                    # (..., n, n)  A_col A_row

@@ -160,7 +160,7 @@ def bigbird_block_layout(
            [1, 1, 0, 1, 1, 1],
            [1, 1, 1, 1, 1, 1]])
     """
-    blocks = _block_pattern(num_blocks, num_random_blocks, num_global_blocks, num_window_blocks, rng,
+    blocks, _ = _block_pattern(num_blocks, num_random_blocks, num_global_blocks, num_window_blocks, rng,
                             random_blocks, candidates)
     return blocks.to_mask()
 
@@ -239,20 +239,28 @@ def bigbird_pattern(
     >>> bool(np.array_equal(bigbird_block_layout(8, rng=0), bigbird_block_layout(8, random_blocks=blocks)))
     True
     """
-    n, _ = check_sizes(n, None)
     no_causal_form(causal, "BigBird", "the paper uses it in encoders only")
+    return _drawn_pattern(n, block_size, num_random_blocks, num_global_blocks, num_window_blocks, rng,
+                          random_blocks, candidates)[0]
+
+
+def _drawn_pattern(n, block_size, num_random_blocks, num_global_blocks, num_window_blocks, rng, random_blocks,
+                   candidates) -> tuple[SparsePattern, NDArray]:
+    """:func:`bigbird_pattern` (non-causal) and the random blocks it holds: drawn from ``rng``, or as given."""
+    n, _ = check_sizes(n, None)
     b = check_positive_int("block_size", block_size)
     drawing = _drawing(num_random_blocks, rng, random_blocks)
     r, g, half = _settings(num_random_blocks, num_global_blocks, num_window_blocks, candidates, drawing)
     _check_layout(n // b, r, g, half, candidates, drawing, n=n, block_size=b)
-    blocks = _block_pattern(n // b, num_random_blocks, num_global_blocks, num_window_blocks, rng,
-                            random_blocks, candidates)
-    return _expand_blocks(blocks, b)
+    blocks, R = _block_pattern(n // b, num_random_blocks, num_global_blocks, num_window_blocks, rng,
+                               random_blocks, candidates)
+    return _expand_blocks(blocks, b), R
 
 
 def _block_pattern(num_blocks, num_random_blocks, num_global_blocks, num_window_blocks, rng, random_blocks,
-                   candidates) -> SparsePattern:
-    """The block layout as an (n_b, n_b) SparsePattern, built from index lists (no n_b × n_b loop)."""
+                   candidates) -> tuple[SparsePattern, NDArray]:
+    """The block layout as an (n_b, n_b) SparsePattern, built from index lists (no n_b × n_b loop), and its
+    random blocks R (drawn, or as given)."""
     nb = check_positive_int("num_blocks", num_blocks)
     drawing = _drawing(num_random_blocks, rng, random_blocks)
     r, g, half = _settings(num_random_blocks, num_global_blocks, num_window_blocks, candidates, drawing)
@@ -285,7 +293,7 @@ def _block_pattern(num_blocks, num_random_blocks, num_global_blocks, num_window_
         cols_w[inside],
         R[middle][kept_r],
     ])
-    return SparsePattern.from_pairs(rows, cols, nb, nb)
+    return SparsePattern.from_pairs(rows, cols, nb, nb), R
 
 
 def _expand_blocks(blocks: SparsePattern, b: int) -> SparsePattern:
@@ -448,10 +456,9 @@ def _check_random_blocks(random_blocks, nb: int, r: int, G: NDArray) -> NDArray:
 def _bigbird(n, m, causal, rng, block_size=2, num_random_blocks=1, num_global_blocks=2, num_window_blocks=3,
              random_blocks=None, candidates="disjoint"):
     """blocks of 2, 1 random block per row, from rng"""
-    return bigbird_pattern(n, block_size=block_size, num_random_blocks=num_random_blocks,
-                           num_global_blocks=num_global_blocks, num_window_blocks=num_window_blocks,
-                           rng=None if random_blocks is not None else rng, random_blocks=random_blocks,
-                           candidates=candidates)
+    pattern, R = _drawn_pattern(n, block_size, num_random_blocks, num_global_blocks, num_window_blocks,
+                                None if random_blocks is not None else rng, random_blocks, candidates)
+    return pattern, {"random_blocks": R}
 
 
 def _exact(n, m):
@@ -468,5 +475,5 @@ RECORD = Mechanism(
     memory="O(n·(3+g+r)·b)", kind="attention", methods=("equation", "csr", "auto"), function=bigbird_pattern,
     apply=pattern_apply(_bigbird, "bigbird", cross=False, causal_ok=False), causal=False, position_dependent=True,
     cross=False, example_length=16, figure="refattn.figures.sparse:bigbird", exact_options=_exact,
-    exact_limit="(3 + g + r)·b ≥ n: every block row reaches every block",
+    exact_limit="(3 + g + r)·b ≥ n: every block row reaches every block", draws=("random_blocks",),
 )

@@ -141,9 +141,11 @@ def random_pattern(
 
 def _random(n, m, causal, rng, r=2, keys=None):
     """r = 2 keys from rng, or an explicit draw"""
-    if keys is not None:
-        return random_pattern(n, m=m, causal=causal, keys=keys)
-    return random_pattern(n, r, m=m, causal=causal, rng=rng)
+    if keys is None:
+        if rng is None:
+            raise ValueError("random draws its keys from rng: pass rng= (or keys=)")
+        keys = draw_random_keys(rng, n, r, m=m, causal=causal)
+    return random_pattern(n, m=m, causal=causal, keys=keys), {"keys": keys}
 
 
 RECORD = Mechanism(
@@ -156,5 +158,5 @@ RECORD = Mechanism(
         ("r keys from all m", {"r": 3}),
         ("causal: min(r, i + 1) keys from j ≤ i", {"r": 3, "causal": True}),
     )),
-    exact_options=lambda n, m: {"r": m}, exact_limit="r = m",
+    exact_options=lambda n, m: {"r": m}, exact_limit="r = m", draws=("keys",),
 )
