@@ -321,6 +321,76 @@ def axial(q, k, v, causal, width=None):
     return naive_sdpa(q, k, naive_sdpa(q, k, v, allowed=row)[0], allowed=column)[0]
 
 
+def naive_direction(x):
+    """x / ‖x‖ as a list (a zero vector stays 0), or None for a vector with a NaN or Inf component."""
+    if not all(math.isfinite(t) for t in x):
+        return None
+    norm = math.sqrt(sum(t * t for t in x))
+    return [t / norm if norm > 0 else 0.0 for t in x]
+
+
+def naive_centroid_distances(x, centroids):
+    """Roy et al. §4.1: ‖x̂_t − μ_c‖² for every token t and centroid c (None for a token without a direction)."""
+    distances = []
+    for row in x:
+        u = naive_direction(list(row))
+        distances.append(None if u is None else [sum((u[a] - mu[a]) ** 2 for a in range(len(u))) for mu in centroids])
+    return distances
+
+
+def naive_routing_groups(q, k, centroids, balanced):
+    """The clusters as (queries, keys) sets: every token to its nearest centroid (ties to the lower index), or,
+    balanced, each centroid's ⌈L/k⌉ nearest tokens (ties to the earlier position)."""
+    C = len(centroids)
+    dq, dk = naive_centroid_distances(q, centroids), naive_centroid_distances(k, centroids)
+    if not balanced:
+        def nearest(dist):
+            return [None if dt is None else min(range(C), key=lambda c, dt=dt: (dt[c], c)) for dt in dist]
+        cq, ck = nearest(dq), nearest(dk)
+        return [({i for i in range(len(q)) if cq[i] == c}, {j for j in range(len(k)) if ck[j] == c}) for c in range(C)]
+
+    def window(dist, c):
+        w = -(-len(dist) // C)
+        ranked = sorted((t for t in range(len(dist)) if dist[t] is not None), key=lambda t: (dist[t][c], t))
+        return set(ranked[:w])
+
+    return [(window(dq, c), window(dk, c)) for c in range(C)]
+
+
+def routing(q, k, v, causal, centroids, balanced=False):
+    """Routing attention (Roy et al. 2021, §4.1): per cluster, softmax over its keys (causal: j ≤ i by position);
+    a query averages the outputs of the clusters where it sees a key, and is a zero row where it sees none."""
+    n, m = len(q), len(k)
+    out, count = np.zeros((n, v.shape[1])), [0] * n
+    for Q_c, K_c in naive_routing_groups(q, k, centroids, balanced):
+        allowed = both(loop_mask(n, m, lambda i, j, Q_c=Q_c, K_c=K_c: i in Q_c and j in K_c),
+                       causal_allowed(n, m, causal))
+        o = naive_sdpa(q, k, v, allowed=allowed)[0]
+        for i in range(n):
+            if any(allowed[i]):
+                out[i] += o[i]
+                count[i] += 1
+    for i in range(n):
+        if count[i]:
+            out[i] /= count[i]
+    return out
+
+
+def naive_update_centroids(centroids, q, k, decay):
+    """Roy et al. §4.1: μ_c ← λμ_c + (1 − λ)/2 (Σ_{i : c(q_i) = c} q̂_i + Σ_{j : c(k_j) = c} k̂_j), by loops."""
+    C, d = len(centroids), len(centroids[0])
+    new = [[decay * centroids[c][a] for a in range(d)] for c in range(C)]
+    for x in (q, k):
+        for row, dist in zip(x, naive_centroid_distances(x, centroids), strict=True):
+            if dist is None:
+                continue
+            c = min(range(C), key=lambda s, dist=dist: (dist[s], s))
+            u = naive_direction(list(row))
+            for a in range(d):
+                new[c][a] += (1.0 - decay) / 2.0 * u[a]
+    return np.array(new)
+
+
 # ------------------------------------------------------------------------------ linearised attention (survey §4.2)
 
 
@@ -566,6 +636,9 @@ NAIVE: dict[str, NaiveCase] = {
         DEFAULTS, fixed(order="block-raster"), fixed(flange="both", query_block=(2, 3), memory_flange=(1, 0)),
         fixed(order="block-raster", query_block=(1, 3), memory_flange=(2, 1))), lengths=(12,)),
     "axial": NaiveCase(axial, (DEFAULTS, fixed(width=2)), lengths=(12,)),
+    "routing": NaiveCase(routing, (lambda rng, n, m, d, causal: {"centroids": rng.standard_normal((3, d))},
+                                   lambda rng, n, m, d, causal: {"centroids": rng.standard_normal((2, d)),
+                                                                 "balanced": True})),
     "linear_elu": NaiveCase(linear_elu, (DEFAULTS,)),
     "performer_positive": NaiveCase(performer("positive"), (lambda rng, n, m, d, causal:
                                                             {"omega": rng.standard_normal((16, d))},)),

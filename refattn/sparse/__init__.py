@@ -7,6 +7,8 @@
   :func:`sparse_transformer_pattern`.
 - Extended (Fig. 6): :func:`bp_transformer_pattern`, :func:`image_transformer_pattern`,
   :func:`axial_pattern` / :func:`axial_patterns`.
+- Content-based (§4.1.2): :func:`routing_attention` (k-means routing, with :func:`draw_centroids`,
+  :func:`nearest_centroid` and :func:`update_centroids`).
 
 :func:`sparse_attention` attends over any of them, by the dense equation path or the Numba CSR
 kernel (``method="csr"``) whose cost follows the kept pairs.
@@ -52,6 +54,8 @@ from .longformer import longformer_pattern, longformer_patterns
 from .pattern import SparsePattern
 from .random import RECORD as RANDOM
 from .random import draw_random_keys, random_pattern
+from .routing import RECORD as ROUTING
+from .routing import draw_centroids, nearest_centroid, routing_attention, update_centroids
 from .sparse_transformer import RECORD as SPARSE_TRANSFORMER
 from .sparse_transformer import sparse_transformer_pattern
 from .star_transformer import RECORD as STAR_TRANSFORMER
@@ -75,6 +79,7 @@ RECORDS = (
     BP_TRANSFORMER,
     IMAGE_TRANSFORMER,
     AXIAL,
+    ROUTING,
 )
 
 __all__ = [
@@ -89,6 +94,7 @@ __all__ = [
     "bp_tree_spans",
     "dilated_pattern",
     "draw_bigbird_random_blocks",
+    "draw_centroids",
     "draw_random_keys",
     "etc_pattern",
     "global_pattern",
@@ -96,9 +102,12 @@ __all__ = [
     "image_transformer_pattern",
     "longformer_pattern",
     "longformer_patterns",
+    "nearest_centroid",
     "random_pattern",
+    "routing_attention",
     "sparse_attention",
     "sparse_transformer_pattern",
     "star_transformer_pattern",
     "strided_pattern",
+    "update_centroids",
 ]
