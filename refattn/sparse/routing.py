@@ -1,14 +1,14 @@
 r"""Routing attention (Roy et al., 2021; survey §4.1.2): queries attend the keys of their own k-means cluster.
 
 Queries and keys are routed to k centroids μ_1 … μ_k ∈ R^d that both share; a query attends only
-the keys routed to its own centroid (§4.1, Eq. 6–8 of the paper):
+the keys routed to its own centroid (§4.1 of the paper):
 
     q̂_i = q_i / ‖q_i‖,  k̂_j = k_j / ‖k_j‖                      routing sees directions (unit norm)
     c(x) = argmin_c ‖x̂ − μ_c‖                                    nearest centroid
     out_i = Σ_{j : c(k_j) = c(q_i)} softmax_j(q_i·k_j / √d) v_j   (causal: and j ≤ i)
 
 The attention itself uses q and k as given (scaled 1/√d), so one cluster is exactly softmax
-attention. The centroids learn by the paper's online k-means update (Eq. 9), a training step:
+attention. The centroids learn by the paper's online k-means update (§4.1), a training step:
 
     μ_c ← λ μ_c + (1 − λ)/2 · ( Σ_{i : c(q_i) = c} q̂_i + Σ_{j : c(k_j) = c} k̂_j )
 
@@ -32,6 +32,7 @@ from ..common import (
     causal_alignment,
     check_bool,
     check_choice,
+    check_non_negative_int,
     check_positive_int,
     check_qkv,
     check_scale,
@@ -86,9 +87,8 @@ def draw_centroids(rng, num_clusters: int, d: int) -> NDArray:
     """
     rng = as_rng(rng)
     num_clusters = check_positive_int("num_clusters", num_clusters)
-    if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
-        raise ValueError(f"d must be a non-negative int, got {d!r}")
-    G = rng.standard_normal((num_clusters, int(d)))               # (k, d)  g_c ~ N(0, I_d)
+    d = check_non_negative_int("d", d)
+    G = rng.standard_normal((num_clusters, d))               # (k, d)  g_c ~ N(0, I_d)
     return G / np.linalg.norm(G, axis=1, keepdims=True) if d else G   # μ_c = g_c / ‖g_c‖
 
 
@@ -118,7 +118,11 @@ def nearest_centroid(x: ArrayLike, centroids: ArrayLike) -> NDArray:
     -----
     A zero vector keeps direction 0 (its distance to :math:`\mu_c` is :math:`\lVert\mu_c\rVert`).
     The distances are computed as :math:`\lVert\mu_c\rVert^2 - 2\,\hat x^\top \mu_c` (the constant
-    :math:`\lVert\hat x\rVert^2` dropped), O(L·k·d) time and O(L·k) memory.
+    :math:`\lVert\hat x\rVert^2` dropped), O(L·k·d) time and O(L·k) memory. The official codes take
+    the centroid of largest inner product :math:`\hat x^\top \mu_c` (google-research
+    ``nearest_neighbor``, lucidrains ``dists_and_buckets``): the same centroid while all centroids
+    have one norm, as :func:`draw_centroids` draws them, but not after the paper's update, which
+    leaves them of different norms.
 
     Examples
     --------
@@ -172,7 +176,7 @@ def update_centroids(centroids: ArrayLike, q: ArrayLike, k: ArrayLike, *, decay:
     References
     ----------
     .. [1] A. Roy, M. Saffar, A. Vaswani, D. Grangier, "Efficient Content-Based Sparse Attention
-       with Routing Transformers", TACL 2021, arXiv:2003.05997v5, §4.1.
+       with Routing Transformers", TACL 2021, arXiv:2003.05997, §4.1.
 
     Examples
     --------
@@ -321,7 +325,7 @@ def routing_attention(
     References
     ----------
     .. [1] A. Roy, M. Saffar, A. Vaswani, D. Grangier, "Efficient Content-Based Sparse Attention
-       with Routing Transformers", TACL 2021, arXiv:2003.05997v5, §4.1.
+       with Routing Transformers", TACL 2021, arXiv:2003.05997, §4.1.
     .. [2] google-research/google-research, ``routing_transformer/utils.py``
        (``clustered_local_attention_helper``, ``cluster_items``, ``online_kmeans``).
     .. [3] lucidrains/routing-transformer, ``routing_transformer/routing_transformer.py``
