@@ -470,6 +470,43 @@ def delta_rule(q, k, v, causal, beta, normalize=True):
     return naive_delta(q, k, v, beta, elu_plus_one, normalize)
 
 
+# ------------------------------------------------------------------------------ query prototypes (survey §4.3)
+
+
+def naive_informer(q, k, v, causal, sampled_keys, factor=1, num_top=None, counts="paper", measure="paper",
+                   lazy="paper", sample_from="all"):
+    """Zhou et al. §3.2 and Algorithm 1 for one sequence, with the sample K given: for each query, the max minus
+    the mean of its sampled scores (or the sum over m, the official code's); the u largest attend (softmax over
+    j <= i if causal), ties to the lower position; the others output the mean of the values they may see (or,
+    causal "official", their sum). u = ⌈c ln n⌉, or c⌈ln n⌉ ("official"), or c⌈ln m⌉ (the first release).
+    ``sample_from`` says where the given sample was drawn from, and changes nothing here."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d)
+    if num_top is not None:
+        u = num_top
+    elif counts == "paper":
+        u = min(n, math.ceil(factor * math.log(n)))
+    else:
+        u = min(n, factor * math.ceil(math.log(n if counts == "official" else m)))
+    M = []
+    for i in range(n):
+        s = [sum(q[i, c] * k[j, c] for c in range(d)) * scale for j in sampled_keys[i]]
+        M.append(max(s) - sum(s) / (len(s) if measure == "paper" else m))
+    active = sorted(range(n), key=lambda i: (-M[i], i))[:u]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        seen = [j for j in range(m) if not causal or j <= i]
+        if i in active:
+            allowed = np.array([[j in seen for j in range(m)]])
+            out[i] = naive_sdpa(q[i:i + 1], k, v, allowed=allowed)[0][0]
+            continue
+        count = 1 if causal and lazy == "official" else len(seen)
+        for c in range(d_v):
+            out[i, c] = sum(v[j, c] for j in seen) / count
+    return out
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -532,6 +569,15 @@ def _heads(num_heads=None, mask=False):
     return options
 
 
+def _informer_sample(r, visible=False):
+    """r keys per query, uniform with replacement; ``visible``: causal query i draws from j <= i only."""
+    def options(rng, n, m, d, causal):
+        high = [min(i + 1, m) if visible and causal else m for i in range(n)]
+        return {"sampled_keys": np.array([rng.integers(0, h, size=r) for h in high]).reshape(n, r)}
+
+    return options
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -578,4 +624,11 @@ NAIVE: dict[str, NaiveCase] = {
     "delta_rule": NaiveCase(delta_rule, (lambda rng, n, m, d, causal: {"beta": rng.uniform(size=m)},
                                          lambda rng, n, m, d, causal: {"beta": rng.uniform(0, 0.1, size=m),
                                                                        "normalize": False})),
+    "informer": NaiveCase(naive_informer, (
+        _informer_sample(3),
+        lambda rng, n, m, d, causal: _informer_sample(2)(rng, n, m, d, causal) | {
+            "factor": 2, "counts": "official", "measure": "official", "lazy": "official"},
+        lambda rng, n, m, d, causal: _informer_sample(4, visible=True)(rng, n, m, d, causal) | {
+            "sample_from": "visible", "num_top": 3},
+        lambda rng, n, m, d, causal: _informer_sample(1)(rng, n, m, d, causal) | {"counts": "official-v1"})),
 }

@@ -8,8 +8,14 @@ hash planes, sampled keys) is an option of ``apply``, drawn from ``rng`` when it
 returned with ``return_draws=True``; ``return_weights=True`` scatters the mechanism's effective
 n × m attention matrix back from its prototypes.
 """
+from .informer import RECORD as INFORMER
+from .informer import draw_sampled_keys, informer_attention, informer_counts, query_sparsity, top_queries
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = ()
+RECORDS = (
+    INFORMER,
+)
 
-__all__ = []
+__all__ = [
+    "draw_sampled_keys", "informer_attention", "informer_counts", "query_sparsity", "top_queries",
+]
