@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
 from numpy.typing import NDArray
 
 from .common import as_float, as_rng, check_bool, check_choice, check_qkv
@@ -154,6 +155,21 @@ class Mechanism:
         when it is not given, and returns them all in ``AttentionResult.draws`` when asked
         (``return_draws=True``); fed back as options, they reproduce the result without ``rng``.
         Empty for a mechanism whose result does not depend on ``rng``.
+    shared_qk : bool, default False
+        ``apply`` takes its keys from its queries (Reformer's shared-QK attention): ``k`` must be
+        ``q`` (the same values), so n == m and there is no bottom-right form (``incremental`` is
+        False).
+    content_selected : bool, default False
+        Which pairs get weight is chosen from the values of q and k (clusters, hash buckets,
+        sorted blocks, a top-k, a sampled measure), not from positions alone, so a NaN or Inf in a
+        key can move it into another query's selection; masking by selection still keeps it out
+        of every row that the call's own ``allowed`` hides it from.
+    future_independent : bool, default True
+        With ``causal``, output *i* is unchanged when keys and values after *i* change. False where
+        the paper's algorithm lets the *choice* of past pairs depend on later tokens (Reformer's
+        sorted chunks, Informer's top-u queries): the later keys still carry zero weight and the
+        later values never reach the output, but a decoder with a key/value cache does not
+        reproduce the full-sequence result.
     """
 
     id: str
@@ -181,6 +197,9 @@ class Mechanism:
     methods: tuple[str, ...] = ()
     example_length: int = 7
     draws: tuple[str, ...] = ()
+    shared_qk: bool = False
+    content_selected: bool = False
+    future_independent: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -193,10 +212,13 @@ class Mechanism:
             raise ValueError(f"{self.id}: a component has no exact_options (it has no apply)")
         if self.incremental and not self.causal:
             object.__setattr__(self, "incremental", False)             # nothing to decode without causality
+        if self.shared_qk and (self.incremental or self.cross):
+            raise ValueError(f"{self.id}: shared-QK attention takes k = q: it is neither cross nor incremental")
         if self.draws and self.apply is None:
             raise ValueError(f"{self.id}: a component has no draws (it has no apply)")
         if self.apply is not None and not hasattr(self.apply, "__wrapped__"):
-            object.__setattr__(self, "apply", _validated(self.apply, self.id, self.causal_settings, self.draws))
+            object.__setattr__(self, "apply", _validated(self.apply, self.id, self.causal_settings, self.draws,
+                                                         self.shared_qk))
 
     @property
     def causal_settings(self) -> tuple:
@@ -214,14 +236,14 @@ class Mechanism:
         """The JSON-serialisable fields (everything but the callables)."""
         fields = ("id", "title", "family", "section", "paper", "equation", "time", "memory", "kind",
                   "exact_limit", "noncausal", "causal", "incremental", "position_dependent", "cross", "normalized",
-                  "nonnegative", "example_length", "draws")
+                  "nonnegative", "example_length", "draws", "shared_qk", "content_selected", "future_independent")
         return {name: getattr(self, name) for name in fields} | {
             "function": f"{self.function.__module__}.{self.function.__qualname__}",
             "has_exact_options": self.exact_options is not None,
         }
 
 
-def _validated(apply: Callable, name: str, settings: tuple, draws: tuple[str, ...]) -> Callable:
+def _validated(apply: Callable, name: str, settings: tuple, draws: tuple[str, ...], shared_qk: bool) -> Callable:
     """``apply`` behind the checks every registry entry shares, run before any shape is indexed."""
     accepted = settings + (("top-left",) if True in settings else ())
 
@@ -230,6 +252,9 @@ def _validated(apply: Callable, name: str, settings: tuple, draws: tuple[str, ..
         return_draws = check_bool("return_draws", return_draws)
         q, k, v = (as_float(label, x) for label, x in (("q", q), ("k", k), ("v", v)))
         check_qkv(q, k, v)
+        if shared_qk and (k.shape != q.shape or not np.array_equal(k, q, equal_nan=True)):
+            raise ValueError(f"{name} shares QK: its keys are its queries, so k must be q; got q shape {q.shape}, "
+                             f"k shape {k.shape}" + ("" if k.shape != q.shape else " with other values"))
         if "causal" in options:
             try:
                 check_choice("causal", options["causal"], accepted)

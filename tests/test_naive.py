@@ -33,8 +33,9 @@ CASES = [(mech, causal, n, m, setting) for mech in APPLIABLE if mech.id in NAIVE
 
 def _qkv(rng, mech, n, m, batch=(), d=4):
     d_v = d if NAIVE[mech.id].value_width_d else 3
-    return (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
-            rng.standard_normal((*batch, m, d_v)))
+    q, k, v = (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
+               rng.standard_normal((*batch, m, d_v)))
+    return (q, q.copy(), v) if mech.shared_qk else (q, k, v)
 
 
 @pytest.mark.parametrize(("mech", "causal", "n", "m", "setting"), CASES,

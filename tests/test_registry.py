@@ -85,10 +85,12 @@ def _lengths(mech, n=5, m=7):
     return (n, m) if mech.cross else (mech.example_length, mech.example_length)
 
 
-def _inputs(seed, batch=(), n=5, m=7, d=4):
+def _inputs(seed, batch=(), n=5, m=7, d=4, *, mech=None):
+    """Seeded q, k, v; k is q for a shared-QK mechanism."""
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
-            rng.standard_normal((*batch, m, d)))
+    q, k, v = (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
+               rng.standard_normal((*batch, m, d)))
+    return (q, q.copy(), v) if mech is not None and mech.shared_qk else (q, k, v)
 
 
 def _rows(weights):
@@ -98,7 +100,7 @@ def _rows(weights):
 
 @pytest.mark.parametrize("mech", APPLIABLE, ids=_id)
 def test_apply_returns_weights_only_when_asked(mech):
-    q, k, v = _inputs(1, n=_lengths(mech)[0], m=_lengths(mech)[1])
+    q, k, v = _inputs(1, n=_lengths(mech)[0], m=_lengths(mech)[1], mech=mech)
     causal = mech.causal_settings[0]
     plain = mech.apply(q, k, v, causal=causal, rng=3)
     assert isinstance(plain, AttentionResult) and plain.weights is None and plain.allowed is None
@@ -112,7 +114,7 @@ def test_apply_weights_rows_and_pattern(mech, causal, example):
     n, m = _lengths(mech)
     if causal == "bottom-right":
         n = m + 2                                                  # fully masked first rows too
-    q, k, v = _inputs(1, n=n, m=m)
+    q, k, v = _inputs(1, n=n, m=m, mech=mech)
     result = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True, **example)
     assert result.output.shape == (n, 4)
     A = _rows(result.weights)
@@ -131,7 +133,7 @@ def test_apply_weights_rows_and_pattern(mech, causal, example):
 @pytest.mark.parametrize("mech", [m for m in APPLIABLE if not m.position_dependent], ids=_id)
 def test_apply_is_query_permutation_equivariant(mech):
     n, m = _lengths(mech)
-    q, k, v = _inputs(2, n=n, m=m)
+    q, k, v = _inputs(2, n=n, m=m, mech=mech)
     perm = np.random.default_rng(0).permutation(n)
     out = mech.apply(q, k, v, rng=3).output
     np.testing.assert_allclose(mech.apply(q[perm], k, v, rng=3).output, out[perm], rtol=1e-13, atol=1e-13)
@@ -139,7 +141,7 @@ def test_apply_is_query_permutation_equivariant(mech):
 
 @pytest.mark.parametrize("mech", APPLIABLE, ids=_id)
 def test_apply_same_rng_same_result(mech):
-    q, k, v = _inputs(4, (), *_lengths(mech))
+    q, k, v = _inputs(4, (), *_lengths(mech), mech=mech)
     causal = mech.causal_settings[0]
     np.testing.assert_array_equal(mech.apply(q, k, v, causal=causal, rng=9).output,
                                   mech.apply(q, k, v, causal=causal, rng=9).output)
@@ -150,7 +152,7 @@ def test_apply_returns_its_draws_and_they_reproduce_the_result(mech, causal):
     """Another implementation can be fed the very draws: given back as options, without rng, they give the same
     result, bit for bit; a mechanism that declares no draw does not depend on rng at all."""
     n, m = _lengths(mech)
-    q, k, v = _inputs(7, (2,), n=n + 2 if causal == "bottom-right" and not mech.cross else n, m=m)
+    q, k, v = _inputs(7, (2,), n=n + 2 if causal == "bottom-right" and not mech.cross else n, m=m, mech=mech)
     if causal == "bottom-right":
         q = q[:, :3]                                               # 3 new queries, the last 3 of m positions
     result = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True, return_draws=True)
@@ -172,7 +174,7 @@ def test_return_draws_is_checked():
 
 @pytest.mark.parametrize("mech", APPLIABLE, ids=_id)
 def test_apply_batch_equals_stack_of_single_calls(mech):
-    q, k, v = _inputs(5, (3,), *_lengths(mech))
+    q, k, v = _inputs(5, (3,), *_lengths(mech), mech=mech)
     causal = mech.causal_settings[0]
     out = mech.apply(q, k, v, causal=causal, rng=3).output
     for b in range(3):
@@ -183,11 +185,20 @@ def test_apply_batch_equals_stack_of_single_calls(mech):
 @pytest.mark.parametrize(("mech", "causal"), [(m, True) for m in CAUSAL] + [(m, "bottom-right") for m in INCREMENTAL],
                          ids=_id)
 def test_apply_causal_outputs_ignore_the_future(mech, causal):
+    """Rows 0-3 are unchanged when everything after their positions changes; where the record says the choice of
+    pairs looks at later tokens (``future_independent=False``), the later keys carry zero weight and changing only
+    the later values changes nothing."""
     n, m = _lengths(mech)
-    q, k, v = _inputs(6, n=n, m=m)
-    out = mech.apply(q, k, v, causal=causal, rng=3)
+    q, k, v = _inputs(6, n=n, m=m, mech=mech)
+    out = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True)
     first_hidden = 3 + 1 + (0 if causal is True else m - n)          # keys row 3 may not see
-    k[first_hidden:], v[first_hidden:] = np.nan, np.nan
+    np.testing.assert_array_equal(_rows(out.weights)[:, :4, first_hidden:], 0.0)
+    if mech.future_independent:
+        k[first_hidden:], v[first_hidden:] = np.nan, np.nan
+        if mech.shared_qk:
+            q = k
+    else:
+        v[first_hidden:] = np.nan
     out2 = mech.apply(q, k, v, causal=causal, rng=3)
     np.testing.assert_array_equal(out2.output[:4], out.output[:4])
 
@@ -232,7 +243,7 @@ def test_exact_limit_equals_scaled_dot_product_attention(mech, causal):
         L = mech.example_length
         shapes += [(L - 3, L), (L + 2, L)]
     for n, m in shapes:
-        q, k, v = _inputs(11, (2,), n, m)
+        q, k, v = _inputs(11, (2,), n, m, mech=mech)
         options = mech.exact(n, m)
         got = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True, **options)
         out, A = scaled_dot_product_attention(q, k, v, causal=causal, return_weights=True)

@@ -65,6 +65,8 @@ def _panel(container, record: Mechanism, n: int, seed: int) -> None:
     length = n if record.cross else record.example_length
     causal = record.causal_settings[0]
     q, k, v = seeded_qkv(seed, length)
+    if record.shared_qk:
+        k = q                                                      # its keys are its queries
     result = record.apply(q, k, v, causal=causal, rng=seed, return_weights=True)
     A, allowed = result.weights, result.allowed
     while A.ndim > 2:                                              # heads: the first one

@@ -24,6 +24,8 @@ def draw_spec(record: Mechanism) -> Figure:
     """Draw ``record`` by its :class:`~refattn.mechanism.FigureSpec`."""
     spec = record.figure
     q, k, v = seeded_qkv(spec.seed, spec.n, spec.m)
+    if record.shared_qk:
+        k = q                                                      # its keys are its queries
     results = [record.apply(q, k, v, rng=spec.seed, return_weights=True, **options) for _, options in spec.panels]
     titles = [title for title, _ in spec.panels]
     weights = np.stack([r.weights for r in results])
