@@ -346,7 +346,7 @@ def check_assignment(assignment: ArrayLike, n: int, num_clusters: int | None) ->
     if assignment.ndim < 1 or assignment.shape[-1] != n:
         raise ValueError(f"assignment must have shape (..., n) with n={n} queries, got shape {assignment.shape}")
     top = int(assignment.max()) + 1 if assignment.size else 0
-    C = top if num_clusters is None else check_positive_int("num_clusters", num_clusters)
+    C = top if num_clusters is None else check_non_negative_int("num_clusters", num_clusters)
     if assignment.size and (assignment.min() < 0 or top > C):
         raise ValueError(f"assignment must hold clusters in [0, num_clusters={C}), got values in "
                          f"[{assignment.min()}, {top - 1}]")
@@ -369,6 +369,8 @@ def resolve_clusters(q: NDArray, num_clusters, bits, iterations, hash_bias, rng,
         return assignment, None, None
     if bits is not None:
         bits = check_positive_int("bits", bits)
+    if rng is not None:
+        rng = as_rng(rng)                                          # one generator for both draws
     if planes is None:
         if rng is None:
             raise ValueError("the hash planes are drawn from rng: pass rng= (or planes=, or assignment=)")
@@ -432,12 +434,13 @@ def query_centroids(q: ArrayLike, assignment: ArrayLike, num_clusters: int | Non
     n, d = q.shape[-2:]
     assignment, C = check_assignment(assignment, n, num_clusters)
     batch = broadcast_batch({"q": q.shape[:-2], "assignment": assignment.shape[:-1]})
-    flat_q = np.broadcast_to(q, (*batch, n, d)).reshape(-1, n, d)
-    flat_a = np.broadcast_to(assignment, (*batch, n)).reshape(-1, n)
-    rows = np.arange(flat_a.shape[0])[:, None]
-    sums = np.zeros((flat_a.shape[0], C, d))
+    flat = int(np.prod(batch, dtype=np.int64))
+    flat_q = np.broadcast_to(q, (*batch, n, d)).reshape(flat, n, d)
+    flat_a = np.broadcast_to(assignment, (*batch, n)).reshape(flat, n)
+    rows = np.arange(flat)[:, None]
+    sums = np.zeros((flat, C, d))
     np.add.at(sums, (rows, flat_a), flat_q)                        # (B, C, d)  Σ_i S_ij Q_i
-    counts = np.zeros((flat_a.shape[0], C))
+    counts = np.zeros((flat, C))
     np.add.at(counts, (rows, flat_a), 1.0)                         # (B, C)  Σ_i S_ij
     centroids = sums / np.maximum(counts, 1.0)[..., None]          # (B, C, d)  Q^c
     return centroids.reshape(*batch, C, d)
@@ -624,7 +627,8 @@ RECORD = Mechanism(
     time="O(n·C·B·iterations + C·m·d)", memory="O(n·C + C·m), O(n·C + C·d) blocked", kind="attention",
     methods=("equation", "blocked", "auto"),
     examples=({"hash_bias": False}, {"num_clusters": 1}, {"bits": 3, "iterations": 1}),
-    function=clustered_attention, apply=_apply, causal=False, position_dependent=True,
+    function=clustered_attention, apply=_apply, causal=False,
+    position_dependent=True,                       # the initial centroids are queries drawn by position
     figure="refattn.figures.clustered:clustered",
     exact_options=lambda n, m: {"assignment": np.arange(n)},
     exact_limit="C = n, every query alone in its cluster (assignment = 0 … n − 1)",

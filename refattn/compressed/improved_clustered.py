@@ -92,7 +92,8 @@ def improved_clustered_attention(
         ``assignment`` gives it. Capped at *n*.
     top_k : int, default 32
         *k*, the keys recomputed for each query (the official ``topk`` and its default); at most
-        *m* are taken. ``top_k=0`` is clustered attention, ``top_k >= m`` exact softmax attention.
+        *m* are taken. ``top_k`` 0 or 1 is clustered attention (one key's softmax is 1: it keeps the
+        centroid's weight), ``top_k >= m`` exact softmax attention.
     bits : int, optional
         *B*, the bits of the hash; default 63, or ``planes``' rows.
     iterations : int, default 10
@@ -251,8 +252,9 @@ RECORD = Mechanism(
              r"e^{Q_i K_r^\top/\sqrt{d_k}}} \ (l \in T_{c(i)}),\quad A^c_{c(i) l} \ \text{otherwise}",
     time="O(n·C·B·iterations + C·m·d + n·k·d)", memory="O(n·C + C·m)", kind="attention",
     examples=({"top_k": 0}, {"hash_bias": False}, {"num_clusters": 1, "top_k": 3}),
-    function=improved_clustered_attention, apply=_apply, causal=False, position_dependent=True,
-    figure="refattn.figures.improved_clustered:improved_clustered",
+    function=improved_clustered_attention, apply=_apply, causal=False,
+    position_dependent=True,                       # the initial centroids are queries drawn by position
+    content_selected=True, figure="refattn.figures.improved_clustered:improved_clustered",
     exact_options=lambda n, m: {"top_k": m}, exact_limit="top_k = m (every key recomputed exactly)",
     draws=("planes", "initial"),
 )
