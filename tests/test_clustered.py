@@ -124,9 +124,13 @@ def test_draws_follow_their_documented_order(rng):
 
 
 def test_clusters_are_capped_at_the_number_of_queries(rng):
-    q = rng.standard_normal((4, 3))
+    q, k, v = _qkv(rng, n=4)
     np.testing.assert_array_equal(cluster_queries(q, 10, rng=1), cluster_queries(q, 4, rng=1))
     assert sorted(cluster_queries(q, 4, rng=1).tolist()) == [0, 1, 2, 3]   # distinct codes: each alone
+    apply = registry.get("clustered").apply
+    drawn = apply(q, k, v, num_clusters=10, rng=1, return_draws=True)
+    assert drawn.draws["initial"].shape == (4,)
+    np.testing.assert_array_equal(apply(q, k, v, num_clusters=10, **drawn.draws).output, drawn.output)
 
 
 def test_separated_groups_are_found(rng):
@@ -285,7 +289,8 @@ def test_bad_input_is_named(rng, fn):
         (ValueError, "initial must hold distinct query indices", {"initial": [1, 1], "rng": 0}),
         (ValueError, r"initial must hold query indices in \[0, n=9\)", {"initial": [0, 9], "rng": 0}),
         (ValueError, r"planes must have shape \(B, d \+ 1\) = \(B, 5\)", {"planes": np.ones((3, 4)), "initial": [0]}),
-        (ValueError, "num_clusters=3 but initial names 2 queries", {"num_clusters": 3, "initial": [0, 1], "rng": 0}),
+        (ValueError, r"num_clusters=3 \(capped at n=9\) but initial names 2 queries",
+         {"num_clusters": 3, "initial": [0, 1], "rng": 0}),
         (ValueError, "bits=4 but planes has 3 rows", {"bits": 4, "planes": np.ones((3, 5)), "initial": [0]}),
         (ValueError, "pass rng=", {"num_clusters": 2}),
         (ValueError, "num_clusters", {"rng": 0}),

@@ -336,7 +336,7 @@ def check_initial(initial: ArrayLike, n: int) -> NDArray:
     initial = initial.astype(np.int64)
     ordered = np.sort(initial, axis=-1)
     if np.any(ordered[..., 1:] == ordered[..., :-1]):
-        raise ValueError(f"initial must hold distinct query indices, got {initial.tolist()}")
+        raise ValueError(f"initial must hold distinct query indices, got a repeated one in shape {initial.shape}")
     return initial
 
 
@@ -388,9 +388,9 @@ def resolve_clusters(q: NDArray, num_clusters, bits, iterations, hash_bias, rng,
         initial = draw_initial_centroids(rng, n, C) if n else np.zeros(0, dtype=np.int64)
     else:
         initial = check_initial(initial, n)
-        if num_clusters is not None and check_positive_int("num_clusters", num_clusters) != initial.shape[-1]:
-            raise ValueError(f"num_clusters={num_clusters} but initial names {initial.shape[-1]} queries "
-                             f"(shape {initial.shape})")
+        if num_clusters is not None and min(check_positive_int("num_clusters", num_clusters), n) != initial.shape[-1]:
+            raise ValueError(f"num_clusters={num_clusters} (capped at n={n}) but initial names {initial.shape[-1]} "
+                             f"queries (shape {initial.shape})")
     assignment = hamming_kmeans(hash_queries(q, planes), initial, iterations=iterations)
     return assignment, planes, initial
 

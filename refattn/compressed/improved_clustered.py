@@ -34,10 +34,10 @@ from ..mechanism import AttentionResult, Mechanism
 from ..papers import VYAS
 from .clustered import (
     ITERATIONS,
-    refuse_causal,
     check_assignment,
     check_draw_source,
     query_centroids,
+    refuse_causal,
     resolve_clusters,
 )
 
