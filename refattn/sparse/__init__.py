@@ -52,6 +52,18 @@ from .longformer import longformer_pattern, longformer_patterns
 from .pattern import SparsePattern
 from .random import RECORD as RANDOM
 from .random import draw_random_keys, random_pattern
+from .sinkhorn import RECORD as SINKHORN
+from .sinkhorn import (
+    SortNetParams,
+    block_summaries,
+    default_block_size,
+    draw_gumbel,
+    init_sort_net,
+    sinkhorn,
+    sinkhorn_attention,
+    sort_net_scores,
+    sorting_matrix,
+)
 from .sparse_transformer import RECORD as SPARSE_TRANSFORMER
 from .sparse_transformer import sparse_transformer_pattern
 from .star_transformer import RECORD as STAR_TRANSFORMER
@@ -75,9 +87,11 @@ RECORDS = (
     BP_TRANSFORMER,
     IMAGE_TRANSFORMER,
     AXIAL,
+    SINKHORN,
 )
 
 __all__ = [
+    "SortNetParams",
     "SparsePattern",
     "axial_pattern",
     "axial_patterns",
@@ -86,17 +100,25 @@ __all__ = [
     "bigbird_pattern",
     "block_local_pattern",
     "bp_transformer_pattern",
+    "block_summaries",
     "bp_tree_spans",
+    "default_block_size",
     "dilated_pattern",
     "draw_bigbird_random_blocks",
+    "draw_gumbel",
     "draw_random_keys",
     "etc_pattern",
     "global_pattern",
     "image_transformer_1d_pattern",
+    "init_sort_net",
     "image_transformer_pattern",
     "longformer_pattern",
     "longformer_patterns",
     "random_pattern",
+    "sinkhorn",
+    "sinkhorn_attention",
+    "sort_net_scores",
+    "sorting_matrix",
     "sparse_attention",
     "sparse_transformer_pattern",
     "star_transformer_pattern",
