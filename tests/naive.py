@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from refattn import MultiHeadParams
-from refattn.sparse import SortNetParams
+from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
 
@@ -474,6 +474,21 @@ def delta_rule(q, k, v, causal, beta, normalize=True):
 # ------------------------------------------------------------------------------ content-based sparse attention (§4.1.2)
 
 
+def naive_sac(q, k, v, causal, predictor, r=2):
+    """Li et al. (2020): the edges are the r keys of largest score q_i W k_j for each query (ties: the smaller j;
+    causal: among the keys it may see), then softmax attention over each query's edges (Eq. 9 of the survey)."""
+    n, d = q.shape
+    m = len(k)
+    offset = m - n if causal == "bottom-right" else 0
+    edges = np.zeros((n, m), dtype=bool)
+    for i in range(n):
+        candidates = [j for j in range(m) if causal is False or j <= i + offset]
+        score = {j: sum(q[i, a] * predictor.w[a, c] * k[j, c] for a in range(d) for c in range(d)) for j in candidates}
+        for j in sorted(candidates, key=lambda j: (-score[j], j))[:r]:
+            edges[i, j] = True
+    return naive_sdpa(q, k, v, allowed=edges)[0]
+
+
 def naive_sinkhorn(q, k, v, causal, sort_net, gumbel, block_size=None, temperature=0.75, iterations=7,
                    sortcut=None):
     """Tay et al. (2020) §3 one scalar at a time, for one sequence.
@@ -660,6 +675,9 @@ NAIVE: dict[str, NaiveCase] = {
     "delta_rule": NaiveCase(delta_rule, (lambda rng, n, m, d, causal: {"beta": rng.uniform(size=m)},
                                          lambda rng, n, m, d, causal: {"beta": rng.uniform(0, 0.1, size=m),
                                                                        "normalize": False})),
+    "sac": NaiveCase(naive_sac, (lambda rng, n, m, d, causal: {"predictor": SacPredictor(rng.standard_normal((d, d)))},
+                                 lambda rng, n, m, d, causal: {"predictor": SacPredictor(rng.standard_normal((d, d))),
+                                                               "r": 3})),
     "sinkhorn": NaiveCase(naive_sinkhorn, (
         _sinkhorn_options(), _sinkhorn_options(block_size=2, extra_columns=2, iterations=3, temperature=1.0),
         _sortcut), lengths=(12,)),

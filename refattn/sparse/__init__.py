@@ -7,6 +7,8 @@
   :func:`sparse_transformer_pattern`.
 - Extended (Fig. 6): :func:`bp_transformer_pattern`, :func:`image_transformer_pattern`,
   :func:`axial_pattern` / :func:`axial_patterns`.
+- Content-based (§4.1.2): :func:`sac_attention` on predicted edges, :func:`sinkhorn_attention` on
+  softly sorted blocks.
 
 :func:`sparse_attention` attends over any of them, by the dense equation path or the Numba CSR
 kernel (``method="csr"``) whose cost follows the kept pairs.
@@ -52,6 +54,8 @@ from .longformer import longformer_pattern, longformer_patterns
 from .pattern import SparsePattern
 from .random import RECORD as RANDOM
 from .random import draw_random_keys, random_pattern
+from .sac import RECORD as SAC
+from .sac import SacPredictor, init_sac_predictor, predict_edges, predictor_scores, sac_attention, top_edges
 from .sinkhorn import RECORD as SINKHORN
 from .sinkhorn import (
     SortNetParams,
@@ -87,10 +91,12 @@ RECORDS = (
     BP_TRANSFORMER,
     IMAGE_TRANSFORMER,
     AXIAL,
+    SAC,
     SINKHORN,
 )
 
 __all__ = [
+    "SacPredictor",
     "SortNetParams",
     "SparsePattern",
     "axial_pattern",
@@ -99,8 +105,8 @@ __all__ = [
     "bigbird_block_layout",
     "bigbird_pattern",
     "block_local_pattern",
-    "bp_transformer_pattern",
     "block_summaries",
+    "bp_transformer_pattern",
     "bp_tree_spans",
     "default_block_size",
     "dilated_pattern",
@@ -110,11 +116,15 @@ __all__ = [
     "etc_pattern",
     "global_pattern",
     "image_transformer_1d_pattern",
-    "init_sort_net",
     "image_transformer_pattern",
+    "init_sac_predictor",
+    "init_sort_net",
     "longformer_pattern",
     "longformer_patterns",
+    "predict_edges",
+    "predictor_scores",
     "random_pattern",
+    "sac_attention",
     "sinkhorn",
     "sinkhorn_attention",
     "sort_net_scores",
@@ -123,4 +133,5 @@ __all__ = [
     "sparse_transformer_pattern",
     "star_transformer_pattern",
     "strided_pattern",
+    "top_edges",
 ]
