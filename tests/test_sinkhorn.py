@@ -14,8 +14,8 @@ from refattn.sparse import (
     block_summaries,
     default_block_size,
     init_sort_net,
-    sinkhorn,
     sinkhorn_attention,
+    sinkhorn_normalize,
     sort_net_scores,
     sorting_matrix,
 )
@@ -35,17 +35,17 @@ def _birkhoff(K):
 @pytest.mark.parametrize("scale", [0.5, 2.0])
 def test_sinkhorn_is_doubly_stochastic_to_the_tolerance_of_its_iteration_count(rng, scale):
     """Columns sum to 1 after every iteration (the column step is last); rows within e^{κ^{2(k−1)}Δ} − 1 (Birkhoff's
-    contraction, see sinkhorn's Notes), and the bound is reached, not just stated: at scale 0.5 the rows are within
-    rounding of 1 by k = 30."""
+    contraction, see sinkhorn_normalize's Notes), and the bound is reached, not just stated: at scale 0.5 the rows
+    are within rounding of 1 by k = 30."""
     X = scale * rng.standard_normal((5, 5))
     delta, kappa = _birkhoff(np.exp(X))
     for k in (1, 2, 3, 5, 8, 13, 30):
-        P = sinkhorn(X, k)
+        P = sinkhorn_normalize(X, k)
         np.testing.assert_allclose(P.sum(axis=0), 1.0, rtol=0, atol=ROUNDING)
         bound = math.expm1(kappa ** (2 * (k - 1)) * delta)
         assert np.max(np.abs(P.sum(axis=1) - 1.0)) <= bound + ROUNDING, (k, bound)
     if scale == 0.5:
-        np.testing.assert_allclose(sinkhorn(X, 30).sum(axis=1), 1.0, rtol=0, atol=ROUNDING)
+        np.testing.assert_allclose(sinkhorn_normalize(X, 30).sum(axis=1), 1.0, rtol=0, atol=ROUNDING)
 
 
 def test_the_sorting_matrix_meets_the_same_tolerance_with_gumbel_noise_and_temperature(rng):
@@ -63,8 +63,8 @@ def test_the_sorting_matrix_meets_the_same_tolerance_with_gumbel_noise_and_tempe
 
 def test_sinkhorn_zero_iterations_is_the_exponential_and_one_block_is_one():
     X = np.array([[0.0, np.log(3.0)], [1.0, -1.0]])
-    np.testing.assert_allclose(sinkhorn(X, 0), np.exp(X), **TIGHT)
-    np.testing.assert_array_equal(sinkhorn(np.array([[2.5]]), 7), [[1.0]])
+    np.testing.assert_allclose(sinkhorn_normalize(X, 0), np.exp(X), **TIGHT)
+    np.testing.assert_array_equal(sinkhorn_normalize(np.array([[2.5]]), 7), [[1.0]])
 
 
 def test_causal_balancing_keeps_earlier_blocks_only_and_tends_to_the_shift(rng):
@@ -76,7 +76,7 @@ def test_causal_balancing_keeps_earlier_blocks_only_and_tends_to_the_shift(rng):
     shift = np.eye(N, k=-1)
     distances = []
     for k in (7, 50, 500):
-        P = sinkhorn(X, k, mask=mask)
+        P = sinkhorn_normalize(X, k, mask=mask)
         np.testing.assert_array_equal(P[~mask], 0.0)                # block 0 sorts nothing; J >= I never
         np.testing.assert_allclose(P.sum(axis=0)[:-1], 1.0, rtol=0, atol=ROUNDING)
         distances.append(np.max(np.abs(P - shift)))

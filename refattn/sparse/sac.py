@@ -5,8 +5,9 @@ edges E; attention then runs on those edges only:
 
     out_i = Σ_{j : (i, j) ∈ E} softmax_j(q_i k_jᵀ / √d) v_j            (the softmax over i's edges)
 
-The paper's predictor is an LSTM that emits the edges one after another, trained by reinforcement
-learning (choosing an edge is discrete). Here the edges are an explicit argument of
+The paper's predictor is an LSTM that, given a source node, predicts the nodes it links to (with
+distance encodings of the nodes' positions), trained by REINFORCE since choosing an edge is
+discrete. That learned predictor is not reproduced: the edges are an explicit argument of
 :func:`sac_attention`; :func:`top_edges` selects them from explicit scores, and a small seeded
 predictor stands in for the learned one in demonstrations:
 
@@ -267,9 +268,10 @@ def sac_attention(
 
     Notes
     -----
-    **Causal form.** The paper writes out no causal form of its edge predictor; ``causal=True`` here
-    restricts the edge set to j ≤ i after the fact (the registry entry also restricts the
-    demonstration predictor's candidates before it picks, so a query keeps r past keys).
+    **Causal form.** ``causal=True`` is refattn's restriction of the edge set to j ≤ i, which a
+    decoder needs whatever chose the edges; it is not a causal form of the paper's LSTM predictor,
+    which is not reproduced here. The registry entry also restricts the demonstration predictor's
+    candidates before it picks, so that a query keeps r past keys.
 
     References
     ----------

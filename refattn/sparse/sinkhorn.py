@@ -20,7 +20,7 @@ By linearity the effective weight of query i (block I) on key j = Jb + s is
     A_ij = [J = I] α^local_{i,s} + α^sorted_{i,s} P_IJ
 
 which ``return_weights`` scatters back to n × m. The rows of A sum to Σ_s α^local + Σ_s α^sorted
-Σ_J P_IJ: to 1 up to how far P's rows are from 1 after k iterations (:func:`sinkhorn`).
+Σ_J P_IJ: to 1 up to how far P's rows are from 1 after k iterations (:func:`sinkhorn_normalize`).
 """
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ __all__ = [
     "default_block_size",
     "draw_gumbel",
     "init_sort_net",
-    "sinkhorn",
     "sinkhorn_attention",
+    "sinkhorn_normalize",
     "sort_net_scores",
     "sorting_matrix",
 ]
@@ -223,7 +223,7 @@ def sort_net_scores(summaries: ArrayLike, params: SortNetParams) -> NDArray:
         return np.maximum(hidden @ params.w_b[:, :N] + params.b_b[:N], 0.0)   # (..., N, N)  σ(· W_B + b_B)
 
 
-def sinkhorn(log_alpha: ArrayLike, iterations: int, *, mask: ArrayLike | None = None) -> NDArray:
+def sinkhorn_normalize(log_alpha: ArrayLike, iterations: int, *, mask: ArrayLike | None = None) -> NDArray:
     r"""Sinkhorn balancing in the log domain: alternately normalise rows and columns of :math:`\exp(X)`.
 
     .. math::
@@ -283,7 +283,7 @@ def sinkhorn(log_alpha: ArrayLike, iterations: int, *, mask: ArrayLike | None = 
 
     Examples
     --------
-    >>> P = sinkhorn(np.random.default_rng(0).standard_normal((4, 4)), 20)
+    >>> P = sinkhorn_normalize(np.random.default_rng(0).standard_normal((4, 4)), 20)
     >>> bool(np.allclose(P.sum(axis=0), 1.0) and np.allclose(P.sum(axis=1), 1.0, atol=1e-6))
     True
     """
@@ -334,11 +334,11 @@ def sorting_matrix(
     sort_net : SortNetParams
         The sorting network (:func:`init_sort_net`).
     gumbel : array_like
-        ε, broadcastable to (..., N, N) (:func:`draw_gumbel`; 0 for none).
+        ε, broadcastable to (..., N, N) (:func:`draw_gumbel`; 0.0 for none).
     temperature : float, default 0.75
         τ > 0.
     iterations : int, default 7
-        k, Sinkhorn iterations (:func:`sinkhorn`).
+        k, Sinkhorn iterations (:func:`sinkhorn_normalize`).
     causal : bool, default False
         Cumulative summaries and causal balancing: only pairs J < I.
 
@@ -362,7 +362,7 @@ def sorting_matrix(
     tau = _check_temperature(temperature)
     with np.errstate(invalid="ignore"):
         log_alpha = (R + eps) / tau                                # (..., N, N)  (R + ε)/τ
-    return sinkhorn(log_alpha, iterations, mask=np.tri(N, k=-1, dtype=bool) if causal else None)
+    return sinkhorn_normalize(log_alpha, iterations, mask=np.tri(N, k=-1, dtype=bool) if causal else None)
 
 
 def sinkhorn_attention(
@@ -405,11 +405,11 @@ def sinkhorn_attention(
     sort_net : SortNetParams, optional
         The sorting network (:func:`init_sort_net`, at least N = m / b output columns).
     gumbel : array_like, optional
-        ε broadcastable to (..., N, N) (:func:`draw_gumbel`); 0 for no noise.
+        ε broadcastable to (..., N, N) (:func:`draw_gumbel`); 0.0 for no noise.
     temperature : float, default 0.75
         τ > 0.
     iterations : int, default 7
-        k, Sinkhorn iterations (:func:`sinkhorn`).
+        k, Sinkhorn iterations (:func:`sinkhorn_normalize`).
     sortcut : int, optional
         c: attend only the first c sorted blocks (SortCut, 1 <= c <= N); no causal form.
     causal : {False, True, "top-left", "bottom-right"}, default False
@@ -442,7 +442,7 @@ def sinkhorn_attention(
     and future values never reach the output, but changing a later key changes earlier outputs (a
     non-finite later key makes every sorted block NaN), and a decoder with a key/value cache does
     not reproduce the full-sequence result. With many iterations causal balancing tends to the
-    fixed shift "block I takes block I − 1" (:func:`sinkhorn`).
+    fixed shift "block I takes block I − 1" (:func:`sinkhorn_normalize`).
 
     **Paper and code.** The keys' block summaries feed the sorting network (the Long Range Arena
     code, ``lra_benchmarks/models/sinkhorn_transformer/sinkhorn_attention.py``, sums the key
