@@ -548,6 +548,143 @@ def naive_sinkhorn(q, k, v, causal, sort_net, gumbel, block_size=None, temperatu
     return out
 
 
+# ------------------------------------------------------------------------------ query prototypes (survey §4.3)
+
+
+def naive_informer(q, k, v, causal, sampled_keys, factor=1, num_top=None, counts="paper", measure="paper",
+                   lazy="paper", sample_from="all"):
+    """Zhou et al. §3.2 and Algorithm 1 for one sequence, with the sample K given: for each query, the max minus
+    the mean of its sampled scores (or the sum over m, the official code's); the u largest attend (softmax over
+    j <= i if causal), ties to the lower position; the others output the mean of the values they may see (or,
+    causal "official", their sum). u = ⌈c ln n⌉, or c⌈ln n⌉ ("official"), or c⌈ln m⌉ (the first release).
+    ``sample_from`` says where the given sample was drawn from, and changes nothing here."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d)
+    if num_top is not None:
+        u = num_top
+    elif counts == "paper":
+        u = min(n, math.ceil(factor * math.log(n)))
+    else:
+        u = min(n, factor * math.ceil(math.log(n if counts == "official" else m)))
+    M = []
+    for i in range(n):
+        s = [sum(q[i, c] * k[j, c] for c in range(d)) * scale for j in sampled_keys[i]]
+        M.append(max(s) - sum(s) / (len(s) if measure == "paper" else m))
+    active = sorted(range(n), key=lambda i: (-M[i], i))[:u]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        seen = [j for j in range(m) if not causal or j <= i]
+        if i in active:
+            allowed = np.array([[j in seen for j in range(m)]])
+            out[i] = naive_sdpa(q[i:i + 1], k, v, allowed=allowed)[0][0]
+            continue
+        count = 1 if causal and lazy == "official" else len(seen)
+        for c in range(d_v):
+            out[i, c] = sum(v[j, c] for j in seen) / count
+    return out
+
+
+# ------------------------------------------------------------------------------ clustered attention (Vyas et al.)
+
+
+def naive_hash(x, planes):
+    """The B-bit code of one query: bit b is [a_b·x > t_b], row b of ``planes`` being (a_b, t_b)."""
+    d = len(x)
+    return tuple(sum(planes[b][c] * x[c] for c in range(d)) > planes[b][d] for b in range(len(planes)))
+
+
+def naive_hamming_kmeans(hashes, initial, iterations):
+    """Lloyd's iterations on bit tuples, from the codes of the queries ``initial``: each code goes to the nearest
+    centroid by Hamming distance (the first on a tie), each centroid bit becomes its members' majority (0 on an
+    even split; a cluster without members keeps its code); ``iterations`` assignments in all."""
+    centroids = [hashes[i] for i in initial]
+
+    def assign():
+        clusters = []
+        for h in hashes:
+            best, best_distance = -1, math.inf
+            for j, c in enumerate(centroids):
+                distance = sum(1 for a, b in zip(h, c, strict=True) if a != b)
+                if distance < best_distance:
+                    best, best_distance = j, distance
+            clusters.append(best)
+        return clusters
+
+    for _ in range(iterations - 1):
+        clusters = assign()
+        for j in range(len(centroids)):
+            members = [h for h, c in zip(hashes, clusters, strict=True) if c == j]
+            if members:
+                ones = [sum(1 for h in members if h[b]) for b in range(len(centroids[j]))]
+                centroids[j] = tuple(ones[b] > len(members) - ones[b] for b in range(len(centroids[j])))
+    return assign()
+
+
+def _naive_clusters(q, planes, initial, assignment, iterations):
+    """Each query's cluster: the explicit ``assignment``, else hash and Hamming K-means."""
+    if assignment is not None:
+        return [int(c) for c in assignment]
+    return naive_hamming_kmeans([naive_hash(x, planes) for x in q], [int(i) for i in initial], iterations)
+
+
+def _naive_centroid(q, k, members, scale):
+    """Scores and softmax weights of one cluster's centroid Q^c_j = Σ_{i ∈ j} Q_i / |j| over every key."""
+    d, m = q.shape[1], k.shape[0]
+    centroid = [sum(q[i, c] for i in members) / len(members) for c in range(d)]
+    scores = [sum(centroid[c] * k[l, c] for c in range(d)) * scale for l in range(m)]
+    top = max(scores, default=0.0)
+    e = [math.exp(s - top) for s in scores]
+    return scores, [x / sum(e) for x in e]
+
+
+def naive_clustered(q, k, v, causal, planes=None, initial=None, assignment=None, iterations=10, scale=None,
+                    top_k=None):
+    """Clustered attention by loops (§3.2): V̂_i = Σ_l A^c_{c(i) l} v_l, A^c the softmax of each centroid's scores.
+    With ``top_k`` (improved, §3.3): on the k keys of largest A^c_jl (the lower index first on a tie) query i
+    weighs m̂_j · e^{s_il} / Σ_{r ∈ T_j} e^{s_ir}, m̂_j = Σ_{l ∈ T_j} A^c_jl; elsewhere A^c_jl."""
+    assert causal is False, "clustered attention has no causal form"
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    clusters = _naive_clusters(q, planes, initial, assignment, iterations)
+    out = np.zeros((n, d_v))
+    for j in sorted(set(clusters)):
+        members = [i for i in range(n) if clusters[i] == j]
+        scores, A_c = _naive_centroid(q, k, members, scale)
+        T = sorted(range(m), key=lambda l: (-scores[l], l))[:top_k or 0]
+        m_hat = sum(A_c[l] for l in T)
+        for i in members:
+            weights = list(A_c)
+            if T:
+                s = {l: sum(q[i, c] * k[l, c] for c in range(d)) * scale for l in T}
+                top = max(s.values())
+                total = sum(math.exp(x - top) for x in s.values())
+                for l in T:
+                    weights[l] = m_hat * math.exp(s[l] - top) / total
+            for c in range(d_v):
+                out[i, c] = sum(weights[l] * v[l, c] for l in range(m))
+    return out
+
+
+def naive_improved_clustered(q, k, v, causal, top_k=2, **options):
+    """Improved clustered attention by loops (§3.3), top_k = 2 as the registry's apply."""
+    return naive_clustered(q, k, v, causal, top_k=top_k, **options)
+
+
+def _hash_draws(bits, clusters, through_origin=False, **fixed_options):
+    """Explicit hash planes (B, d + 1) and ``clusters`` initial queries (fewer if n is smaller), and the
+    ``fixed_options``."""
+    def options(rng, n, m, d, causal):
+        planes = rng.standard_normal((bits, d + 1))
+        if through_origin:
+            planes[:, -1] = 0.0
+        initial = rng.choice(n, size=min(clusters, n), replace=False)
+        return {"planes": planes, "initial": initial} | fixed_options
+
+    return options
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -624,6 +761,15 @@ def _sinkhorn_options(block_size=None, extra_columns=0, **fixed_options):
     return options
 
 
+def _informer_sample(r, visible=False):
+    """r keys per query, uniform with replacement; ``visible``: causal query i draws from j <= i only."""
+    def options(rng, n, m, d, causal):
+        high = [min(i + 1, m) if visible and causal else m for i in range(n)]
+        return {"sampled_keys": np.array([rng.integers(0, h, size=r) for h in high]).reshape(n, r)}
+
+    return options
+
+
 def _sortcut(rng, n, m, d, causal):
     """SortCut c = 2 (no causal form: the causal settings try one iteration instead)."""
     return _sinkhorn_options()(rng, n, m, d, causal) | ({"iterations": 1} if causal else {"sortcut": 2})
@@ -681,4 +827,18 @@ NAIVE: dict[str, NaiveCase] = {
     "sinkhorn": NaiveCase(naive_sinkhorn, (
         _sinkhorn_options(), _sinkhorn_options(block_size=2, extra_columns=2, iterations=3, temperature=1.0),
         _sortcut), lengths=(12,)),
+    # 8 bits leave some codes equal or equidistant: the ties of the K-means are exercised too.
+    "clustered": NaiveCase(naive_clustered, (
+        _hash_draws(8, 3), _hash_draws(63, 2, through_origin=True, iterations=3),
+        lambda rng, n, m, d, causal: {"assignment": rng.integers(0, 3, size=n), "scale": 0.7})),
+    "improved_clustered": NaiveCase(naive_improved_clustered, (
+        _hash_draws(8, 3), _hash_draws(63, 2, top_k=4),
+        lambda rng, n, m, d, causal: {"assignment": rng.integers(0, 3, size=n), "top_k": 1, "scale": 0.7})),
+    "informer": NaiveCase(naive_informer, (
+        _informer_sample(3),
+        lambda rng, n, m, d, causal: _informer_sample(2)(rng, n, m, d, causal) | {
+            "factor": 2, "counts": "official", "measure": "official", "lazy": "official"},
+        lambda rng, n, m, d, causal: _informer_sample(4, visible=True)(rng, n, m, d, causal) | {
+            "sample_from": "visible", "num_top": 3},
+        lambda rng, n, m, d, causal: _informer_sample(1)(rng, n, m, d, causal) | {"counts": "official-v1"})),
 }
