@@ -440,8 +440,9 @@ def sinkhorn_attention(
     The column sums of the balancing still run over the rows of *later*
     blocks, so the *choice* of the past blocks depends on later keys: future keys carry zero weight
     and future values never reach the output, but changing a later key changes earlier outputs (a
-    non-finite later key makes every sorted block NaN), and a decoder with a key/value cache does
-    not reproduce the full-sequence result. With many iterations causal balancing tends to the
+    non-finite later key makes every sorted block NaN, which is why the registry entry reports every
+    pair in ``allowed``: any key may reach any row), and a decoder with a key/value cache does not
+    reproduce the full-sequence result. With many iterations causal balancing tends to the
     fixed shift "block I takes block I − 1" (:func:`sinkhorn_normalize`).
 
     **Paper and code.** The keys' block summaries feed the sorting network (the Long Range Arena
