@@ -209,3 +209,38 @@ informer = registry.get("informer")
 full = informer.apply(q, k, v, num_top=n, sampled_keys=sample, return_weights=True)
 np.testing.assert_allclose(full.weights, softmax_weights(q, k, v), rtol=1e-12, atol=1e-12)
 assert not informer.future_independent
+
+# %% [markdown]
+# ## (h) How much softmax mass each keeps, on structured and unstructured input
+#
+# Each mechanism's effective matrix Ã beside exact softmax A, on self-attention input (q = k, as
+# Reformer requires) of n = 64 tokens: *structured* input is drawn around 4 directions, *unstructured*
+# input is Gaussian. The measure is the mass the two rows share, Σ_j min(Ã_ij, A_ij) averaged over the
+# rows (1 − the total-variation distance): 1 means exact softmax attention. Every mechanism runs with
+# its registry defaults and `rng=0`.
+
+# %%
+CONTENT = [r for r in registry.all() if r.content_selected or r.id in ("clustered", "informer")]
+n = 64
+inputs = {"structured": structured(n, directions=4, spread=0.2, seed=11),
+          "unstructured": tuple(np.random.default_rng(11).standard_normal((3, n, 8)))}
+inputs["unstructured"] = (inputs["unstructured"][0], inputs["unstructured"][0].copy(), inputs["unstructured"][2])
+shared = {}
+print(f"{'mechanism':<20}" + "".join(f"{name:>14}" for name in inputs))
+for record in CONTENT:
+    row = []
+    for name, (q, k, v) in inputs.items():
+        A = softmax_weights(q, k, v)
+        W = record.apply(q, k, v, rng=0, return_weights=True).weights.reshape(n, n)
+        shared[record.id, name] = float(np.mean(np.minimum(W, A).sum(axis=-1)))
+        row.append(shared[record.id, name])
+    print(f"{record.id:<20}" + "".join(f"{x:>14.3f}" for x in row))
+
+# %% [markdown]
+# > Content-based selection pays off where the content has structure: every mechanism shares more of
+# > softmax's mass on the clustered input than on Gaussian input, where no small set of pairs holds
+# > most of the mass.
+
+# %%
+for record in CONTENT:
+    assert shared[record.id, "structured"] > shared[record.id, "unstructured"], record.id
