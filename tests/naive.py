@@ -607,6 +607,32 @@ def _hash_draws(bits, clusters, through_origin=False, **fixed_options):
     return options
 
 
+# ------------------------------------------------------------------------------ compressed key/value memory (§4.3.2)
+
+
+def naive_linformer(q, k, v, causal, E, F=None, sharing="none"):
+    """Wang et al. Eq. (7) for one sequence, in the other order: the projected keys (E K)_r = Σ_j E_rj k_j, the
+    n × k softmax P̄_ir of q_i·(E K)_r/√d, then the effective weights W_ij = Σ_r P̄_ir F_rj and out_i = Σ_j W_ij v_j
+    (refattn computes P̄ (F V)). F = E when not given (key-value sharing); ``sharing`` changes nothing here."""
+    assert causal is False, "Linformer has no causal form"
+    F = E if F is None else F
+    n, d = q.shape
+    m, d_v = v.shape
+    r_count = len(E)
+    EK = [[sum(E[r][j] * k[j, c] for j in range(m)) for c in range(d)] for r in range(r_count)]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        s = [sum(q[i, c] * EK[r][c] for c in range(d)) / math.sqrt(d) for r in range(r_count)]
+        top = max(s)
+        e = [math.exp(x - top) for x in s]
+        P = [x / sum(e) for x in e]
+        for j in range(m):
+            w = sum(P[r] * F[r][j] for r in range(r_count))
+            for c in range(d_v):
+                out[i, c] += w * v[j, c]
+    return out
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -738,4 +764,8 @@ NAIVE: dict[str, NaiveCase] = {
         lambda rng, n, m, d, causal: _informer_sample(4, visible=True)(rng, n, m, d, causal) | {
             "sample_from": "visible", "num_top": 3},
         lambda rng, n, m, d, causal: _informer_sample(1)(rng, n, m, d, causal) | {"counts": "official-v1"})),
+    "linformer": NaiveCase(naive_linformer, (
+        lambda rng, n, m, d, causal: {"E": rng.standard_normal((3, m)) / math.sqrt(3),
+                                      "F": rng.standard_normal((3, m)) / math.sqrt(3)},
+        lambda rng, n, m, d, causal: {"E": rng.standard_normal((9, m)) / 3, "sharing": "kv"})),
 }

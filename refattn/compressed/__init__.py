@@ -16,6 +16,14 @@
     mean of the values (causal: the running mean). The official code's counts, measure and running
     sum are named options; its causal form's choice of queries looks at later tokens.
 
+- Compressed key/value memory (§4.3.2): the m keys and values are mixed into fewer rows, which all
+  n queries attend to; ``return_weights=True`` gives the attention times the mixing, an n × m
+  matrix W with out = W V whose rows need not sum to 1 nor be ≥ 0.
+
+  * :func:`linformer_attention` (Wang et al., 2020): projections E, F ∈ R^{k×m} along the
+    sequence (:func:`draw_projections`, with the paper's sharing between heads and layers); no
+    causal form.
+
 Conventions shared by the family's registry entries: every random draw (k-means initialisation,
 hash planes, sampled keys) is an option of ``apply``, drawn from ``rng`` when it is not given and
 returned with ``return_draws=True``; ``return_weights=True`` scatters the mechanism's effective
@@ -35,12 +43,15 @@ from .improved_clustered import RECORD as IMPROVED_CLUSTERED
 from .improved_clustered import improved_clustered_attention
 from .informer import RECORD as INFORMER
 from .informer import draw_sampled_keys, informer_attention, informer_counts, query_sparsity, top_queries
+from .linformer import RECORD as LINFORMER
+from .linformer import draw_projections, linformer_attention
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
     CLUSTERED,
     IMPROVED_CLUSTERED,
     INFORMER,
+    LINFORMER,
 )
 
 __all__ = [
@@ -48,12 +59,14 @@ __all__ = [
     "clustered_attention",
     "draw_hash_planes",
     "draw_initial_centroids",
+    "draw_projections",
     "draw_sampled_keys",
     "hamming_kmeans",
     "hash_queries",
     "improved_clustered_attention",
     "informer_attention",
     "informer_counts",
+    "linformer_attention",
     "query_centroids",
     "query_sparsity",
     "top_queries",
