@@ -20,6 +20,10 @@
   n queries attend to; ``return_weights=True`` gives the attention times the mixing, an n × m
   matrix W with out = W V whose rows need not sum to 1 nor be ≥ 0.
 
+  * :func:`memory_compressed_attention` (Liu et al., 2018): a strided convolution, kernel =
+    stride = c, over the keys and the values (:func:`compress_memory`; :class:`MemoryCompression`
+    holds its kernels); causal query i sees the blocks that end at or before i. The same paper's
+    local attention within blocks is :func:`blockwise_local_attention` (``mode="local"``).
   * :func:`linformer_attention` (Wang et al., 2020): projections E, F ∈ R^{k×m} along the
     sequence (:func:`draw_projections`, with the paper's sharing between heads and layers); no
     causal form.
@@ -45,18 +49,32 @@ from .informer import RECORD as INFORMER
 from .informer import draw_sampled_keys, informer_attention, informer_counts, query_sparsity, top_queries
 from .linformer import RECORD as LINFORMER
 from .linformer import draw_projections, linformer_attention
+from .mca import RECORD as MCA
+from .mca import (
+    MemoryCompression,
+    blockwise_local_attention,
+    compress_memory,
+    compression_matrix,
+    init_memory_compression,
+    memory_compressed_attention,
+)
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
     CLUSTERED,
     IMPROVED_CLUSTERED,
     INFORMER,
+    MCA,
     LINFORMER,
 )
 
 __all__ = [
+    "MemoryCompression",
+    "blockwise_local_attention",
     "cluster_queries",
     "clustered_attention",
+    "compress_memory",
+    "compression_matrix",
     "draw_hash_planes",
     "draw_initial_centroids",
     "draw_projections",
@@ -66,7 +84,9 @@ __all__ = [
     "improved_clustered_attention",
     "informer_attention",
     "informer_counts",
+    "init_memory_compression",
     "linformer_attention",
+    "memory_compressed_attention",
     "query_centroids",
     "query_sparsity",
     "top_queries",
