@@ -105,7 +105,7 @@ def test_official_draw_is_fairseqs_xavier_uniform_with_gain_one_over_root_two():
 
 
 def test_paper_draw_has_variance_one_over_k():
-    """N(0, 1/k) entries: the sample variance of 40 000 of them is 1/k within 3 % (a 4-sigma margin)."""
+    """N(0, 1/k) entries: the sample variance of 20 000 of them is 1/k within 3 % (three standard errors)."""
     E, _ = draw_projections(0, 1000, 20)
     assert abs(E.var() * 20 - 1.0) < 0.03
 

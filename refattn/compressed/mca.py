@@ -72,7 +72,7 @@ LOCAL_METHODS = {"equation": "equation", "blocked": "csr", "auto": "auto"}
 EQUATION_ARRAYS = 4              # arrays of the scores' size a causal chunk holds at its peak (as sdpa's rows)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MemoryCompression:
     r"""The kernels of the two strided convolutions, over the keys (W^K) and over the values (W^V).
 
@@ -604,7 +604,8 @@ def _local(q, k, v, *, block, causal, method, return_weights) -> AttentionResult
 def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, mode="compressed", factor=None, params=None,
            channels=None, memory="paper", remainder="drop", block=3, scale=None, method="auto"):
     """The registry's uniform apply: memory-compressed attention with c = 3 and scalar taps (so that the effective
-    matrix exists) unless given, the kernels from ``rng`` unless given; ``mode="local"``: blocks of b = 3."""
+    matrix exists) unless given, the kernels from ``rng`` unless given; ``mode="local"``: blocks of b = 3 (the
+    compression's options are not used, and ``params`` comes back as given)."""
     check_choice("mode", mode, MODES)
     if mode == "local":
         if scale is not None:
