@@ -1,15 +1,16 @@
 """``python -m refattn bench content``: Routing and Reformer cost as n doubles, through the registry's ``apply``.
 
 For each content-based mechanism at n = 4096 … 65536 (one head, d = 64), it prints the time of
-the registry's ``apply`` (default method: the pairs chosen from the content, then the CSR
-kernel), the number of pairs it computed, the peak memory of the call (NumPy allocations,
-tracemalloc) and t(n)/t(n/2), beside the ratios that linear (2), n log n (2·log n / log(n/2)),
-n^1.5 (2.83) and quadratic (4) growth would give. Targets (issue 12): the growth of each is
-stated from its measured ratios, and peak memory at n = 65536 stays under 1 GiB.
+the registry's ``apply`` with its defaults (the pairs chosen from the content, then the CSR
+kernel), the peak memory of the call (NumPy allocations, tracemalloc) and t(n)/t(n/2), beside the
+ratios that n log n (2·log n / log(n/2)), n^1.5 (2.83) and quadratic (4) growth would give.
+Targets (issue 12): the growth of each is stated from its measured ratios, and peak memory at
+n = 65536 stays under 1 GiB.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 
 import numpy as np
@@ -20,11 +21,12 @@ from ._measure import best_time, check_memory, mib, peak_memory
 
 __all__ = ["CASES", "add_arguments", "check_arguments", "run"]
 
-#: name -> (registry id, options of apply at length n, how its cost grows, why)
+#: name -> (registry id, options of apply at length n, how its cost grows)
 CASES = {
-    "routing": ("routing", lambda n: {"num_clusters": max(1, round(math.sqrt(n)))}, 1.5,
-                "k = √n clusters (the paper's choice): n·k·d to assign, n²/k·d to attend → n^1.5"),
-    "reformer_lsh": ("reformer_lsh", lambda n: {}, None,
+    "routing": ("routing", lambda n: {},
+                "k = ⌈√n⌉ clusters (apply's default, the paper's k = √n): n·k·d to route, about n²/k·d to attend, "
+                "so n^1.5"),
+    "reformer_lsh": ("reformer_lsh", lambda n: {},
                      "hashing n·b·d, sorting n log n, chunks n·c·d"),
 }
 
@@ -48,26 +50,23 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark, print the table and the targets; return 0, or 1 if a target is missed."""
     rng = np.random.default_rng(0)
-    d = args.d
-    print(f"{'mechanism':<14}{'n':>7}{'pairs':>13}{'apply s':>9}{'peak MiB':>10}{'t(n)/t(n/2)':>12}"
-          f"{'n log n':>9}{'n^1.5':>7}{'n^2':>6}")
+    print(f"{'mechanism':<14}{'n':>7}{'apply s':>9}{'peak MiB':>10}{'t(n)/t(n/2)':>12}   growth per doubling: "
+          "n log n, n^1.5, n^2")
     ok = True
     for name in args.only or CASES:
-        mech_id, options, _, why = CASES[name]
+        mech_id, options, why = CASES[name]
         record = registry.get(mech_id)
-        small = rng.standard_normal((3, 64, d))
-        _call(record, *small, options(64))                         # compile the kernels (or load the cache)
+        _call(record, *rng.standard_normal((3, 64, args.d)), options(64))   # compile (or load) the kernels
         previous, peaks = None, {}
         for n in args.sizes:
-            q, k, v = rng.standard_normal((3, n, d))
-            result, peaks[n] = peak_memory(lambda q=q, k=k, v=v, n=n: _call(record, q, k, v, options(n)))
-            seconds = best_time(lambda q=q, k=k, v=v, n=n: _call(record, q, k, v, options(n)), args.repeat)
-            pairs = result if result is not None else "—"
-            ratio = f"{seconds / previous[1]:.2f}" if previous else "—"
-            nlogn = f"{2 * math.log(n) / math.log(n / 2):.2f}" if previous else "—"
-            print(f"{name:<14}{n:>7}{pairs:>13}{seconds:>9.3f}{mib(peaks[n]):>10}{ratio:>12}{nlogn:>9}"
-                  f"{'2.83' if previous else '—':>7}{'4' if previous else '—':>6}", flush=True)
-            previous = (n, seconds)
+            q, k, v = rng.standard_normal((3, n, args.d))
+            call = functools.partial(_call, record, q, k, v, options(n))
+            _, peaks[n] = peak_memory(call)
+            seconds = best_time(call, args.repeat)
+            growth = (f"{seconds / previous:>12.2f}   {2 * math.log(n) / math.log(n / 2):.2f}, 2.83, 4"
+                      if previous else f"{'—':>12}")
+            print(f"{name:<14}{n:>7}{seconds:>9.3f}{mib(peaks[n]):>10}{growth}", flush=True)
+            previous = seconds
         print(f"  {name}: {why}")
         if 65536 in peaks:
             ok &= peaks[65536] < 2**30
@@ -76,9 +75,6 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _call(record, q, k, v, options):
-    """The registry's apply (k = q for shared-QK attention); the number of pairs it computed, where it reports it."""
-    if record.shared_qk:
-        k = q
-    record.apply(q, k, v, rng=0, **options)
-    return None
+def _call(record, q, k, v, options) -> None:
+    """The registry's apply, default method, draws from a fixed seed (k = q for shared-QK attention)."""
+    record.apply(q, q if record.shared_qk else k, v, rng=0, **options)
