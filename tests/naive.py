@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from refattn import MultiHeadParams
+from refattn.compressed import MemoryCompression
 from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
@@ -755,6 +756,79 @@ def _hash_draws(bits, clusters, through_origin=False, **fixed_options):
     return options
 
 
+# ------------------------------------------------------------------------------ compressed key/value memory (§4.3.2)
+
+
+def naive_linformer(q, k, v, causal, E, F=None, sharing="none"):
+    """Wang et al. Eq. (7) for one sequence, in the other order: the projected keys (E K)_r = Σ_j E_rj k_j, the
+    n × k softmax P̄_ir of q_i·(E K)_r/√d, then the effective weights W_ij = Σ_r P̄_ir F_rj and out_i = Σ_j W_ij v_j
+    (refattn computes P̄ (F V)). F = E when not given (key-value sharing); ``sharing`` changes nothing here."""
+    assert causal is False, "Linformer has no causal form"
+    F = E if F is None else F
+    n, d = q.shape
+    m, d_v = v.shape
+    r_count = len(E)
+    EK = [[sum(E[r][j] * k[j, c] for j in range(m)) for c in range(d)] for r in range(r_count)]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        s = [sum(q[i, c] * EK[r][c] for c in range(d)) / math.sqrt(d) for r in range(r_count)]
+        top = max(s)
+        e = [math.exp(x - top) for x in s]
+        P = [x / sum(e) for x in e]
+        for j in range(m):
+            w = sum(P[r] * F[r][j] for r in range(r_count))
+            for c in range(d_v):
+                out[i, c] += w * v[j, c]
+    return out
+
+
+def naive_mca(q, k, v, causal, params=None, memory="paper", remainder="drop", mode="compressed", block=3):
+    """Liu et al. §4.2.3 for one sequence by loops. Compressed: block r holds the positions rc + t − p (t < c, p the
+    zeros before position 0 with remainder "pad", else 0, and the last m mod c positions in no block with "drop");
+    its key is Σ_t k_{rc+t−p} W_t (a d × d tap, or a scalar tap times k); query i at position p_i (i, or i + m − n
+    bottom-right) attends to the blocks whose last position is ≤ p_i ("paper") or < p_i after the first token,
+    seen from p_i ≥ 0 ("tensor2tensor"), to all when not causal; none: a zero row. Local: the keys of p_i's block of
+    ``block`` tokens (causal: j ≤ p_i)."""
+    n, d = q.shape
+    m, d_v = v.shape
+    delta = m - n if causal == "bottom-right" else 0
+    out = np.zeros((n, d_v))
+    if mode == "local":
+        for i in range(n):
+            pos = i + delta
+            keys = [j for j in range(m) if j // block == pos // block and (not causal or j <= pos)]
+            if keys:
+                allowed = np.array([[j in keys for j in range(m)]])
+                out[i] = naive_sdpa(q[i:i + 1], k, v, allowed=allowed)[0][0]
+        return out
+    c = len(params.w_k)
+    pad = (-m) % c if remainder == "pad" else 0
+    items = []                                                     # (key, value, last position, seen strictly)
+    if memory == "tensor2tensor" and m:
+        items.append((list(k[0]), list(v[0]), 0, False))
+    for r in range((m + pad) // c):
+        tokens = [(t, r * c + t - pad) for t in range(c) if r * c + t - pad >= 0]
+
+        def conv(x, w, width, tokens=tokens):
+            if w.ndim == 1:
+                return [sum(w[t] * x[j, o] for t, j in tokens) for o in range(width)]
+            return [sum(x[j, a] * w[t, a, o] for t, j in tokens for a in range(width)) for o in range(width)]
+
+        items.append((conv(k, params.w_k, d), conv(v, params.w_v, d_v), r * c + c - 1 - pad, memory != "paper"))
+    for i in range(n):
+        pos = i + delta
+        seen = [it for it in items if not causal or (it[2] < pos if it[3] else it[2] <= pos)]
+        if not seen:
+            continue
+        s = [sum(q[i, a] * key[a] for a in range(d)) / math.sqrt(d) for key, _, _, _ in seen]
+        top = max(s)
+        e = [math.exp(x - top) for x in s]
+        for (_, value, _, _), x in zip(seen, e, strict=True):
+            for o in range(d_v):
+                out[i, o] += x / sum(e) * value[o]
+    return out
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -914,4 +988,16 @@ NAIVE: dict[str, NaiveCase] = {
         lambda rng, n, m, d, causal: _informer_sample(4, visible=True)(rng, n, m, d, causal) | {
             "sample_from": "visible", "num_top": 3},
         lambda rng, n, m, d, causal: _informer_sample(1)(rng, n, m, d, causal) | {"counts": "official-v1"})),
+    "mca": NaiveCase(naive_mca, (
+        lambda rng, n, m, d, causal: {"params": MemoryCompression(rng.standard_normal(3), rng.standard_normal(3))},
+        lambda rng, n, m, d, causal: {"params": MemoryCompression(rng.standard_normal(2), rng.standard_normal(2)),
+                                      "memory": "tensor2tensor"},
+        lambda rng, n, m, d, causal: {"params": MemoryCompression(rng.standard_normal((2, d, d)) / 2,
+                                                                  rng.standard_normal((2, 3, 3)) / 2),
+                                      "remainder": "pad"},
+        fixed(mode="local", block=2))),
+    "linformer": NaiveCase(naive_linformer, (
+        lambda rng, n, m, d, causal: {"E": rng.standard_normal((3, m)) / math.sqrt(3),
+                                      "F": rng.standard_normal((3, m)) / math.sqrt(3)},
+        lambda rng, n, m, d, causal: {"E": rng.standard_normal((9, m)) / 3, "sharing": "kv"})),
 }

@@ -16,6 +16,18 @@
     mean of the values (causal: the running mean). The official code's counts, measure and running
     sum are named options; its causal form's choice of queries looks at later tokens.
 
+- Compressed key/value memory (§4.3.2): the m keys and values are mixed into fewer rows, which all
+  n queries attend to; ``return_weights=True`` gives the attention times the mixing, an n × m
+  matrix W with out = W V whose rows need not sum to 1 nor be ≥ 0.
+
+  * :func:`memory_compressed_attention` (Liu et al., 2018): a strided convolution, kernel =
+    stride = c, over the keys and the values (:func:`compress_memory`; :class:`MemoryCompression`
+    holds its kernels); causal query i sees the blocks that end at or before i. The same paper's
+    local attention within blocks is :func:`blockwise_local_attention` (``mode="local"``).
+  * :func:`linformer_attention` (Wang et al., 2020): projections E, F ∈ R^{k×m} along the
+    sequence (:func:`draw_projections`, with the paper's sharing between heads and layers); no
+    causal form.
+
 Conventions shared by the family's registry entries: every random draw (k-means initialisation,
 hash planes, sampled keys) is an option of ``apply``, drawn from ``rng`` when it is not given and
 returned with ``return_draws=True``; ``return_weights=True`` scatters the mechanism's effective
@@ -35,25 +47,46 @@ from .improved_clustered import RECORD as IMPROVED_CLUSTERED
 from .improved_clustered import improved_clustered_attention
 from .informer import RECORD as INFORMER
 from .informer import draw_sampled_keys, informer_attention, informer_counts, query_sparsity, top_queries
+from .linformer import RECORD as LINFORMER
+from .linformer import draw_projections, linformer_attention
+from .mca import RECORD as MCA
+from .mca import (
+    MemoryCompression,
+    blockwise_local_attention,
+    compress_memory,
+    compression_matrix,
+    init_memory_compression,
+    memory_compressed_attention,
+)
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
     CLUSTERED,
     IMPROVED_CLUSTERED,
     INFORMER,
+    MCA,
+    LINFORMER,
 )
 
 __all__ = [
+    "MemoryCompression",
+    "blockwise_local_attention",
     "cluster_queries",
     "clustered_attention",
+    "compress_memory",
+    "compression_matrix",
     "draw_hash_planes",
     "draw_initial_centroids",
+    "draw_projections",
     "draw_sampled_keys",
     "hamming_kmeans",
     "hash_queries",
     "improved_clustered_attention",
     "informer_attention",
     "informer_counts",
+    "init_memory_compression",
+    "linformer_attention",
+    "memory_compressed_attention",
     "query_centroids",
     "query_sparsity",
     "top_queries",
