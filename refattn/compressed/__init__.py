@@ -16,6 +16,16 @@
     mean of the values (causal: the running mean). The official code's counts, measure and running
     sum are named options; its causal form's choice of queries looks at later tokens.
 
+- Compressed memory (§4.3.2), learned extra tokens: a few learned query vectors attend the
+  sequence, and the sequence attends what they gathered.
+
+  * :func:`induced_attention` (Lee et al., 2019, Set Transformer): ISAB's attention path, ℓ
+    inducing points attend the keys and the queries attend the ℓ mixtures; :func:`mab`,
+    :func:`sab`, :func:`isab` and :func:`pma` are the paper's blocks, with the official code's
+    departures as options. No causal form (sets have no order).
+  * :func:`luna_attention` (Ma et al., 2021, Luna): pack and unpack, l pack tokens P in place of
+    the inducing points; its causal form packs by running means of a softplus activation.
+
 Conventions shared by the family's registry entries: every random draw (k-means initialisation,
 hash planes, sampled keys) is an option of ``apply``, drawn from ``rng`` when it is not given and
 returned with ``return_draws=True``; ``return_weights=True`` scatters the mechanism's effective
@@ -35,26 +45,63 @@ from .improved_clustered import RECORD as IMPROVED_CLUSTERED
 from .improved_clustered import improved_clustered_attention
 from .informer import RECORD as INFORMER
 from .informer import draw_sampled_keys, informer_attention, informer_counts, query_sparsity, top_queries
+from .luna import RECORD as LUNA
+from .luna import draw_pack, luna_attention, luna_maps, pack_activation
+from .set_transformer import RECORD as SET_TRANSFORMER
+from .set_transformer import (
+    ISABParams,
+    MABParams,
+    PMAParams,
+    draw_inducing_points,
+    induced_attention,
+    induced_maps,
+    init_isab,
+    init_mab,
+    init_pma,
+    isab,
+    mab,
+    pma,
+    sab,
+)
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
     CLUSTERED,
     IMPROVED_CLUSTERED,
     INFORMER,
+    SET_TRANSFORMER,
+    LUNA,
 )
 
 __all__ = [
+    "ISABParams",
+    "MABParams",
+    "PMAParams",
     "cluster_queries",
     "clustered_attention",
     "draw_hash_planes",
+    "draw_inducing_points",
     "draw_initial_centroids",
+    "draw_pack",
     "draw_sampled_keys",
     "hamming_kmeans",
     "hash_queries",
     "improved_clustered_attention",
+    "induced_attention",
+    "induced_maps",
     "informer_attention",
     "informer_counts",
+    "init_isab",
+    "init_mab",
+    "init_pma",
+    "isab",
+    "luna_attention",
+    "luna_maps",
+    "mab",
+    "pack_activation",
+    "pma",
     "query_centroids",
     "query_sparsity",
+    "sab",
     "top_queries",
 ]
