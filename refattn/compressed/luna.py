@@ -41,7 +41,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, broadcast_batch, causal_alignment, check_bool, check_fits, check_positive_int
+from ..common import (
+    as_rng,
+    broadcast_batch,
+    causal_alignment,
+    check_bool,
+    check_fits,
+    check_non_negative_int,
+    check_positive_int,
+)
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
 from .set_transformer import check_induced, induced_path
@@ -76,9 +84,7 @@ def draw_pack(rng, pack_length: int, d: int) -> NDArray:
     (4, 8)
     """
     rng = as_rng(rng)
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
-        raise ValueError(f"d must be a non-negative int, got {d!r}")
-    return rng.standard_normal((check_positive_int("pack_length", pack_length), int(d)))
+    return rng.standard_normal((check_positive_int("pack_length", pack_length), check_non_negative_int("d", d)))
 
 
 def pack_activation(x: ArrayLike) -> NDArray:

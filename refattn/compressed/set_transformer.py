@@ -48,6 +48,7 @@ from ..common import (
     check_bool,
     check_choice,
     check_fits,
+    check_non_negative_int,
     check_positive_int,
     check_qkv,
     check_scale,
@@ -108,13 +109,7 @@ def draw_inducing_points(rng, num_inducing: int, d: int) -> NDArray:
     (4, 8)
     """
     rng = as_rng(rng)
-    return rng.standard_normal((check_positive_int("num_inducing", num_inducing), _width(d)))
-
-
-def _width(d) -> int:
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
-        raise ValueError(f"d must be a non-negative int, got {d!r}")
-    return int(d)
+    return rng.standard_normal((check_positive_int("num_inducing", num_inducing), check_non_negative_int("d", d)))
 
 
 def induced_maps(q: ArrayLike, k: ArrayLike, inducing: ArrayLike, *, inducing_keys: ArrayLike | None = None,
