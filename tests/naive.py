@@ -826,6 +826,71 @@ def naive_mca(q, k, v, causal, params=None, memory="paper", remainder="drop", mo
         for (_, value, _, _), x in zip(seen, e, strict=True):
             for o in range(d_v):
                 out[i, o] += x / sum(e) * value[o]
+# ------------------------------------------------------------------ learned extra tokens (Set Transformer, Luna)
+
+
+def naive_induced(q, k, v, inducing, scale=None):
+    """Inducing-point attention by loops: H_a = Σ_j softmax_j(s I_a·k_j) (k_j, v_j), then out_i = Σ_a softmax_a(s q_i·
+    H_K,a) H_V,a (Set Transformer's ISAB path; Luna's non-causal pack and unpack)."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    H_K, H_V = [], []
+    for a in range(len(inducing)):                                 # each inducing point attends every key
+        w = _softmax_list([scale * sum(inducing[a, c] * k[j, c] for c in range(d)) for j in range(m)])
+        H_K.append([sum(w[j] * k[j, c] for j in range(m)) for c in range(d)])
+        H_V.append([sum(w[j] * v[j, c] for j in range(m)) for c in range(d_v)])
+    out = np.zeros((n, d_v))
+    for i in range(n):                                             # each query attends the ℓ memory slots
+        w = _softmax_list([scale * sum(q[i, c] * H_K[a][c] for c in range(d)) for a in range(len(inducing))])
+        for c in range(d_v):
+            out[i, c] = sum(w[a] * H_V[a][c] for a in range(len(inducing)))
+    return out
+
+
+def _softmax_list(scores):
+    """e^{s_j − max} / Σ e^{s − max} over a Python list; an empty list gives an empty list."""
+    if not scores:
+        return []
+    top = max(scores)
+    e = [math.exp(s - top) for s in scores]
+    total = sum(e)
+    return [x / total for x in e]
+
+
+def naive_set_transformer(q, k, v, causal, inducing, scale=None, num_inducing=None):
+    """Set Transformer's inducing-point attention (§3.1, ISAB's two attentions), by loops; no causal form."""
+    assert causal is False, "a set has no order"
+    return naive_induced(q, k, v, inducing, scale)
+
+
+def _softplus_ln2(x):
+    """ln(1 + e^{x ln 2}) / ln 2, written as max(y, 0) + ln(1 + e^{−|y|}) with y = x ln 2."""
+    y = x * math.log(2.0)
+    return (max(y, 0.0) + math.log1p(math.exp(-abs(y)))) / math.log(2.0)
+
+
+def naive_luna(q, k, v, causal, pack, scale=None, pack_length=None):
+    """Luna by loops: non-causal, the pack and unpack attentions; causal, for each position t the packed keys and
+    values (1/(t+1)) Σ_{j≤t} softplus_{ln 2}(s k_j·P_l) (k_j, v_j), then the query's softmax over the l tokens."""
+    if causal is False:
+        return naive_induced(q, k, v, pack, scale)
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    delta = m - n if causal == "bottom-right" else 0
+    F = [[_softplus_ln2(scale * sum(k[j, c] * pack[a, c] for c in range(d))) for a in range(len(pack))]
+         for j in range(m)]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        seen = min(i + delta + 1, m)                               # keys j <= t
+        if seen <= 0:
+            continue                                               # before every key: a zero row
+        P_K = [[sum(F[j][a] * k[j, c] for j in range(seen)) / seen for c in range(d)] for a in range(len(pack))]
+        P_V = [[sum(F[j][a] * v[j, c] for j in range(seen)) / seen for c in range(d_v)] for a in range(len(pack))]
+        w = _softmax_list([scale * sum(q[i, c] * P_K[a][c] for c in range(d)) for a in range(len(pack))])
+        for c in range(d_v):
+            out[i, c] = sum(w[a] * P_V[a][c] for a in range(len(pack)))
     return out
 
 
@@ -1000,4 +1065,12 @@ NAIVE: dict[str, NaiveCase] = {
         lambda rng, n, m, d, causal: {"E": rng.standard_normal((3, m)) / math.sqrt(3),
                                       "F": rng.standard_normal((3, m)) / math.sqrt(3)},
         lambda rng, n, m, d, causal: {"E": rng.standard_normal((9, m)) / 3, "sharing": "kv"})),
+    "set_transformer": NaiveCase(naive_set_transformer, (
+        lambda rng, n, m, d, causal: {"inducing": rng.standard_normal((3, d))},
+        lambda rng, n, m, d, causal: {"inducing": rng.standard_normal((1, d)), "num_inducing": 1},
+        lambda rng, n, m, d, causal: {"inducing": 2.0 * rng.standard_normal((9, d)), "scale": 0.7})),
+    "luna": NaiveCase(naive_luna, (
+        lambda rng, n, m, d, causal: {"pack": rng.standard_normal((3, d))},
+        lambda rng, n, m, d, causal: {"pack": rng.standard_normal((1, d)), "pack_length": 1},
+        lambda rng, n, m, d, causal: {"pack": 2.0 * rng.standard_normal((9, d)), "scale": 0.7})),
 }

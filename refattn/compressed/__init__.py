@@ -27,6 +27,12 @@
   * :func:`linformer_attention` (Wang et al., 2020): projections E, F ∈ R^{k×m} along the
     sequence (:func:`draw_projections`, with the paper's sharing between heads and layers); no
     causal form.
+  * :func:`induced_attention` (Lee et al., 2019, Set Transformer): ISAB's attention path, ℓ
+    inducing points attend the keys and the queries attend the ℓ mixtures; :func:`mab`,
+    :func:`sab`, :func:`isab` and :func:`pma` are the paper's blocks, with the official code's
+    departures as options. No causal form (sets have no order).
+  * :func:`luna_attention` (Ma et al., 2021, Luna): pack and unpack, l pack tokens P in place of
+    the inducing points; its causal form packs by running means of a softplus activation.
 
 Conventions shared by the family's registry entries: every random draw (k-means initialisation,
 hash planes, sampled keys) is an option of ``apply``, drawn from ``rng`` when it is not given and
@@ -49,6 +55,8 @@ from .informer import RECORD as INFORMER
 from .informer import draw_sampled_keys, informer_attention, informer_counts, query_sparsity, top_queries
 from .linformer import RECORD as LINFORMER
 from .linformer import draw_projections, linformer_attention
+from .luna import RECORD as LUNA
+from .luna import draw_pack, luna_attention, luna_maps, pack_activation
 from .mca import RECORD as MCA
 from .mca import (
     MemoryCompression,
@@ -58,6 +66,22 @@ from .mca import (
     init_memory_compression,
     memory_compressed_attention,
 )
+from .set_transformer import RECORD as SET_TRANSFORMER
+from .set_transformer import (
+    ISABParams,
+    MABParams,
+    PMAParams,
+    draw_inducing_points,
+    induced_attention,
+    induced_maps,
+    init_isab,
+    init_mab,
+    init_pma,
+    isab,
+    mab,
+    pma,
+    sab,
+)
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
@@ -65,29 +89,48 @@ RECORDS = (
     IMPROVED_CLUSTERED,
     INFORMER,
     MCA,
+    SET_TRANSFORMER,
+    LUNA,
     LINFORMER,
 )
 
 __all__ = [
+    "ISABParams",
+    "MABParams",
     "MemoryCompression",
+    "PMAParams",
     "blockwise_local_attention",
     "cluster_queries",
     "clustered_attention",
     "compress_memory",
     "compression_matrix",
     "draw_hash_planes",
+    "draw_inducing_points",
     "draw_initial_centroids",
+    "draw_pack",
     "draw_projections",
     "draw_sampled_keys",
     "hamming_kmeans",
     "hash_queries",
     "improved_clustered_attention",
+    "induced_attention",
+    "induced_maps",
     "informer_attention",
     "informer_counts",
+    "init_isab",
+    "init_mab",
     "init_memory_compression",
+    "init_pma",
+    "isab",
     "linformer_attention",
+    "luna_attention",
+    "luna_maps",
+    "mab",
     "memory_compressed_attention",
+    "pack_activation",
+    "pma",
     "query_centroids",
     "query_sparsity",
+    "sab",
     "top_queries",
 ]
