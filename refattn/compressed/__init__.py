@@ -16,6 +16,13 @@
     mean of the values (causal: the running mean). The official code's counts, measure and running
     sum are named options; its causal form's choice of queries looks at later tokens.
 
+- Compressed key/value memory (§4.3.2): the keys and values are pooled, projected or summarised into
+  fewer rows before the queries attend.
+
+  * :func:`poolingformer_attention` (Zhang et al., 2021): a sliding window (first level), then
+    attention over the first level's outputs pooled in segments of a larger window (second level),
+    added by a residual connection; its effective matrix is (I + A₂ P) A₁. No causal form.
+
 Conventions shared by the family's registry entries: every random draw (k-means initialisation,
 hash planes, sampled keys) is an option of ``apply``, drawn from ``rng`` when it is not given and
 returned with ``return_draws=True``; ``return_weights=True`` scatters the mechanism's effective
@@ -35,15 +42,25 @@ from .improved_clustered import RECORD as IMPROVED_CLUSTERED
 from .improved_clustered import improved_clustered_attention
 from .informer import RECORD as INFORMER
 from .informer import draw_sampled_keys, informer_attention, informer_counts, query_sparsity, top_queries
+from .poolingformer import RECORD as POOLINGFORMER
+from .poolingformer import (
+    PoolingformerParams,
+    init_poolingformer,
+    pooling_matrix,
+    pooling_pattern,
+    poolingformer_attention,
+)
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
     CLUSTERED,
     IMPROVED_CLUSTERED,
     INFORMER,
+    POOLINGFORMER,
 )
 
 __all__ = [
+    "PoolingformerParams",
     "cluster_queries",
     "clustered_attention",
     "draw_hash_planes",
@@ -54,6 +71,10 @@ __all__ = [
     "improved_clustered_attention",
     "informer_attention",
     "informer_counts",
+    "init_poolingformer",
+    "pooling_matrix",
+    "pooling_pattern",
+    "poolingformer_attention",
     "query_centroids",
     "query_sparsity",
     "top_queries",
