@@ -429,14 +429,15 @@ def _levels(q, k, v, params, first, second, pooling, residual, scale, *, method,
     if weights:
         y, A1 = y
         np.copyto(A1, 0.0, where=~first.to_mask())                 # exact zeros off the band (a NaN row too)
-    q2 = y @ params.w_q                                            # (..., n, d_k)      q̃_i = y_i W_Q
-    if pooling == "max":
-        v2 = _max_pool(y, kappa)                                   # (..., C, d_v)      ṽ_s = max_l y_l
-        k2 = _max_pool(y @ params.w_k, kappa)                      # (..., C, d_k)      k̃_s = max_l (y_l W_K)
-    else:
-        delta = _pool_weights(y, kappa, pooling, params.w_kernel)  # (..., C, κ)        δ_s
-        v2 = _pool(y, delta)                                       # (..., C, d_v)      ṽ_s = ỹ_s = Σ_l δ_l y_l
-        k2 = v2 @ params.w_k                                       # (..., C, d_k)      k̃_s = ỹ_s W_K
+    with np.errstate(invalid="ignore", over="ignore"):             # Inf in a row: NaN in that row only
+        q2 = y @ params.w_q                                        # (..., n, d_k)      q̃_i = y_i W_Q
+        if pooling == "max":
+            v2 = _max_pool(y, kappa)                               # (..., C, d_v)      ṽ_s = max_l y_l
+            k2 = _max_pool(y @ params.w_k, kappa)                  # (..., C, d_k)      k̃_s = max_l (y_l W_K)
+        else:
+            delta = _pool_weights(y, kappa, pooling, params.w_kernel)   # (..., C, κ)   δ_s
+            v2 = _pool(y, delta)                                   # (..., C, d_v)      ṽ_s = ỹ_s = Σ_l δ_l y_l
+            k2 = v2 @ params.w_k                                   # (..., C, d_k)      k̃_s = ỹ_s W_K
     z = sparse_attention(q2, k2, v2, second, scale=scale, method=method, return_weights=weights)  # (..., n, d_v)
     if weights:
         z, A2 = z
