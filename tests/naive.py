@@ -19,6 +19,7 @@ import numpy as np
 
 from refattn import MultiHeadParams
 from refattn.compressed import PoolingformerParams
+from refattn.lowrank import LowRankBandParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
 
@@ -839,6 +840,15 @@ def _pooling_params(kernel_size, **fixed_options):
     return options
 
 
+def _lowrank_params(rank, **fixed_options):
+    """The low-rank module's projections W_q, W_k (d × rank) drawn at random, and the setting's other options."""
+    def options(rng, n, m, d, causal):
+        return {"params": LowRankBandParams(rng.standard_normal((d, rank)), rng.standard_normal((d, rank)))} | \
+            fixed_options
+
+    return options
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -908,4 +918,7 @@ NAIVE: dict[str, NaiveCase] = {
         _pooling_params(2, pooling="mean", residual=False, window=0, pool_window=2, stride=1),
         _pooling_params(2, pooling="max", window=2, pool_window=4, stride=3),
         _pooling_params(4, pool_window=4, stride=2, scale=0.7)), value_width_d=True),
+    "lowrank_band": NaiveCase(naive_lowrank_band, (
+        _lowrank_params(2), _lowrank_params(1, alpha=0.2, window=2), _lowrank_params(3, alpha=1.0, scale=0.7),
+        _lowrank_params(2, alpha=0.0, window=0, scale=0.6))),
 }
