@@ -19,6 +19,8 @@ import numpy as np
 
 from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression
+from refattn.compressed import PoolingformerParams
+from refattn.lowrank import LowRankBandParams
 from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
@@ -891,6 +893,83 @@ def naive_luna(q, k, v, causal, pack, scale=None, pack_length=None):
         w = _softmax_list([scale * sum(q[i, c] * P_K[a][c] for c in range(d)) for a in range(len(pack))])
         for c in range(d_v):
             out[i, c] = sum(w[a] * P_V[a][c] for a in range(len(pack)))
+# ------------------------------------------------------------------------ compressed memory, low rank (§4.3.2, §4.4)
+
+
+def naive_softmax(scores):
+    """{key: weight} from {key: score}, max-shifted, by math.exp ({} for no key)."""
+    if not scores:
+        return {}
+    top = max(scores.values())
+    total = sum(math.exp(s - top) for s in scores.values())
+    return {j: math.exp(s - top) / total for j, s in scores.items()}
+
+
+def naive_poolingformer(q, k, v, causal, params, window=1, pool_window=3, kernel_size=3, stride=2, pooling="conv",
+                        residual=True, scale=None):
+    """Zhang et al. 2021 for one sequence by loops. First level: y_i = Σ softmax(q_i·k_j/√d) v_j over |i − j| ≤ w₁
+    (no key: y_i = 0). Second level, query by query: its window [i − w₂, i + w₂] cut into the segments
+    s = i − w₂ + tξ (t while s + κ − 1 ≤ i + w₂) of κ positions, those in [0, n) kept; each segment pooled: the mean,
+    the channel max (keys: the max of y_l W_K), or LDConv (weights softmax over the segment of ȳ·W_δ[:, l − s], ȳ its
+    mean); z_i = Σ softmax((y_i W_Q)·(ỹ W_K)/√d) ỹ over the segments; out_i = y_i + z_i (z_i without residual)."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    w_q, w_k, w_kernel = params.w_q, params.w_k, params.w_kernel
+    y = [[0.0] * d_v for _ in range(n)]
+    for i in range(n):
+        a = naive_softmax({j: sum(q[i, c] * k[j, c] for c in range(d)) * scale
+                           for j in range(m) if abs(i - j) <= window})
+        for j, weight in a.items():
+            for c in range(d_v):
+                y[i][c] += weight * v[j, c]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        q2 = [sum(y[i][a] * w_q[a, c] for a in range(d_v)) for c in range(d)]
+        keys, values = [], []
+        s = i - pool_window
+        while s + kernel_size - 1 <= i + pool_window:
+            S = [l for l in range(s, s + kernel_size) if 0 <= l < n]
+            if S and pooling == "max":
+                values.append([max(y[l][c] for l in S) for c in range(d_v)])
+                keys.append([max(sum(y[l][a] * w_k[a, c] for a in range(d_v)) for l in S) for c in range(d)])
+            elif S:
+                if pooling == "mean":
+                    delta = {l: 1.0 / len(S) for l in S}
+                else:
+                    mean = [sum(y[l][a] for l in S) / len(S) for a in range(d_v)]
+                    delta = naive_softmax({l: sum(mean[a] * w_kernel[a, l - s] for a in range(d_v)) for l in S})
+                pooled = [sum(delta[l] * y[l][c] for l in S) for c in range(d_v)]
+                values.append(pooled)
+                keys.append([sum(pooled[a] * w_k[a, c] for a in range(d_v)) for c in range(d)])
+            s += stride
+        b = naive_softmax({t: sum(q2[c] * key[c] for c in range(d)) * scale for t, key in enumerate(keys)})
+        for c in range(d_v):
+            z = sum(weight * values[t][c] for t, weight in b.items())
+            out[i, c] = y[i][c] + z if residual else z
+    return out
+
+
+def naive_lowrank_band(q, k, v, causal, params, alpha=0.5, window=1, scale=None):
+    """Guo et al. 2019 for one sequence by loops: the low-rank module softmaxes (q_i W_q)·(k_j W_k)/√D_k over every
+    key, the band module q_i·k_j/√d over |p − j| ≤ w (p = i, or i + m − n bottom-right), both under j ≤ p when
+    causal; out_i = α Σ_j a_ij v_j + (1 − α) Σ_j b_ij v_j."""
+    n, d = q.shape
+    m, d_v = v.shape
+    rank = params.w_q.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qr = [[sum(q[i, a] * params.w_q[a, c] for a in range(d)) for c in range(rank)] for i in range(n)]
+    kr = [[sum(k[j, a] * params.w_k[a, c] for a in range(d)) for c in range(rank)] for j in range(m)]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        p = i + (m - n if causal == "bottom-right" else 0)
+        seen = [j for j in range(m) if causal is False or j <= p]
+        low = naive_softmax({j: sum(qr[i][c] * kr[j][c] for c in range(rank)) / math.sqrt(rank) for j in seen})
+        band = naive_softmax({j: sum(q[i, c] * k[j, c] for c in range(d)) * scale for j in seen
+                              if abs(p - j) <= window})
+        for c in range(d_v):
+            out[i, c] = (alpha * sum(a * v[j, c] for j, a in low.items())
+                         + (1 - alpha) * sum(b * v[j, c] for j, b in band.items()))
     return out
 
 
@@ -984,6 +1063,25 @@ def _sortcut(rng, n, m, d, causal):
     return _sinkhorn_options()(rng, n, m, d, causal) | ({"iterations": 1} if causal else {"sortcut": 2})
 
 
+def _pooling_params(kernel_size, **fixed_options):
+    """Poolingformer's second-level parameters drawn at random (d_v = d), and the setting's other options."""
+    def options(rng, n, m, d, causal):
+        params = PoolingformerParams(rng.standard_normal((d, d)) / 2, rng.standard_normal((d, d)) / 2,
+                                     rng.standard_normal((d, kernel_size)))
+        return {"params": params, "kernel_size": kernel_size} | fixed_options
+
+    return options
+
+
+def _lowrank_params(rank, **fixed_options):
+    """The low-rank module's projections W_q, W_k (d × rank) drawn at random, and the setting's other options."""
+    def options(rng, n, m, d, causal):
+        return {"params": LowRankBandParams(rng.standard_normal((d, rank)), rng.standard_normal((d, rank)))} | \
+            fixed_options
+
+    return options
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -1073,4 +1171,13 @@ NAIVE: dict[str, NaiveCase] = {
         lambda rng, n, m, d, causal: {"pack": rng.standard_normal((3, d))},
         lambda rng, n, m, d, causal: {"pack": rng.standard_normal((1, d)), "pack_length": 1},
         lambda rng, n, m, d, causal: {"pack": 2.0 * rng.standard_normal((9, d)), "scale": 0.7})),
+    # κ < ξ leaves gaps between segments, κ > ξ overlaps them; w₂ = 4 at n = 5 reaches past both ends.
+    "poolingformer": NaiveCase(naive_poolingformer, (
+        _pooling_params(3),
+        _pooling_params(2, pooling="mean", residual=False, window=0, pool_window=2, stride=1),
+        _pooling_params(2, pooling="max", window=2, pool_window=4, stride=3),
+        _pooling_params(4, pool_window=4, stride=2, scale=0.7)), value_width_d=True),
+    "lowrank_band": NaiveCase(naive_lowrank_band, (
+        _lowrank_params(2), _lowrank_params(1, alpha=0.2, window=2), _lowrank_params(3, alpha=1.0, scale=0.7),
+        _lowrank_params(2, alpha=0.0, window=0, scale=0.6))),
 }

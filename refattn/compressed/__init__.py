@@ -33,6 +33,9 @@
     departures as options. No causal form (sets have no order).
   * :func:`luna_attention` (Ma et al., 2021, Luna): pack and unpack, l pack tokens P in place of
     the inducing points; its causal form packs by running means of a softplus activation.
+  * :func:`poolingformer_attention` (Zhang et al., 2021): a sliding window (first level), then
+    attention over the first level's outputs pooled in segments of a larger window (second level),
+    added by a residual connection; its effective matrix is (I + A₂ P) A₁. No causal form.
 
 Conventions shared by the family's registry entries: every random draw (k-means initialisation,
 hash planes, sampled keys) is an option of ``apply``, drawn from ``rng`` when it is not given and
@@ -66,6 +69,14 @@ from .mca import (
     init_memory_compression,
     memory_compressed_attention,
 )
+from .poolingformer import RECORD as POOLINGFORMER
+from .poolingformer import (
+    PoolingformerParams,
+    init_poolingformer,
+    pooling_matrix,
+    pooling_pattern,
+    poolingformer_attention,
+)
 from .set_transformer import RECORD as SET_TRANSFORMER
 from .set_transformer import (
     ISABParams,
@@ -92,6 +103,7 @@ RECORDS = (
     SET_TRANSFORMER,
     LUNA,
     LINFORMER,
+    POOLINGFORMER,
 )
 
 __all__ = [
@@ -99,6 +111,7 @@ __all__ = [
     "MABParams",
     "MemoryCompression",
     "PMAParams",
+    "PoolingformerParams",
     "blockwise_local_attention",
     "cluster_queries",
     "clustered_attention",
@@ -121,6 +134,7 @@ __all__ = [
     "init_mab",
     "init_memory_compression",
     "init_pma",
+    "init_poolingformer",
     "isab",
     "linformer_attention",
     "luna_attention",
@@ -129,6 +143,9 @@ __all__ = [
     "memory_compressed_attention",
     "pack_activation",
     "pma",
+    "pooling_matrix",
+    "pooling_pattern",
+    "poolingformer_attention",
     "query_centroids",
     "query_sparsity",
     "sab",
