@@ -11,9 +11,10 @@ Compressed self-attention with low-rank approximation (CSALR) decomposes the att
 "a landmark attention map and a combination coefficient map with a small number of landmark
 feature vectors sampled from the input feature map by average pooling" (the paper's abstract). The
 survey (§4.4.2) sets it beside Nyströmformer: both approximate softmax(QKᵀ/√d) by
-F̃ · (inverse of Ã) · B̃, where the inverse of Ã "may not always exist"; "CSALR adds an identity
-matrix to M to make sure that the inverse always exists", and Nyströmformer takes the
-Moore–Penrose pseudoinverse (:mod:`refattn.lowrank.nystromformer`).
+F̃ · (inverse of Ã) · B̃ with landmarks down-sampled from the input (strided average pooling), and
+where the inverse of Ã may not exist, CSALR adds an identity matrix to it so that the inverse
+always exists, while Nyströmformer takes the Moore–Penrose pseudoinverse
+(:mod:`refattn.lowrank.nystromformer`).
 
 :func:`average_pool` gives the landmarks and :func:`nystrom_csalr_attention` the attention; the
 three factors are :func:`~refattn.lowrank.nystromformer.landmark_kernels`.
@@ -43,7 +44,8 @@ CSALR = ('Z. Chen, M. Gong, L. Ge, B. Du, 2020, "Compressed Self-Attention for D
          'Transformers", arXiv:2106.04554, §4.4.2)')
 EPS = 1.0
 NO_CAUSAL_FORM = ("every landmark is the mean of a window of the sequence and (Ã + εI)⁻¹ couples all windows, so "
-                  "each query's row mixes later keys and values; the paper defines none")
+                  "each query's row mixes later keys and values; the paper's module, for image feature maps, "
+                  "defines none")
 
 
 def average_pool(x: ArrayLike, pool: int) -> NDArray:
@@ -135,8 +137,8 @@ def nystrom_csalr_attention(
 
     Notes
     -----
-    **ε.** The survey's account is that CSALR "adds an identity matrix to M to make sure that the
-    inverse always exists": ε = 1, the default. It does: Ã is a softmax, with positive entries and
+    **ε.** In the survey's account CSALR adds an identity matrix to Ã so that the inverse always
+    exists: ε = 1, the default. It does exist: Ã is a softmax, with positive entries and
     rows summing to 1, so :math:`\tilde A + I` is strictly diagonally dominant
     (:math:`\tilde A_{jj} + 1 > 1 - \tilde A_{jj} = \sum_{i \ne j} \tilde A_{ji}`), which holds for
     every ε >= 1. A smaller ε approaches the Nyström form :math:`\tilde A^{-1}` but can meet a
@@ -173,7 +175,7 @@ def nystrom_csalr_attention(
     References
     ----------
     .. [1] Z. Chen, M. Gong, L. Ge, B. Du, "Compressed Self-Attention for Deep Metric Learning with
-       Low-Rank Approximation", IJCAI 2020, pp. 2058–2064.
+       Low-Rank Approximation", IJCAI 2020.
     .. [2] T. Lin et al., "A Survey of Transformers", arXiv:2106.04554, §4.4.2.
 
     Examples
@@ -220,6 +222,7 @@ def _csalr(q, k, v, pool, eps, scale, return_weights):
     Q_tilde, K_tilde = average_pool(q, s), average_pool(k, s)      # (..., l, d)
     l = Q_tilde.shape[-2]
     check_fits("the factor softmax(QK̃ᵀ/√d)", (*batch, n, l))
+    check_fits("the factor softmax(Q̃Kᵀ/√d)", (*batch, l, m))
     F_tilde, A_tilde, B_tilde = landmark_kernels(q, k, Q_tilde, K_tilde, scale=scale)
     A_eps = A_tilde + eps * np.eye(l)                              # (..., l, l)  Ã + εI
     with np.errstate(invalid="ignore", over="ignore"):

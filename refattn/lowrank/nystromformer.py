@@ -358,10 +358,11 @@ def iterative_pinv(M: ArrayLike, iterations: int = ITERATIONS, *, init: str = "p
     norm beside one of large norm (a head whose landmarks all attend to one key, ‖·‖₁ ≈ l) starts
     up to l times too small and needs about :math:`\log l / \log(13/4)` more steps. The fix of
     2021-02-27 added the per-matrix coefficient as an option (``init_option`` other than
-    "original") and left the global one the default; its configuration tests the key
+    "original") and left the global one the default; its constructor tests the configuration key
     ``inv_coeff_init_option`` but reads ``inv_init_coeff_option``, and HuggingFace's
-    ``NystromformerSelfAttention`` copies both lines, so those codes run "original". The T2T-ViT
-    code of the same repository defaults to the per-matrix coefficient ("exact"). lucidrains'
+    ``NystromformerSelfAttention`` repeats the two names (it tests ``config.inv_coeff_init_option``
+    and reads ``config["inv_init_coeff_option"]``). The T2T-ViT code of the same repository
+    defaults to the per-matrix coefficient ("exact"). lucidrains'
     ``moore_penrose_iter_pinv`` also takes global maxima, of the absolute row sums and of the
     absolute column sums, over the batch and heads.
 
