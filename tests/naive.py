@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from refattn import MultiHeadParams
+from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
 
@@ -540,6 +541,83 @@ def delta_rule(q, k, v, causal, beta, normalize=True):
     return naive_delta(q, k, v, beta, elu_plus_one, normalize)
 
 
+# ------------------------------------------------------------------------------ content-based sparse attention (§4.1.2)
+
+
+def naive_sac(q, k, v, causal, predictor, r=2):
+    """Li et al. (2020): the edges are the r keys of largest score q_i W k_j for each query (ties: the smaller j;
+    causal: among the keys it may see), then softmax attention over each query's edges (Eq. 9 of the survey)."""
+    n, d = q.shape
+    m = len(k)
+    offset = m - n if causal == "bottom-right" else 0
+    edges = np.zeros((n, m), dtype=bool)
+    for i in range(n):
+        candidates = [j for j in range(m) if causal is False or j <= i + offset]
+        score = {j: sum(q[i, a] * predictor.w[a, c] * k[j, c] for a in range(d) for c in range(d)) for j in candidates}
+        for j in sorted(candidates, key=lambda j: (-score[j], j))[:r]:
+            edges[i, j] = True
+    return naive_sdpa(q, k, v, allowed=edges)[0]
+
+
+def naive_sinkhorn(q, k, v, causal, sort_net, gumbel, block_size=None, temperature=0.75, iterations=7,
+                   sortcut=None):
+    """Tay et al. (2020) §3 one scalar at a time, for one sequence.
+
+    Blocks of b keys (default: the smallest divisor of m with b² ≥ m); block sums x'_I (causal: the running sum up
+    to each block's first token); the sorting network R_IJ = relu(Σ_a relu(Σ_c x'_Ic W_P[c, a] + b_P[a]) W_B[a, J]
+    + b_B[J]); S = exp((R + ε)/τ) on the pairs J < I when causal (else all), then k rounds of dividing each row by
+    its sum and each column by its sum (not in the log domain); sorted blocks K̃_I = Σ_J S_IJ K_J; and one softmax
+    per query over the sorted block and its own block (causal: its own keys up to itself, and block 0 has no sorted
+    block), or over the first c sorted blocks (SortCut).
+    """
+    n, d = q.shape
+    m, d_v = v.shape
+    b = block_size or next((c for c in range(1, m + 1) if m % c == 0 and c * c >= m), 1)
+    N = m // b
+    w_p, b_p, w_b, b_b = sort_net.w_p, sort_net.b_p, sort_net.w_b, sort_net.b_b
+    eps = np.broadcast_to(gumbel, (N, N))
+    x = [[sum(k[j, c] for j in (range(I * b + 1) if causal else range(I * b, I * b + b))) for c in range(d)]
+         for I in range(N)]
+    S = [[0.0] * N for _ in range(N)]
+    for I in range(N):
+        hidden = [max(0.0, sum(x[I][c] * w_p[c, a] for c in range(d)) + b_p[a]) for a in range(len(b_p))]
+        for J in range(N):
+            if causal and J >= I:
+                continue
+            R = max(0.0, sum(hidden[a] * w_b[a, J] for a in range(len(b_p))) + b_b[J])
+            S[I][J] = math.exp((R + eps[I, J]) / temperature)
+    for _ in range(iterations):
+        for I in range(N):
+            total = sum(S[I])
+            S[I] = [s / total for s in S[I]] if total else S[I]
+        for J in range(N):
+            total = sum(S[I][J] for I in range(N))
+            for I in range(N):
+                S[I][J] = S[I][J] / total if total else S[I][J]
+    sorted_k = [[[sum(S[I][J] * k[J * b + s, c] for J in range(N)) for c in range(d)] for s in range(b)]
+                for I in range(N)]
+    sorted_v = [[[sum(S[I][J] * v[J * b + s, c] for J in range(N)) for c in range(d_v)] for s in range(b)]
+                for I in range(N)]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        p = i + (m - n if causal == "bottom-right" else 0)           # the query's position among the m
+        if p < 0:
+            continue
+        I, t = divmod(p, b)
+        if sortcut:
+            seen = [(sorted_k[J][s], sorted_v[J][s]) for J in range(sortcut) for s in range(b)]
+        else:
+            seen = [(sorted_k[I][s], sorted_v[I][s]) for s in range(b)] if not causal or I > 0 else []
+            seen += [(k[I * b + s], v[I * b + s]) for s in range(b) if not causal or s <= t]
+        scores = [sum(q[i, c] * key[c] for c in range(d)) / math.sqrt(d) for key, _ in seen]
+        top = max(scores)
+        weights = [math.exp(s - top) for s in scores]
+        for w, (_, value) in zip(weights, seen, strict=True):
+            for c in range(d_v):
+                out[i, c] += w / sum(weights) * value[c]
+    return out
+
+
 # ------------------------------------------------------------------------------ query prototypes (survey §4.3)
 
 
@@ -859,6 +937,20 @@ def _heads(num_heads=None, mask=False):
     return options
 
 
+def _sinkhorn_options(block_size=None, extra_columns=0, **fixed_options):
+    """A random sorting network with biases and Gumbel noise for the N = m / b blocks (b: the given or default size);
+    ``extra_columns`` more output columns than blocks (only the first N are used)."""
+    def options(rng, n, m, d, causal):
+        b = block_size or next(c for c in range(1, m + 1) if m % c == 0 and c * c >= m)
+        N, h = m // b, 3
+        net = SortNetParams(rng.standard_normal((d, h)) / 2, rng.standard_normal(h) / 4,
+                            rng.standard_normal((h, N + extra_columns)) / 2, rng.standard_normal(N + extra_columns) / 4)
+        drawn = {"sort_net": net, "gumbel": rng.gumbel(size=(N, N))} | fixed_options
+        return drawn | ({} if block_size is None else {"block_size": block_size})
+
+    return options
+
+
 def _informer_sample(r, visible=False):
     """r keys per query, uniform with replacement; ``visible``: causal query i draws from j <= i only."""
     def options(rng, n, m, d, causal):
@@ -866,6 +958,11 @@ def _informer_sample(r, visible=False):
         return {"sampled_keys": np.array([rng.integers(0, h, size=r) for h in high]).reshape(n, r)}
 
     return options
+
+
+def _sortcut(rng, n, m, d, causal):
+    """SortCut c = 2 (no causal form: the causal settings try one iteration instead)."""
+    return _sinkhorn_options()(rng, n, m, d, causal) | ({"iterations": 1} if causal else {"sortcut": 2})
 
 
 NAIVE: dict[str, NaiveCase] = {
@@ -917,6 +1014,12 @@ NAIVE: dict[str, NaiveCase] = {
     "delta_rule": NaiveCase(delta_rule, (lambda rng, n, m, d, causal: {"beta": rng.uniform(size=m)},
                                          lambda rng, n, m, d, causal: {"beta": rng.uniform(0, 0.1, size=m),
                                                                        "normalize": False})),
+    "sac": NaiveCase(naive_sac, (lambda rng, n, m, d, causal: {"predictor": SacPredictor(rng.standard_normal((d, d)))},
+                                 lambda rng, n, m, d, causal: {"predictor": SacPredictor(rng.standard_normal((d, d))),
+                                                               "r": 3})),
+    "sinkhorn": NaiveCase(naive_sinkhorn, (
+        _sinkhorn_options(), _sinkhorn_options(block_size=2, extra_columns=2, iterations=3, temperature=1.0),
+        _sortcut), lengths=(12,)),
     # 8 bits leave some codes equal or equidistant: the ties of the K-means are exercised too.
     "clustered": NaiveCase(naive_clustered, (
         _hash_draws(8, 3), _hash_draws(63, 2, through_origin=True, iterations=3),

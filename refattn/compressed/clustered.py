@@ -558,14 +558,10 @@ def clustered_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
-    refuse_causal(causal, "clustered_attention")
-    return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
-    check_draw_source(rng, planes, initial, assignment, "clustered_attention")
-    assignment, _, _ = resolve_clusters(q, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
-                                        assignment)
-    return attend_clusters(q, k, v, assignment, num_clusters, scale, method, return_weights)
+    q, k, v, assignment = checked_clusters("clustered_attention", q, k, v, causal, num_clusters, bits, iterations,
+                                           hash_bias, rng, planes, initial, assignment)
+    return attend_clusters(q, k, v, assignment, num_clusters, scale, method, check_bool("return_weights",
+                                                                                        return_weights))
 
 
 def attend_clusters(q: NDArray, k: NDArray, v: NDArray, assignment: NDArray, num_clusters, scale, method,
@@ -585,6 +581,29 @@ def attend_clusters(q: NDArray, k: NDArray, v: NDArray, assignment: NDArray, num
         return out
     A = np.take_along_axis(np.broadcast_to(A_c, (*batch, *A_c.shape[-2:])), index, axis=-2)    # (..., n, m)
     return out, A
+
+
+def checked_clusters(name: str, q, k, v, causal, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
+                     assignment) -> tuple[NDArray, NDArray, NDArray, NDArray]:
+    """A natural function's checks and clusters: q, k, v as float64 (checked), and each query's cluster."""
+    refuse_causal(causal, name)
+    q, k, v = (as_float(label, x) for label, x in (("q", q), ("k", k), ("v", v)))
+    check_qkv(q, k, v)
+    check_draw_source(rng, planes, initial, assignment, name)
+    assignment, _, _ = resolve_clusters(q, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
+                                        assignment)
+    return q, k, v, assignment
+
+
+def drawn_clusters(name: str, q, causal, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
+                   assignment) -> tuple[NDArray, dict]:
+    """A registry entry's clusters (C = 3 unless given, for the short registry examples) and its draws."""
+    refuse_causal(causal, name)
+    if assignment is None and initial is None and num_clusters is None:
+        num_clusters = 3
+    assignment, planes, initial = resolve_clusters(q, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
+                                                   assignment)
+    return assignment, {"planes": planes, "initial": initial}
 
 
 def check_draw_source(rng, planes, initial, assignment, name: str) -> None:
@@ -608,12 +627,8 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_cluster
            method="auto"):
     """The registry's uniform apply of clustered_attention: C = 3 clusters unless given (for the short registry
     examples), 63 bits and 10 iterations; the draws not given come from rng."""
-    refuse_causal(causal, "clustered")
-    if assignment is None and initial is None and num_clusters is None:
-        num_clusters = 3
-    assignment, planes, initial = resolve_clusters(q, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
-                                                   assignment)
-    draws = {"planes": planes, "initial": initial}
+    assignment, draws = drawn_clusters("clustered", q, causal, num_clusters, bits, iterations, hash_bias, rng, planes,
+                                       initial, assignment)
     result = attend_clusters(q, k, v, assignment, None, scale, method, return_weights)
     if not return_weights:
         return AttentionResult(result, draws=draws)

@@ -19,7 +19,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import (
-    as_float,
     broadcast_batch,
     check_bool,
     check_fits,
@@ -35,10 +34,9 @@ from ..papers import VYAS
 from .clustered import (
     ITERATIONS,
     check_assignment,
-    check_draw_source,
+    checked_clusters,
+    drawn_clusters,
     query_centroids,
-    refuse_causal,
-    resolve_clusters,
 )
 
 __all__ = ["improved_clustered_attention"]
@@ -166,14 +164,9 @@ def improved_clustered_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
-    refuse_causal(causal, "improved_clustered_attention")
-    return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
-    check_draw_source(rng, planes, initial, assignment, "improved_clustered_attention")
-    assignment, _, _ = resolve_clusters(q, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
-                                        assignment)
-    return _attend(q, k, v, assignment, num_clusters, top_k, scale, return_weights)
+    q, k, v, assignment = checked_clusters("improved_clustered_attention", q, k, v, causal, num_clusters, bits,
+                                           iterations, hash_bias, rng, planes, initial, assignment)
+    return _attend(q, k, v, assignment, num_clusters, top_k, scale, check_bool("return_weights", return_weights))
 
 
 def _attend(q: NDArray, k: NDArray, v: NDArray, assignment: NDArray, num_clusters, top_k, scale,
@@ -233,12 +226,8 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_cluster
            iterations=ITERATIONS, hash_bias=True, planes=None, initial=None, assignment=None, scale=None):
     """The registry's uniform apply of improved_clustered_attention: C = 3 clusters unless given and top_k = 2
     (small, for the short registry examples), 63 bits and 10 iterations; the draws not given come from rng."""
-    refuse_causal(causal, "improved_clustered")
-    if assignment is None and initial is None and num_clusters is None:
-        num_clusters = 3
-    assignment, planes, initial = resolve_clusters(q, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
-                                                   assignment)
-    draws = {"planes": planes, "initial": initial}
+    assignment, draws = drawn_clusters("improved_clustered", q, causal, num_clusters, bits, iterations, hash_bias, rng,
+                                       planes, initial, assignment)
     result = _attend(q, k, v, assignment, None, top_k, scale, return_weights)
     if not return_weights:
         return AttentionResult(result, draws=draws)

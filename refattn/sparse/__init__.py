@@ -8,7 +8,8 @@
 - Extended (Fig. 6): :func:`bp_transformer_pattern`, :func:`image_transformer_pattern`,
   :func:`axial_pattern` / :func:`axial_patterns`.
 - Content-based (§4.1.2): :func:`routing_attention` (k-means routing, with :func:`draw_centroids`,
-  :func:`nearest_centroid` and :func:`update_centroids`).
+  :func:`nearest_centroid` and :func:`update_centroids`), :func:`sac_attention` on predicted edges,
+  :func:`sinkhorn_attention` on softly sorted blocks.
 
 :func:`sparse_attention` attends over any of them, by the dense equation path or the Numba CSR
 kernel (``method="csr"``) whose cost follows the kept pairs.
@@ -56,6 +57,20 @@ from .random import RECORD as RANDOM
 from .random import draw_random_keys, random_pattern
 from .routing import RECORD as ROUTING
 from .routing import draw_centroids, nearest_centroid, routing_attention, update_centroids
+from .sac import RECORD as SAC
+from .sac import SacPredictor, init_sac_predictor, predict_edges, predictor_scores, sac_attention, top_edges
+from .sinkhorn import RECORD as SINKHORN
+from .sinkhorn import (
+    SortNetParams,
+    block_summaries,
+    default_block_size,
+    draw_gumbel,
+    init_sort_net,
+    sinkhorn_attention,
+    sinkhorn_normalize,
+    sort_net_scores,
+    sorting_matrix,
+)
 from .sparse_transformer import RECORD as SPARSE_TRANSFORMER
 from .sparse_transformer import sparse_transformer_pattern
 from .star_transformer import RECORD as STAR_TRANSFORMER
@@ -80,9 +95,13 @@ RECORDS = (
     IMAGE_TRANSFORMER,
     AXIAL,
     ROUTING,
+    SAC,
+    SINKHORN,
 )
 
 __all__ = [
+    "SacPredictor",
+    "SortNetParams",
     "SparsePattern",
     "axial_pattern",
     "axial_patterns",
@@ -90,24 +109,37 @@ __all__ = [
     "bigbird_block_layout",
     "bigbird_pattern",
     "block_local_pattern",
+    "block_summaries",
     "bp_transformer_pattern",
     "bp_tree_spans",
+    "default_block_size",
     "dilated_pattern",
     "draw_bigbird_random_blocks",
     "draw_centroids",
+    "draw_gumbel",
     "draw_random_keys",
     "etc_pattern",
     "global_pattern",
     "image_transformer_1d_pattern",
     "image_transformer_pattern",
+    "init_sac_predictor",
+    "init_sort_net",
     "longformer_pattern",
     "longformer_patterns",
     "nearest_centroid",
+    "predict_edges",
+    "predictor_scores",
     "random_pattern",
     "routing_attention",
+    "sac_attention",
+    "sinkhorn_attention",
+    "sinkhorn_normalize",
+    "sort_net_scores",
+    "sorting_matrix",
     "sparse_attention",
     "sparse_transformer_pattern",
     "star_transformer_pattern",
     "strided_pattern",
+    "top_edges",
     "update_centroids",
 ]
