@@ -304,7 +304,10 @@ def test_weights_are_zero_outside_the_pattern_in_both_methods_even_in_a_nan_row(
     L = mech.example_length
     q, k, v = _qkv(L, L, d=3, d_v=3)
     if mech.content_selected:                  # a NaN key joins no selection; a score beyond float64 makes the NaN
-        q, k[L // 2] = q * 1e150, k[L // 2] * 1e160                  # rows, from finite q and k: 1e310 overflows
+        # rows, from finite q and k. Products near 1e450 overflow in every summation order; near 1e310 a sorted
+        # key mixed with a small weight left a score at 6.6e307 that one method's partial sums overflowed, the
+        # other's not.
+        q, k[L // 2] = q * 1e200, k[L // 2] * 1e250
     else:
         k[L // 2, 1] = np.nan                                        # rows that keep key L // 2 become NaN
     results = [mech.apply(q, k, v, method=method, rng=0, return_weights=True) for method in METHODS]
