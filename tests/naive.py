@@ -973,6 +973,126 @@ def naive_lowrank_band(q, k, v, causal, params, alpha=0.5, window=1, scale=None)
     return out
 
 
+# ------------------------------------------------------------------------------ low rank: Nyström (survey §4.4.2)
+
+
+def naive_softmax_row(scores):
+    """One softmax row by math.exp, max-shifted."""
+    top = max(scores)
+    e = [math.exp(s - top) for s in scores]
+    return [x / sum(e) for x in e]
+
+
+def naive_dot_softmax(a, b, scale):
+    """softmax(a bᵀ · scale) row by row, as a list of lists."""
+    return [naive_softmax_row([sum(x * y for x, y in zip(row, col, strict=True)) * scale for col in b]) for row in a]
+
+
+def naive_matmul(A, B):
+    """(r × s)(s × c) by three loops on lists of lists."""
+    return [[sum(A[i][t] * B[t][j] for t in range(len(B))) for j in range(len(B[0]))] for i in range(len(A))]
+
+
+def naive_inverse(A):
+    """Gauss-Jordan elimination with partial pivoting on a list of lists (an invertible square matrix)."""
+    size = len(A)
+    rows = [list(A[i]) + [float(i == j) for j in range(size)] for i in range(size)]
+    for c in range(size):
+        pivot = max(range(c, size), key=lambda r: abs(rows[r][c]))
+        rows[c], rows[pivot] = rows[pivot], rows[c]
+        head = rows[c][c]
+        rows[c] = [x / head for x in rows[c]]
+        for r in range(size):
+            if r != c and rows[r][c] != 0.0:
+                factor = rows[r][c]
+                rows[r] = [x - factor * y for x, y in zip(rows[r], rows[c], strict=True)]
+    return [row[size:] for row in rows]
+
+
+def naive_segments(n, l):
+    """Nyströmformer's segments (the official T2T-ViT code's extension): the first l − n mod l hold ⌊n/l⌋ tokens,
+    the others one more; as lists of positions."""
+    out, start = [], 0
+    for j in range(l):
+        length = n // l + (1 if j >= l - n % l else 0)
+        out.append(list(range(start, start + length)))
+        start += length
+    return out
+
+
+def naive_means(x, groups):
+    """The mean of the rows of x in each group of positions."""
+    return [[sum(x[i][c] for i in g) / len(g) for c in range(len(x[0]))] for g in groups]
+
+
+def naive_iterative_pinv(M, iterations, init):
+    """Z₀ = Mᵀ/(‖M‖₁‖M‖∞) (the paper) or Mᵀ/max column sum (the official code, one matrix here), then
+    Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))), all by loops."""
+    size = len(M)
+    col_sums = [sum(abs(M[i][j]) for i in range(size)) for j in range(size)]
+    row_sums = [sum(abs(M[i][j]) for j in range(size)) for i in range(size)]
+    alpha = 1.0 / (max(col_sums) * max(row_sums)) if init == "paper" else \
+        1.0 / max(sum(M[i][j] for i in range(size)) for j in range(size))
+    Z = [[alpha * M[j][i] for j in range(size)] for i in range(size)]
+    eye = [[float(i == j) for j in range(size)] for i in range(size)]
+
+    def minus(c, X):                                               # c·I − X
+        return [[c * eye[i][j] - X[i][j] for j in range(size)] for i in range(size)]
+
+    for _ in range(iterations):
+        MZ = naive_matmul(M, Z)
+        inner = naive_matmul(MZ, minus(15.0, naive_matmul(MZ, minus(7.0, MZ))))
+        Z = [[0.25 * x for x in row] for row in naive_matmul(Z, minus(13.0, inner))]
+    return Z
+
+
+def naive_nystrom_rows(q, k, v, Q_tilde, K_tilde, middle, scale):
+    """out_i = Σ_j Ŝ_ij v_j with Ŝ formed row by row: Ŝ_ij = Σ_a Σ_b F̃_ia Mid_ab B̃_bj."""
+    F = naive_dot_softmax(q, K_tilde, scale)
+    B = naive_dot_softmax(Q_tilde, k, scale)
+    l, m, d_v = len(middle), len(k), v.shape[1]
+    out = np.zeros((len(q), d_v))
+    for i in range(len(q)):
+        row = [sum(F[i][a] * middle[a][b] * B[b][j] for a in range(l) for b in range(l)) for j in range(m)]
+        for c in range(d_v):
+            out[i, c] = sum(row[j] * v[j, c] for j in range(m))
+    return out
+
+
+def naive_nystromformer(q, k, v, causal, num_landmarks=3, pinv="iterative", iterations=6, init="paper",
+                        conv_weights=None):
+    """Xiong et al.: landmarks the segment means, Ã = softmax(Q̃K̃ᵀ/√d), its pseudoinverse by the iteration or (the
+    naive tests' Ã being invertible) by Gauss-Jordan, Ŝ row by row; the skip Σ_t w_t v_{i+t−K//2} by loops."""
+    assert causal is False, "Nyströmformer has no causal form"
+    n, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+    Q_tilde = naive_means(q, naive_segments(n, num_landmarks))
+    K_tilde = naive_means(k, naive_segments(len(k), num_landmarks))
+    A = naive_dot_softmax(Q_tilde, K_tilde, scale)
+    middle = naive_inverse(A) if pinv == "exact" else naive_iterative_pinv(A, iterations, init)
+    out = naive_nystrom_rows(q, k, v, Q_tilde, K_tilde, middle, scale)
+    if conv_weights is not None:
+        half = len(conv_weights) // 2
+        for i in range(n):
+            for t, w in enumerate(conv_weights):
+                if 0 <= i + t - half < n:
+                    out[i] += w * v[i + t - half]
+    return out
+
+
+def naive_csalr(q, k, v, causal, pool=2, eps=1.0):
+    """Chen et al. (CSALR): landmarks the means of windows of ``pool`` tokens (stride ``pool``, the trailing
+    tokens in none), the middle factor (Ã + εI)⁻¹ by Gauss-Jordan, Ŝ row by row."""
+    assert causal is False, "CSALR has no causal form"
+    n, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+    windows = [list(range(j * pool, (j + 1) * pool)) for j in range(n // pool)]
+    Q_tilde, K_tilde = naive_means(q, windows), naive_means(k, windows)
+    A = naive_dot_softmax(Q_tilde, K_tilde, scale)
+    middle = naive_inverse([[A[i][j] + (eps if i == j else 0.0) for j in range(len(A))] for i in range(len(A))])
+    return naive_nystrom_rows(q, k, v, Q_tilde, K_tilde, middle, scale)
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -1180,4 +1300,8 @@ NAIVE: dict[str, NaiveCase] = {
     "lowrank_band": NaiveCase(naive_lowrank_band, (
         _lowrank_params(2), _lowrank_params(1, alpha=0.2, window=2), _lowrank_params(3, alpha=1.0, scale=0.7),
         _lowrank_params(2, alpha=0.0, window=0, scale=0.6))),
+    "nystrom_csalr": NaiveCase(naive_csalr, (DEFAULTS, fixed(pool=3, eps=0.25), fixed(pool=1, eps=0.0)), lengths=(8,)),
+    "nystromformer": NaiveCase(naive_nystromformer, (
+        DEFAULTS, fixed(num_landmarks=2, pinv="exact"), fixed(num_landmarks=4, init="official", iterations=10),
+        lambda rng, n, m, d, causal: {"conv_weights": rng.standard_normal(5)}), lengths=(6, 12)),
 }
