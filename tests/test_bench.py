@@ -55,3 +55,10 @@ def test_bench_content_runs_routing_and_reformer_as_n_doubles(capsys):
                                                                                                  ["reformer_lsh"])]
     assert [(row[0], row[1]) for row in rows] == [("routing", "128"), ("routing", "256"), ("reformer_lsh", "128"),
                                                  ("reformer_lsh", "256")]
+
+
+def test_bench_lowrank_runs_nystromformer_as_n_doubles(capsys):
+    assert main(["bench", "lowrank", "--sizes", "128", "256", "--d", "8", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("nystromformer ")] == ["128", "256"]
+    assert "target: " not in out                                   # the target is stated at n = 65536 only
