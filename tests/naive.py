@@ -828,6 +828,7 @@ def naive_mca(q, k, v, causal, params=None, memory="paper", remainder="drop", mo
         for (_, value, _, _), x in zip(seen, e, strict=True):
             for o in range(d_v):
                 out[i, o] += x / sum(e) * value[o]
+    return out
 # ------------------------------------------------------------------ learned extra tokens (Set Transformer, Luna)
 
 
@@ -893,6 +894,7 @@ def naive_luna(q, k, v, causal, pack, scale=None, pack_length=None):
         w = _softmax_list([scale * sum(q[i, c] * P_K[a][c] for c in range(d)) for a in range(len(pack))])
         for c in range(d_v):
             out[i, c] = sum(w[a] * P_V[a][c] for a in range(len(pack)))
+    return out
 # ------------------------------------------------------------------------ compressed memory, low rank (§4.3.2, §4.4)
 
 
