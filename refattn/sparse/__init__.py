@@ -7,6 +7,9 @@
   :func:`sparse_transformer_pattern`.
 - Extended (Fig. 6): :func:`bp_transformer_pattern`, :func:`image_transformer_pattern`,
   :func:`axial_pattern` / :func:`axial_patterns`.
+- Content-based (§4.1.2): :func:`reformer_lsh_attention`, shared-QK attention within LSH buckets
+  (:func:`lsh_buckets`, :func:`lsh_chunks`, :func:`lsh_collision_probability`); its
+  ``method="chunked"`` holds nothing n × n.
 
 :func:`sparse_attention` attends over any of them, by the dense equation path or the Numba CSR
 kernel (``method="csr"``) whose cost follows the kept pairs.
@@ -52,6 +55,14 @@ from .longformer import longformer_pattern, longformer_patterns
 from .pattern import SparsePattern
 from .random import RECORD as RANDOM
 from .random import draw_random_keys, random_pattern
+from .reformer_lsh import RECORD as REFORMER_LSH
+from .reformer_lsh import (
+    draw_lsh_rotations,
+    lsh_buckets,
+    lsh_chunks,
+    lsh_collision_probability,
+    reformer_lsh_attention,
+)
 from .sparse_transformer import RECORD as SPARSE_TRANSFORMER
 from .sparse_transformer import sparse_transformer_pattern
 from .star_transformer import RECORD as STAR_TRANSFORMER
@@ -75,6 +86,7 @@ RECORDS = (
     BP_TRANSFORMER,
     IMAGE_TRANSFORMER,
     AXIAL,
+    REFORMER_LSH,
 )
 
 __all__ = [
@@ -89,6 +101,7 @@ __all__ = [
     "bp_tree_spans",
     "dilated_pattern",
     "draw_bigbird_random_blocks",
+    "draw_lsh_rotations",
     "draw_random_keys",
     "etc_pattern",
     "global_pattern",
@@ -96,7 +109,11 @@ __all__ = [
     "image_transformer_pattern",
     "longformer_pattern",
     "longformer_patterns",
+    "lsh_buckets",
+    "lsh_chunks",
+    "lsh_collision_probability",
     "random_pattern",
+    "reformer_lsh_attention",
     "sparse_attention",
     "sparse_transformer_pattern",
     "star_transformer_pattern",
