@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from refattn import MultiHeadParams
+from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
 
@@ -321,6 +322,76 @@ def axial(q, k, v, causal, width=None):
     return naive_sdpa(q, k, naive_sdpa(q, k, v, allowed=row)[0], allowed=column)[0]
 
 
+def naive_direction(x):
+    """x / ‖x‖ as a list (a zero vector stays 0), or None for a vector with a NaN or Inf component."""
+    if not all(math.isfinite(t) for t in x):
+        return None
+    norm = math.sqrt(sum(t * t for t in x))
+    return [t / norm if norm > 0 else 0.0 for t in x]
+
+
+def naive_centroid_distances(x, centroids):
+    """Roy et al. §4.1: ‖x̂_t − μ_c‖² for every token t and centroid c (None for a token without a direction)."""
+    distances = []
+    for row in x:
+        u = naive_direction(list(row))
+        distances.append(None if u is None else [sum((u[a] - mu[a]) ** 2 for a in range(len(u))) for mu in centroids])
+    return distances
+
+
+def naive_routing_groups(q, k, centroids, balanced):
+    """The clusters as (queries, keys) sets: every token to its nearest centroid (ties to the lower index), or,
+    balanced, each centroid's ⌈L/k⌉ nearest tokens (ties to the earlier position)."""
+    C = len(centroids)
+    dq, dk = naive_centroid_distances(q, centroids), naive_centroid_distances(k, centroids)
+    if not balanced:
+        def nearest(dist):
+            return [None if dt is None else min(range(C), key=lambda c, dt=dt: (dt[c], c)) for dt in dist]
+        cq, ck = nearest(dq), nearest(dk)
+        return [({i for i in range(len(q)) if cq[i] == c}, {j for j in range(len(k)) if ck[j] == c}) for c in range(C)]
+
+    def window(dist, c):
+        w = -(-len(dist) // C)
+        ranked = sorted((t for t in range(len(dist)) if dist[t] is not None), key=lambda t: (dist[t][c], t))
+        return set(ranked[:w])
+
+    return [(window(dq, c), window(dk, c)) for c in range(C)]
+
+
+def routing(q, k, v, causal, centroids, balanced=False):
+    """Routing attention (Roy et al. 2021, §4.1): per cluster, softmax over its keys (causal: j ≤ i by position);
+    a query averages the outputs of the clusters where it sees a key, and is a zero row where it sees none."""
+    n, m = len(q), len(k)
+    out, count = np.zeros((n, v.shape[1])), [0] * n
+    for Q_c, K_c in naive_routing_groups(q, k, centroids, balanced):
+        allowed = both(loop_mask(n, m, lambda i, j, Q_c=Q_c, K_c=K_c: i in Q_c and j in K_c),
+                       causal_allowed(n, m, causal))
+        o = naive_sdpa(q, k, v, allowed=allowed)[0]
+        for i in range(n):
+            if any(allowed[i]):
+                out[i] += o[i]
+                count[i] += 1
+    for i in range(n):
+        if count[i]:
+            out[i] /= count[i]
+    return out
+
+
+def naive_update_centroids(centroids, q, k, decay):
+    """Roy et al. §4.1: μ_c ← λμ_c + (1 − λ)/2 (Σ_{i : c(q_i) = c} q̂_i + Σ_{j : c(k_j) = c} k̂_j), by loops."""
+    C, d = len(centroids), len(centroids[0])
+    new = [[decay * centroids[c][a] for a in range(d)] for c in range(C)]
+    for x in (q, k):
+        for row, dist in zip(x, naive_centroid_distances(x, centroids), strict=True):
+            if dist is None:
+                continue
+            c = min(range(C), key=lambda s, dist=dist: (dist[s], s))
+            u = naive_direction(list(row))
+            for a in range(d):
+                new[c][a] += (1.0 - decay) / 2.0 * u[a]
+    return np.array(new)
+
+
 def lsh_bucket(x, rotation):
     """Kitaev et al. §2: h(x) = argmax([xR; −xR]), the first largest of the b signed projections (0 for b = 1)."""
     projections = [sum(x[c] * rotation[c][t] for c in range(len(x))) for t in range(rotation.shape[1])]
@@ -554,6 +625,220 @@ def delta_rule(q, k, v, causal, beta, normalize=True):
     return naive_delta(q, k, v, beta, elu_plus_one, normalize)
 
 
+# ------------------------------------------------------------------------------ content-based sparse attention (§4.1.2)
+
+
+def naive_sac(q, k, v, causal, predictor, r=2):
+    """Li et al. (2020): the edges are the r keys of largest score q_i W k_j for each query (ties: the smaller j;
+    causal: among the keys it may see), then softmax attention over each query's edges (Eq. 9 of the survey)."""
+    n, d = q.shape
+    m = len(k)
+    offset = m - n if causal == "bottom-right" else 0
+    edges = np.zeros((n, m), dtype=bool)
+    for i in range(n):
+        candidates = [j for j in range(m) if causal is False or j <= i + offset]
+        score = {j: sum(q[i, a] * predictor.w[a, c] * k[j, c] for a in range(d) for c in range(d)) for j in candidates}
+        for j in sorted(candidates, key=lambda j: (-score[j], j))[:r]:
+            edges[i, j] = True
+    return naive_sdpa(q, k, v, allowed=edges)[0]
+
+
+def naive_sinkhorn(q, k, v, causal, sort_net, gumbel, block_size=None, temperature=0.75, iterations=7,
+                   sortcut=None):
+    """Tay et al. (2020) §3 one scalar at a time, for one sequence.
+
+    Blocks of b keys (default: the smallest divisor of m with b² ≥ m); block sums x'_I (causal: the running sum up
+    to each block's first token); the sorting network R_IJ = relu(Σ_a relu(Σ_c x'_Ic W_P[c, a] + b_P[a]) W_B[a, J]
+    + b_B[J]); S = exp((R + ε)/τ) on the pairs J < I when causal (else all), then k rounds of dividing each row by
+    its sum and each column by its sum (not in the log domain); sorted blocks K̃_I = Σ_J S_IJ K_J; and one softmax
+    per query over the sorted block and its own block (causal: its own keys up to itself, and block 0 has no sorted
+    block), or over the first c sorted blocks (SortCut).
+    """
+    n, d = q.shape
+    m, d_v = v.shape
+    b = block_size or next((c for c in range(1, m + 1) if m % c == 0 and c * c >= m), 1)
+    N = m // b
+    w_p, b_p, w_b, b_b = sort_net.w_p, sort_net.b_p, sort_net.w_b, sort_net.b_b
+    eps = np.broadcast_to(gumbel, (N, N))
+    x = [[sum(k[j, c] for j in (range(I * b + 1) if causal else range(I * b, I * b + b))) for c in range(d)]
+         for I in range(N)]
+    S = [[0.0] * N for _ in range(N)]
+    for I in range(N):
+        hidden = [max(0.0, sum(x[I][c] * w_p[c, a] for c in range(d)) + b_p[a]) for a in range(len(b_p))]
+        for J in range(N):
+            if causal and J >= I:
+                continue
+            R = max(0.0, sum(hidden[a] * w_b[a, J] for a in range(len(b_p))) + b_b[J])
+            S[I][J] = math.exp((R + eps[I, J]) / temperature)
+    for _ in range(iterations):
+        for I in range(N):
+            total = sum(S[I])
+            S[I] = [s / total for s in S[I]] if total else S[I]
+        for J in range(N):
+            total = sum(S[I][J] for I in range(N))
+            for I in range(N):
+                S[I][J] = S[I][J] / total if total else S[I][J]
+    sorted_k = [[[sum(S[I][J] * k[J * b + s, c] for J in range(N)) for c in range(d)] for s in range(b)]
+                for I in range(N)]
+    sorted_v = [[[sum(S[I][J] * v[J * b + s, c] for J in range(N)) for c in range(d_v)] for s in range(b)]
+                for I in range(N)]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        p = i + (m - n if causal == "bottom-right" else 0)           # the query's position among the m
+        if p < 0:
+            continue
+        I, t = divmod(p, b)
+        if sortcut:
+            seen = [(sorted_k[J][s], sorted_v[J][s]) for J in range(sortcut) for s in range(b)]
+        else:
+            seen = [(sorted_k[I][s], sorted_v[I][s]) for s in range(b)] if not causal or I > 0 else []
+            seen += [(k[I * b + s], v[I * b + s]) for s in range(b) if not causal or s <= t]
+        scores = [sum(q[i, c] * key[c] for c in range(d)) / math.sqrt(d) for key, _ in seen]
+        top = max(scores)
+        weights = [math.exp(s - top) for s in scores]
+        for w, (_, value) in zip(weights, seen, strict=True):
+            for c in range(d_v):
+                out[i, c] += w / sum(weights) * value[c]
+    return out
+
+
+# ------------------------------------------------------------------------------ query prototypes (survey §4.3)
+
+
+def naive_informer(q, k, v, causal, sampled_keys, factor=1, num_top=None, counts="paper", measure="paper",
+                   lazy="paper", sample_from="all"):
+    """Zhou et al. §3.2 and Algorithm 1 for one sequence, with the sample K given: for each query, the max minus
+    the mean of its sampled scores (or the sum over m, the official code's); the u largest attend (softmax over
+    j <= i if causal), ties to the lower position; the others output the mean of the values they may see (or,
+    causal "official", their sum). u = ⌈c ln n⌉, or c⌈ln n⌉ ("official"), or c⌈ln m⌉ (the first release).
+    ``sample_from`` says where the given sample was drawn from, and changes nothing here."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d)
+    if num_top is not None:
+        u = num_top
+    elif counts == "paper":
+        u = min(n, math.ceil(factor * math.log(n)))
+    else:
+        u = min(n, factor * math.ceil(math.log(n if counts == "official" else m)))
+    M = []
+    for i in range(n):
+        s = [sum(q[i, c] * k[j, c] for c in range(d)) * scale for j in sampled_keys[i]]
+        M.append(max(s) - sum(s) / (len(s) if measure == "paper" else m))
+    active = sorted(range(n), key=lambda i: (-M[i], i))[:u]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        seen = [j for j in range(m) if not causal or j <= i]
+        if i in active:
+            allowed = np.array([[j in seen for j in range(m)]])
+            out[i] = naive_sdpa(q[i:i + 1], k, v, allowed=allowed)[0][0]
+            continue
+        count = 1 if causal and lazy == "official" else len(seen)
+        for c in range(d_v):
+            out[i, c] = sum(v[j, c] for j in seen) / count
+    return out
+
+
+# ------------------------------------------------------------------------------ clustered attention (Vyas et al.)
+
+
+def naive_hash(x, planes):
+    """The B-bit code of one query: bit b is [a_b·x > t_b], row b of ``planes`` being (a_b, t_b)."""
+    d = len(x)
+    return tuple(sum(planes[b][c] * x[c] for c in range(d)) > planes[b][d] for b in range(len(planes)))
+
+
+def naive_hamming_kmeans(hashes, initial, iterations):
+    """Lloyd's iterations on bit tuples, from the codes of the queries ``initial``: each code goes to the nearest
+    centroid by Hamming distance (the first on a tie), each centroid bit becomes its members' majority (0 on an
+    even split; a cluster without members keeps its code); ``iterations`` assignments in all."""
+    centroids = [hashes[i] for i in initial]
+
+    def assign():
+        clusters = []
+        for h in hashes:
+            best, best_distance = -1, math.inf
+            for j, c in enumerate(centroids):
+                distance = sum(1 for a, b in zip(h, c, strict=True) if a != b)
+                if distance < best_distance:
+                    best, best_distance = j, distance
+            clusters.append(best)
+        return clusters
+
+    for _ in range(iterations - 1):
+        clusters = assign()
+        for j in range(len(centroids)):
+            members = [h for h, c in zip(hashes, clusters, strict=True) if c == j]
+            if members:
+                ones = [sum(1 for h in members if h[b]) for b in range(len(centroids[j]))]
+                centroids[j] = tuple(ones[b] > len(members) - ones[b] for b in range(len(centroids[j])))
+    return assign()
+
+
+def _naive_clusters(q, planes, initial, assignment, iterations):
+    """Each query's cluster: the explicit ``assignment``, else hash and Hamming K-means."""
+    if assignment is not None:
+        return [int(c) for c in assignment]
+    return naive_hamming_kmeans([naive_hash(x, planes) for x in q], [int(i) for i in initial], iterations)
+
+
+def _naive_centroid(q, k, members, scale):
+    """Scores and softmax weights of one cluster's centroid Q^c_j = Σ_{i ∈ j} Q_i / |j| over every key."""
+    d, m = q.shape[1], k.shape[0]
+    centroid = [sum(q[i, c] for i in members) / len(members) for c in range(d)]
+    scores = [sum(centroid[c] * k[l, c] for c in range(d)) * scale for l in range(m)]
+    top = max(scores, default=0.0)
+    e = [math.exp(s - top) for s in scores]
+    return scores, [x / sum(e) for x in e]
+
+
+def naive_clustered(q, k, v, causal, planes=None, initial=None, assignment=None, iterations=10, scale=None,
+                    top_k=None):
+    """Clustered attention by loops (§3.2): V̂_i = Σ_l A^c_{c(i) l} v_l, A^c the softmax of each centroid's scores.
+    With ``top_k`` (improved, §3.3): on the k keys of largest A^c_jl (the lower index first on a tie) query i
+    weighs m̂_j · e^{s_il} / Σ_{r ∈ T_j} e^{s_ir}, m̂_j = Σ_{l ∈ T_j} A^c_jl; elsewhere A^c_jl."""
+    assert causal is False, "clustered attention has no causal form"
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    clusters = _naive_clusters(q, planes, initial, assignment, iterations)
+    out = np.zeros((n, d_v))
+    for j in sorted(set(clusters)):
+        members = [i for i in range(n) if clusters[i] == j]
+        scores, A_c = _naive_centroid(q, k, members, scale)
+        T = sorted(range(m), key=lambda l: (-scores[l], l))[:top_k or 0]
+        m_hat = sum(A_c[l] for l in T)
+        for i in members:
+            weights = list(A_c)
+            if T:
+                s = {l: sum(q[i, c] * k[l, c] for c in range(d)) * scale for l in T}
+                top = max(s.values())
+                total = sum(math.exp(x - top) for x in s.values())
+                for l in T:
+                    weights[l] = m_hat * math.exp(s[l] - top) / total
+            for c in range(d_v):
+                out[i, c] = sum(weights[l] * v[l, c] for l in range(m))
+    return out
+
+
+def naive_improved_clustered(q, k, v, causal, top_k=2, **options):
+    """Improved clustered attention by loops (§3.3), top_k = 2 as the registry's apply."""
+    return naive_clustered(q, k, v, causal, top_k=top_k, **options)
+
+
+def _hash_draws(bits, clusters, through_origin=False, **fixed_options):
+    """Explicit hash planes (B, d + 1) and ``clusters`` initial queries (fewer if n is smaller), and the
+    ``fixed_options``."""
+    def options(rng, n, m, d, causal):
+        planes = rng.standard_normal((bits, d + 1))
+        if through_origin:
+            planes[:, -1] = 0.0
+        initial = rng.choice(n, size=min(clusters, n), replace=False)
+        return {"planes": planes, "initial": initial} | fixed_options
+
+    return options
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -616,6 +901,34 @@ def _heads(num_heads=None, mask=False):
     return options
 
 
+def _sinkhorn_options(block_size=None, extra_columns=0, **fixed_options):
+    """A random sorting network with biases and Gumbel noise for the N = m / b blocks (b: the given or default size);
+    ``extra_columns`` more output columns than blocks (only the first N are used)."""
+    def options(rng, n, m, d, causal):
+        b = block_size or next(c for c in range(1, m + 1) if m % c == 0 and c * c >= m)
+        N, h = m // b, 3
+        net = SortNetParams(rng.standard_normal((d, h)) / 2, rng.standard_normal(h) / 4,
+                            rng.standard_normal((h, N + extra_columns)) / 2, rng.standard_normal(N + extra_columns) / 4)
+        drawn = {"sort_net": net, "gumbel": rng.gumbel(size=(N, N))} | fixed_options
+        return drawn | ({} if block_size is None else {"block_size": block_size})
+
+    return options
+
+
+def _informer_sample(r, visible=False):
+    """r keys per query, uniform with replacement; ``visible``: causal query i draws from j <= i only."""
+    def options(rng, n, m, d, causal):
+        high = [min(i + 1, m) if visible and causal else m for i in range(n)]
+        return {"sampled_keys": np.array([rng.integers(0, h, size=r) for h in high]).reshape(n, r)}
+
+    return options
+
+
+def _sortcut(rng, n, m, d, causal):
+    """SortCut c = 2 (no causal form: the causal settings try one iteration instead)."""
+    return _sinkhorn_options()(rng, n, m, d, causal) | ({"iterations": 1} if causal else {"sortcut": 2})
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -650,6 +963,9 @@ NAIVE: dict[str, NaiveCase] = {
         DEFAULTS, fixed(order="block-raster"), fixed(flange="both", query_block=(2, 3), memory_flange=(1, 0)),
         fixed(order="block-raster", query_block=(1, 3), memory_flange=(2, 1))), lengths=(12,)),
     "axial": NaiveCase(axial, (DEFAULTS, fixed(width=2)), lengths=(12,)),
+    "routing": NaiveCase(routing, (lambda rng, n, m, d, causal: {"centroids": rng.standard_normal((3, d))},
+                                   lambda rng, n, m, d, causal: {"centroids": rng.standard_normal((2, d)),
+                                                                 "balanced": True})),
     "reformer_lsh": NaiveCase(reformer_lsh, (
         lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2))},
         lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((3, d, 1)), "chunk_length": 2},
@@ -671,4 +987,24 @@ NAIVE: dict[str, NaiveCase] = {
     "delta_rule": NaiveCase(delta_rule, (lambda rng, n, m, d, causal: {"beta": rng.uniform(size=m)},
                                          lambda rng, n, m, d, causal: {"beta": rng.uniform(0, 0.1, size=m),
                                                                        "normalize": False})),
+    "sac": NaiveCase(naive_sac, (lambda rng, n, m, d, causal: {"predictor": SacPredictor(rng.standard_normal((d, d)))},
+                                 lambda rng, n, m, d, causal: {"predictor": SacPredictor(rng.standard_normal((d, d))),
+                                                               "r": 3})),
+    "sinkhorn": NaiveCase(naive_sinkhorn, (
+        _sinkhorn_options(), _sinkhorn_options(block_size=2, extra_columns=2, iterations=3, temperature=1.0),
+        _sortcut), lengths=(12,)),
+    # 8 bits leave some codes equal or equidistant: the ties of the K-means are exercised too.
+    "clustered": NaiveCase(naive_clustered, (
+        _hash_draws(8, 3), _hash_draws(63, 2, through_origin=True, iterations=3),
+        lambda rng, n, m, d, causal: {"assignment": rng.integers(0, 3, size=n), "scale": 0.7})),
+    "improved_clustered": NaiveCase(naive_improved_clustered, (
+        _hash_draws(8, 3), _hash_draws(63, 2, top_k=4),
+        lambda rng, n, m, d, causal: {"assignment": rng.integers(0, 3, size=n), "top_k": 1, "scale": 0.7})),
+    "informer": NaiveCase(naive_informer, (
+        _informer_sample(3),
+        lambda rng, n, m, d, causal: _informer_sample(2)(rng, n, m, d, causal) | {
+            "factor": 2, "counts": "official", "measure": "official", "lazy": "official"},
+        lambda rng, n, m, d, causal: _informer_sample(4, visible=True)(rng, n, m, d, causal) | {
+            "sample_from": "visible", "num_top": 3},
+        lambda rng, n, m, d, causal: _informer_sample(1)(rng, n, m, d, causal) | {"counts": "official-v1"})),
 }

@@ -6,8 +6,8 @@ times, and states each target with its measured value.
 """
 from __future__ import annotations
 
-from . import linear, memory, sdpa, sparse
+from . import content, linear, memory, sdpa, sparse
 
-FAMILIES = {"sdpa": sdpa, "sparse": sparse, "linear": linear, "memory": memory}
+FAMILIES = {"sdpa": sdpa, "sparse": sparse, "linear": linear, "content": content, "memory": memory}
 
 __all__ = ["FAMILIES"]

@@ -7,9 +7,11 @@
   :func:`sparse_transformer_pattern`.
 - Extended (Fig. 6): :func:`bp_transformer_pattern`, :func:`image_transformer_pattern`,
   :func:`axial_pattern` / :func:`axial_patterns`.
-- Content-based (§4.1.2): :func:`reformer_lsh_attention`, shared-QK attention within LSH buckets
-  (:func:`lsh_buckets`, :func:`lsh_chunks`, :func:`lsh_collision_probability`); its
-  ``method="chunked"`` holds nothing n × n.
+- Content-based (§4.1.2): :func:`routing_attention` (k-means routing, with :func:`draw_centroids`,
+  :func:`nearest_centroid` and :func:`update_centroids`), :func:`reformer_lsh_attention`
+  (shared-QK attention within LSH buckets, with :func:`draw_lsh_rotations`, :func:`lsh_buckets`,
+  :func:`lsh_chunks` and :func:`lsh_collision_probability`), :func:`sac_attention` on predicted
+  edges, :func:`sinkhorn_attention` on softly sorted blocks.
 
 :func:`sparse_attention` attends over any of them, by the dense equation path or the Numba CSR
 kernel (``method="csr"``) whose cost follows the kept pairs.
@@ -63,6 +65,22 @@ from .reformer_lsh import (
     lsh_collision_probability,
     reformer_lsh_attention,
 )
+from .routing import RECORD as ROUTING
+from .routing import draw_centroids, nearest_centroid, routing_attention, update_centroids
+from .sac import RECORD as SAC
+from .sac import SacPredictor, init_sac_predictor, predict_edges, predictor_scores, sac_attention, top_edges
+from .sinkhorn import RECORD as SINKHORN
+from .sinkhorn import (
+    SortNetParams,
+    block_summaries,
+    default_block_size,
+    draw_gumbel,
+    init_sort_net,
+    sinkhorn_attention,
+    sinkhorn_normalize,
+    sort_net_scores,
+    sorting_matrix,
+)
 from .sparse_transformer import RECORD as SPARSE_TRANSFORMER
 from .sparse_transformer import sparse_transformer_pattern
 from .star_transformer import RECORD as STAR_TRANSFORMER
@@ -86,10 +104,15 @@ RECORDS = (
     BP_TRANSFORMER,
     IMAGE_TRANSFORMER,
     AXIAL,
+    ROUTING,
     REFORMER_LSH,
+    SAC,
+    SINKHORN,
 )
 
 __all__ = [
+    "SacPredictor",
+    "SortNetParams",
     "SparsePattern",
     "axial_pattern",
     "axial_patterns",
@@ -97,25 +120,42 @@ __all__ = [
     "bigbird_block_layout",
     "bigbird_pattern",
     "block_local_pattern",
+    "block_summaries",
     "bp_transformer_pattern",
     "bp_tree_spans",
+    "default_block_size",
     "dilated_pattern",
     "draw_bigbird_random_blocks",
+    "draw_centroids",
+    "draw_gumbel",
     "draw_lsh_rotations",
     "draw_random_keys",
     "etc_pattern",
     "global_pattern",
     "image_transformer_1d_pattern",
     "image_transformer_pattern",
+    "init_sac_predictor",
+    "init_sort_net",
     "longformer_pattern",
     "longformer_patterns",
     "lsh_buckets",
     "lsh_chunks",
     "lsh_collision_probability",
+    "nearest_centroid",
+    "predict_edges",
+    "predictor_scores",
     "random_pattern",
     "reformer_lsh_attention",
+    "routing_attention",
+    "sac_attention",
+    "sinkhorn_attention",
+    "sinkhorn_normalize",
+    "sort_net_scores",
+    "sorting_matrix",
     "sparse_attention",
     "sparse_transformer_pattern",
     "star_transformer_pattern",
     "strided_pattern",
+    "top_edges",
+    "update_centroids",
 ]

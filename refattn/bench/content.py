@@ -1,0 +1,80 @@
+"""``python -m refattn bench content``: Routing and Reformer cost as n doubles, through the registry's ``apply``.
+
+For each content-based mechanism at n = 4096 … 65536 (one head, d = 64), it prints the time of
+the registry's ``apply`` with its defaults (the pairs chosen from the content, then the CSR
+kernel), the peak memory of the call (NumPy allocations, tracemalloc) and t(n)/t(n/2), beside the
+ratios that n log n (2·log n / log(n/2)), n^1.5 (2.83) and quadratic (4) growth would give.
+Targets (issue 12): the growth of each is stated from its measured ratios, and peak memory at
+n = 65536 stays under 1 GiB.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+
+import numpy as np
+
+from .. import registry
+from ..cli import positive_int
+from ._measure import best_time, check_memory, mib, peak_memory
+
+__all__ = ["CASES", "add_arguments", "check_arguments", "run"]
+
+#: name -> (registry id, options of apply at length n, how its cost grows)
+CASES = {
+    "routing": ("routing", lambda n: {},
+                "k = ⌈√n⌉ clusters (apply's default, the paper's k = √n): n·k·d to route, about n²/k·d to attend, "
+                "so n^1.5"),
+    "reformer_lsh": ("reformer_lsh", lambda n: {},
+                     "hashing n·b·d, sorting n log n, chunks n·c·d"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``bench content``."""
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[4096, 8192, 16384, 32768, 65536],
+                        metavar="N", help="sequence lengths")
+    parser.add_argument("--d", type=positive_int, default=64, help="head width d = d_v")
+    parser.add_argument("--repeat", type=positive_int, default=2, help="timed calls per point (best is kept)")
+    parser.add_argument("--only", nargs="+", choices=list(CASES), metavar="CASE",
+                        help=f"run only these mechanisms (of {', '.join(CASES)})")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise a one-line ``ValueError`` if a size would not fit in memory (inputs, output and pairs)."""
+    check_memory({f"n={n}": {"inputs and output": 4 * n * args.d * 8, "pairs and kernel": 2**30} for n in args.sizes},
+                 "lower --sizes or --d")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark, print the table and the targets; return 0, or 1 if a target is missed."""
+    rng = np.random.default_rng(0)
+    print(f"{'mechanism':<14}{'n':>7}{'apply s':>9}{'peak MiB':>10}{'t(n)/t(n/2)':>12}   growth per doubling: "
+          "n log n, n^1.5, n^2")
+    ok = True
+    for name in args.only or CASES:
+        mech_id, options, why = CASES[name]
+        record = registry.get(mech_id)
+        _call(record, *rng.standard_normal((3, 64, args.d)), options(64))   # compile (or load) the kernels
+        previous, peaks = None, {}
+        for n in args.sizes:
+            q, k, v = rng.standard_normal((3, n, args.d))
+            call = functools.partial(_call, record, q, k, v, options(n))
+            _, peaks[n] = peak_memory(call)
+            seconds = best_time(call, args.repeat)
+            growth = (f"{seconds / previous:>12.2f}   {2 * math.log(n) / math.log(n / 2):.2f}, 2.83, 4"
+                      if previous else f"{'—':>12}")
+            print(f"{name:<14}{n:>7}{seconds:>9.3f}{mib(peaks[n]):>10}{growth}", flush=True)
+            previous = seconds
+        print(f"  {name}: {why}")
+        if 65536 in peaks:
+            ok &= peaks[65536] < 2**30
+            print(f"target: {name} peak memory at n = 65536 = {mib(peaks[65536])} MiB (< 1024): "
+                  f"{'met' if peaks[65536] < 2**30 else 'MISSED'}")
+    return 0 if ok else 1
+
+
+def _call(record, q, k, v, options) -> None:
+    """The registry's apply, default method, draws from a fixed seed (k = q for shared-QK attention)."""
+    record.apply(q, q if record.shared_qk else k, v, rng=0, **options)
