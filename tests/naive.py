@@ -395,6 +395,90 @@ def naive_update_centroids(centroids, q, k, decay):
     return np.array(new)
 
 
+def lsh_bucket(x, rotation):
+    """Kitaev et al. §2: h(x) = argmax([xR; −xR]), the first largest of the b signed projections (0 for b = 1)."""
+    projections = [sum(x[c] * rotation[c][t] for c in range(len(x))) for t in range(rotation.shape[1])]
+    signed = projections + [-p for p in projections]
+    best = 0
+    for t in range(len(signed)):
+        if signed[t] > signed[best]:
+            best = t
+    return best
+
+
+def lsh_rounds(q, causal, rotations, chunk_length=None, attend_across_buckets=False, wrap=False, n_buckets=None):
+    """Kitaev et al. §2, the pairs: keys k_j = q_j/‖q_j‖; per round the bucket h(k_j) (with factors f_1, f_2, …
+    of n_buckets, trax's hierarchical hash: h = h_1 + f_1·h_2 + …, h_i from the next f_i/2 columns), the
+    order by (bucket, position), chunks of c = ⌈2n/b⌉ tokens, and ``in_round(r, i, j)``: j in i's bucket (any
+    bucket, across buckets), in i's chunk or the one before (before the first: the last, with wrap), j ≤ i if
+    causal. Returns (unit keys, in_round, number of rounds)."""
+    n, d = q.shape
+    columns = rotations.shape[-1]
+    factors = ([2 * columns] if columns else []) if n_buckets is None else \
+        list(n_buckets) if isinstance(n_buckets, tuple) else ([n_buckets] if n_buckets > 1 else [])
+    rounds, b = len(rotations), math.prod(factors)
+    c = chunk_length if chunk_length is not None else max(1, math.ceil(2 * n / b))
+    unit = []
+    for j in range(n):
+        norm = math.sqrt(sum(q[j][t] ** 2 for t in range(d)))
+        unit.append([q[j][t] / norm if norm else 0.0 for t in range(d)])
+    bucket, chunk = [], []
+    for r in range(rounds):
+        bucket.append([0] * n)
+        first, offset = 0, 1
+        for f in factors:
+            for j in range(n):
+                bucket[r][j] += offset * lsh_bucket(unit[j], rotations[r][:, first:first + f // 2])
+            first, offset = first + f // 2, offset * f
+        order = sorted(range(n), key=lambda j, r=r: (bucket[r][j], j))
+        chunk.append({j: s // c for s, j in enumerate(order)})
+    last = (n - 1) // c
+
+    def in_round(r, i, j):
+        ci, cj = chunk[r][i], chunk[r][j]
+        near = cj in (ci, ci - 1) or (wrap and ci == 0 and cj == last)
+        return near and (attend_across_buckets or bucket[r][i] == bucket[r][j]) and (not causal or j <= i)
+
+    return unit, in_round, rounds
+
+
+def lsh_union(n, in_round, rounds, i):
+    """U_i: the keys some round pairs with i, without i unless nothing else is left (§2, "Causal masking")."""
+    union = {j for r in range(rounds) for j in range(n) if in_round(r, i, j)}
+    return union - {i} or {i}
+
+
+def reformer_lsh(q, k, v, causal, rotations, chunk_length=None, attend_across_buckets=False,
+                 allow_duplicate_attention=False, wrap=False, scale=None, n_buckets=None):
+    """Kitaev et al. §2 token by token over the pairs of ``lsh_rounds``: per round a softmax of s_ij − log N_ij
+    (N_ij: the rounds holding the pair; not subtracted if duplicates are allowed) and its log-sum-exp z_r, the
+    rounds weighted by exp(z_r − log Σ_r exp z_r) ("Multi-round LSH attention"). ``k`` is q (shared QK)."""
+    n, d = q.shape
+    unit, in_round, rounds = lsh_rounds(q, causal, rotations, chunk_length, attend_across_buckets, wrap, n_buckets)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    out = np.zeros((n, v.shape[1]))
+    for i in range(n):
+        keep = lsh_union(n, in_round, rounds, i)
+        parts = []
+        for r in range(rounds):
+            s = {}
+            for j in keep:
+                if in_round(r, i, j):
+                    s[j] = scale * sum(q[i][t] * unit[j][t] for t in range(d))
+                    if not allow_duplicate_attention:
+                        s[j] -= math.log(sum(in_round(r2, i, j) for r2 in range(rounds)))
+            if s:
+                top = max(s.values())
+                z = top + math.log(sum(math.exp(x - top) for x in s.values()))
+                parts.append((z, [sum(math.exp(s[j] - z) * v[j][t] for j in s) for t in range(v.shape[1])]))
+        top = max(z for z, _ in parts)
+        Z = top + math.log(sum(math.exp(z - top) for z, _ in parts))
+        for z, o in parts:
+            for t in range(len(o)):
+                out[i][t] += math.exp(z - Z) * o[t]
+    return out
+
+
 # ------------------------------------------------------------------------------ linearised attention (survey §4.2)
 
 
@@ -1241,6 +1325,15 @@ NAIVE: dict[str, NaiveCase] = {
     "routing": NaiveCase(routing, (lambda rng, n, m, d, causal: {"centroids": rng.standard_normal((3, d))},
                                    lambda rng, n, m, d, causal: {"centroids": rng.standard_normal((2, d)),
                                                                  "balanced": True})),
+    "reformer_lsh": NaiveCase(reformer_lsh, (
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2))},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((3, d, 1)), "chunk_length": 2},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2)), "attend_across_buckets": True,
+                                      "allow_duplicate_attention": True, "wrap": True, "chunk_length": 3},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 1)), "wrap": True, "scale": 1.0},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 0))},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 3)), "n_buckets": (2, 4)}),
+        lengths=(1, 12)),
     "linear_elu": NaiveCase(linear_elu, (DEFAULTS,)),
     "performer_positive": NaiveCase(performer("positive"), (lambda rng, n, m, d, causal:
                                                             {"omega": rng.standard_normal((16, d))},)),

@@ -8,8 +8,10 @@
 - Extended (Fig. 6): :func:`bp_transformer_pattern`, :func:`image_transformer_pattern`,
   :func:`axial_pattern` / :func:`axial_patterns`.
 - Content-based (§4.1.2): :func:`routing_attention` (k-means routing, with :func:`draw_centroids`,
-  :func:`nearest_centroid` and :func:`update_centroids`), :func:`sac_attention` on predicted edges,
-  :func:`sinkhorn_attention` on softly sorted blocks.
+  :func:`nearest_centroid` and :func:`update_centroids`), :func:`reformer_lsh_attention`
+  (shared-QK attention within LSH buckets, with :func:`draw_lsh_rotations`, :func:`lsh_buckets`,
+  :func:`lsh_chunks` and :func:`lsh_collision_probability`), :func:`sac_attention` on predicted
+  edges, :func:`sinkhorn_attention` on softly sorted blocks.
 
 :func:`sparse_attention` attends over any of them, by the dense equation path or the Numba CSR
 kernel (``method="csr"``) whose cost follows the kept pairs.
@@ -55,6 +57,14 @@ from .longformer import longformer_pattern, longformer_patterns
 from .pattern import SparsePattern
 from .random import RECORD as RANDOM
 from .random import draw_random_keys, random_pattern
+from .reformer_lsh import RECORD as REFORMER_LSH
+from .reformer_lsh import (
+    draw_lsh_rotations,
+    lsh_buckets,
+    lsh_chunks,
+    lsh_collision_probability,
+    reformer_lsh_attention,
+)
 from .routing import RECORD as ROUTING
 from .routing import draw_centroids, nearest_centroid, routing_attention, update_centroids
 from .sac import RECORD as SAC
@@ -95,6 +105,7 @@ RECORDS = (
     IMAGE_TRANSFORMER,
     AXIAL,
     ROUTING,
+    REFORMER_LSH,
     SAC,
     SINKHORN,
 )
@@ -117,6 +128,7 @@ __all__ = [
     "draw_bigbird_random_blocks",
     "draw_centroids",
     "draw_gumbel",
+    "draw_lsh_rotations",
     "draw_random_keys",
     "etc_pattern",
     "global_pattern",
@@ -126,10 +138,14 @@ __all__ = [
     "init_sort_net",
     "longformer_pattern",
     "longformer_patterns",
+    "lsh_buckets",
+    "lsh_chunks",
+    "lsh_collision_probability",
     "nearest_centroid",
     "predict_edges",
     "predictor_scores",
     "random_pattern",
+    "reformer_lsh_attention",
     "routing_attention",
     "sac_attention",
     "sinkhorn_attention",
