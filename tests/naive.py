@@ -18,6 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from refattn import MultiHeadParams
+from refattn.compressed import MemoryCompression
+from refattn.compressed import PoolingformerParams
+from refattn.lowrank import LowRankBandParams
 from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
@@ -839,6 +842,343 @@ def _hash_draws(bits, clusters, through_origin=False, **fixed_options):
     return options
 
 
+# ------------------------------------------------------------------------------ compressed key/value memory (§4.3.2)
+
+
+def naive_linformer(q, k, v, causal, E, F=None, sharing="none"):
+    """Wang et al. Eq. (7) for one sequence, in the other order: the projected keys (E K)_r = Σ_j E_rj k_j, the
+    n × k softmax P̄_ir of q_i·(E K)_r/√d, then the effective weights W_ij = Σ_r P̄_ir F_rj and out_i = Σ_j W_ij v_j
+    (refattn computes P̄ (F V)). F = E when not given (key-value sharing); ``sharing`` changes nothing here."""
+    assert causal is False, "Linformer has no causal form"
+    F = E if F is None else F
+    n, d = q.shape
+    m, d_v = v.shape
+    r_count = len(E)
+    EK = [[sum(E[r][j] * k[j, c] for j in range(m)) for c in range(d)] for r in range(r_count)]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        s = [sum(q[i, c] * EK[r][c] for c in range(d)) / math.sqrt(d) for r in range(r_count)]
+        top = max(s)
+        e = [math.exp(x - top) for x in s]
+        P = [x / sum(e) for x in e]
+        for j in range(m):
+            w = sum(P[r] * F[r][j] for r in range(r_count))
+            for c in range(d_v):
+                out[i, c] += w * v[j, c]
+    return out
+
+
+def naive_mca(q, k, v, causal, params=None, memory="paper", remainder="drop", mode="compressed", block=3):
+    """Liu et al. §4.2.3 for one sequence by loops. Compressed: block r holds the positions rc + t − p (t < c, p the
+    zeros before position 0 with remainder "pad", else 0, and the last m mod c positions in no block with "drop");
+    its key is Σ_t k_{rc+t−p} W_t (a d × d tap, or a scalar tap times k); query i at position p_i (i, or i + m − n
+    bottom-right) attends to the blocks whose last position is ≤ p_i ("paper") or < p_i after the first token,
+    seen from p_i ≥ 0 ("tensor2tensor"), to all when not causal; none: a zero row. Local: the keys of p_i's block of
+    ``block`` tokens (causal: j ≤ p_i)."""
+    n, d = q.shape
+    m, d_v = v.shape
+    delta = m - n if causal == "bottom-right" else 0
+    out = np.zeros((n, d_v))
+    if mode == "local":
+        for i in range(n):
+            pos = i + delta
+            keys = [j for j in range(m) if j // block == pos // block and (not causal or j <= pos)]
+            if keys:
+                allowed = np.array([[j in keys for j in range(m)]])
+                out[i] = naive_sdpa(q[i:i + 1], k, v, allowed=allowed)[0][0]
+        return out
+    c = len(params.w_k)
+    pad = (-m) % c if remainder == "pad" else 0
+    items = []                                                     # (key, value, last position, seen strictly)
+    if memory == "tensor2tensor" and m:
+        items.append((list(k[0]), list(v[0]), 0, False))
+    for r in range((m + pad) // c):
+        tokens = [(t, r * c + t - pad) for t in range(c) if r * c + t - pad >= 0]
+
+        def conv(x, w, width, tokens=tokens):
+            if w.ndim == 1:
+                return [sum(w[t] * x[j, o] for t, j in tokens) for o in range(width)]
+            return [sum(x[j, a] * w[t, a, o] for t, j in tokens for a in range(width)) for o in range(width)]
+
+        items.append((conv(k, params.w_k, d), conv(v, params.w_v, d_v), r * c + c - 1 - pad, memory != "paper"))
+    for i in range(n):
+        pos = i + delta
+        seen = [it for it in items if not causal or (it[2] < pos if it[3] else it[2] <= pos)]
+        if not seen:
+            continue
+        s = [sum(q[i, a] * key[a] for a in range(d)) / math.sqrt(d) for key, _, _, _ in seen]
+        top = max(s)
+        e = [math.exp(x - top) for x in s]
+        for (_, value, _, _), x in zip(seen, e, strict=True):
+            for o in range(d_v):
+                out[i, o] += x / sum(e) * value[o]
+    return out
+# ------------------------------------------------------------------ learned extra tokens (Set Transformer, Luna)
+
+
+def naive_induced(q, k, v, inducing, scale=None):
+    """Inducing-point attention by loops: H_a = Σ_j softmax_j(s I_a·k_j) (k_j, v_j), then out_i = Σ_a softmax_a(s q_i·
+    H_K,a) H_V,a (Set Transformer's ISAB path; Luna's non-causal pack and unpack)."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    H_K, H_V = [], []
+    for a in range(len(inducing)):                                 # each inducing point attends every key
+        w = _softmax_list([scale * sum(inducing[a, c] * k[j, c] for c in range(d)) for j in range(m)])
+        H_K.append([sum(w[j] * k[j, c] for j in range(m)) for c in range(d)])
+        H_V.append([sum(w[j] * v[j, c] for j in range(m)) for c in range(d_v)])
+    out = np.zeros((n, d_v))
+    for i in range(n):                                             # each query attends the ℓ memory slots
+        w = _softmax_list([scale * sum(q[i, c] * H_K[a][c] for c in range(d)) for a in range(len(inducing))])
+        for c in range(d_v):
+            out[i, c] = sum(w[a] * H_V[a][c] for a in range(len(inducing)))
+    return out
+
+
+def _softmax_list(scores):
+    """e^{s_j − max} / Σ e^{s − max} over a Python list; an empty list gives an empty list."""
+    if not scores:
+        return []
+    top = max(scores)
+    e = [math.exp(s - top) for s in scores]
+    total = sum(e)
+    return [x / total for x in e]
+
+
+def naive_set_transformer(q, k, v, causal, inducing, scale=None, num_inducing=None):
+    """Set Transformer's inducing-point attention (§3.1, ISAB's two attentions), by loops; no causal form."""
+    assert causal is False, "a set has no order"
+    return naive_induced(q, k, v, inducing, scale)
+
+
+def _softplus_ln2(x):
+    """ln(1 + e^{x ln 2}) / ln 2, written as max(y, 0) + ln(1 + e^{−|y|}) with y = x ln 2."""
+    y = x * math.log(2.0)
+    return (max(y, 0.0) + math.log1p(math.exp(-abs(y)))) / math.log(2.0)
+
+
+def naive_luna(q, k, v, causal, pack, scale=None, pack_length=None):
+    """Luna by loops: non-causal, the pack and unpack attentions; causal, for each position t the packed keys and
+    values (1/(t+1)) Σ_{j≤t} softplus_{ln 2}(s k_j·P_l) (k_j, v_j), then the query's softmax over the l tokens."""
+    if causal is False:
+        return naive_induced(q, k, v, pack, scale)
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    delta = m - n if causal == "bottom-right" else 0
+    F = [[_softplus_ln2(scale * sum(k[j, c] * pack[a, c] for c in range(d))) for a in range(len(pack))]
+         for j in range(m)]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        seen = min(i + delta + 1, m)                               # keys j <= t
+        if seen <= 0:
+            continue                                               # before every key: a zero row
+        P_K = [[sum(F[j][a] * k[j, c] for j in range(seen)) / seen for c in range(d)] for a in range(len(pack))]
+        P_V = [[sum(F[j][a] * v[j, c] for j in range(seen)) / seen for c in range(d_v)] for a in range(len(pack))]
+        w = _softmax_list([scale * sum(q[i, c] * P_K[a][c] for c in range(d)) for a in range(len(pack))])
+        for c in range(d_v):
+            out[i, c] = sum(w[a] * P_V[a][c] for a in range(len(pack)))
+    return out
+# ------------------------------------------------------------------------ compressed memory, low rank (§4.3.2, §4.4)
+
+
+def naive_softmax(scores):
+    """{key: weight} from {key: score}, max-shifted, by math.exp ({} for no key)."""
+    if not scores:
+        return {}
+    top = max(scores.values())
+    total = sum(math.exp(s - top) for s in scores.values())
+    return {j: math.exp(s - top) / total for j, s in scores.items()}
+
+
+def naive_poolingformer(q, k, v, causal, params, window=1, pool_window=3, kernel_size=3, stride=2, pooling="conv",
+                        residual=True, scale=None):
+    """Zhang et al. 2021 for one sequence by loops. First level: y_i = Σ softmax(q_i·k_j/√d) v_j over |i − j| ≤ w₁
+    (no key: y_i = 0). Second level, query by query: its window [i − w₂, i + w₂] cut into the segments
+    s = i − w₂ + tξ (t while s + κ − 1 ≤ i + w₂) of κ positions, those in [0, n) kept; each segment pooled: the mean,
+    the channel max (keys: the max of y_l W_K), or LDConv (weights softmax over the segment of ȳ·W_δ[:, l − s], ȳ its
+    mean); z_i = Σ softmax((y_i W_Q)·(ỹ W_K)/√d) ỹ over the segments; out_i = y_i + z_i (z_i without residual)."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    w_q, w_k, w_kernel = params.w_q, params.w_k, params.w_kernel
+    y = [[0.0] * d_v for _ in range(n)]
+    for i in range(n):
+        a = naive_softmax({j: sum(q[i, c] * k[j, c] for c in range(d)) * scale
+                           for j in range(m) if abs(i - j) <= window})
+        for j, weight in a.items():
+            for c in range(d_v):
+                y[i][c] += weight * v[j, c]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        q2 = [sum(y[i][a] * w_q[a, c] for a in range(d_v)) for c in range(d)]
+        keys, values = [], []
+        s = i - pool_window
+        while s + kernel_size - 1 <= i + pool_window:
+            S = [l for l in range(s, s + kernel_size) if 0 <= l < n]
+            if S and pooling == "max":
+                values.append([max(y[l][c] for l in S) for c in range(d_v)])
+                keys.append([max(sum(y[l][a] * w_k[a, c] for a in range(d_v)) for l in S) for c in range(d)])
+            elif S:
+                if pooling == "mean":
+                    delta = {l: 1.0 / len(S) for l in S}
+                else:
+                    mean = [sum(y[l][a] for l in S) / len(S) for a in range(d_v)]
+                    delta = naive_softmax({l: sum(mean[a] * w_kernel[a, l - s] for a in range(d_v)) for l in S})
+                pooled = [sum(delta[l] * y[l][c] for l in S) for c in range(d_v)]
+                values.append(pooled)
+                keys.append([sum(pooled[a] * w_k[a, c] for a in range(d_v)) for c in range(d)])
+            s += stride
+        b = naive_softmax({t: sum(q2[c] * key[c] for c in range(d)) * scale for t, key in enumerate(keys)})
+        for c in range(d_v):
+            z = sum(weight * values[t][c] for t, weight in b.items())
+            out[i, c] = y[i][c] + z if residual else z
+    return out
+
+
+def naive_lowrank_band(q, k, v, causal, params, alpha=0.5, window=1, scale=None):
+    """Guo et al. 2019 for one sequence by loops: the low-rank module softmaxes (q_i W_q)·(k_j W_k)/√D_k over every
+    key, the band module q_i·k_j/√d over |p − j| ≤ w (p = i, or i + m − n bottom-right), both under j ≤ p when
+    causal; out_i = α Σ_j a_ij v_j + (1 − α) Σ_j b_ij v_j."""
+    n, d = q.shape
+    m, d_v = v.shape
+    rank = params.w_q.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qr = [[sum(q[i, a] * params.w_q[a, c] for a in range(d)) for c in range(rank)] for i in range(n)]
+    kr = [[sum(k[j, a] * params.w_k[a, c] for a in range(d)) for c in range(rank)] for j in range(m)]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        p = i + (m - n if causal == "bottom-right" else 0)
+        seen = [j for j in range(m) if causal is False or j <= p]
+        low = naive_softmax({j: sum(qr[i][c] * kr[j][c] for c in range(rank)) / math.sqrt(rank) for j in seen})
+        band = naive_softmax({j: sum(q[i, c] * k[j, c] for c in range(d)) * scale for j in seen
+                              if abs(p - j) <= window})
+        for c in range(d_v):
+            out[i, c] = (alpha * sum(a * v[j, c] for j, a in low.items())
+                         + (1 - alpha) * sum(b * v[j, c] for j, b in band.items()))
+    return out
+
+
+# ------------------------------------------------------------------------------ low rank: Nyström (survey §4.4.2)
+
+
+def naive_softmax_row(scores):
+    """One softmax row by math.exp, max-shifted."""
+    top = max(scores)
+    e = [math.exp(s - top) for s in scores]
+    return [x / sum(e) for x in e]
+
+
+def naive_dot_softmax(a, b, scale):
+    """softmax(a bᵀ · scale) row by row, as a list of lists."""
+    return [naive_softmax_row([sum(x * y for x, y in zip(row, col, strict=True)) * scale for col in b]) for row in a]
+
+
+def naive_matmul(A, B):
+    """(r × s)(s × c) by three loops on lists of lists."""
+    return [[sum(A[i][t] * B[t][j] for t in range(len(B))) for j in range(len(B[0]))] for i in range(len(A))]
+
+
+def naive_inverse(A):
+    """Gauss-Jordan elimination with partial pivoting on a list of lists (an invertible square matrix)."""
+    size = len(A)
+    rows = [list(A[i]) + [float(i == j) for j in range(size)] for i in range(size)]
+    for c in range(size):
+        pivot = max(range(c, size), key=lambda r: abs(rows[r][c]))
+        rows[c], rows[pivot] = rows[pivot], rows[c]
+        head = rows[c][c]
+        rows[c] = [x / head for x in rows[c]]
+        for r in range(size):
+            if r != c and rows[r][c] != 0.0:
+                factor = rows[r][c]
+                rows[r] = [x - factor * y for x, y in zip(rows[r], rows[c], strict=True)]
+    return [row[size:] for row in rows]
+
+
+def naive_segments(n, l):
+    """Nyströmformer's segments (the official T2T-ViT code's extension): the first l − n mod l hold ⌊n/l⌋ tokens,
+    the others one more; as lists of positions."""
+    out, start = [], 0
+    for j in range(l):
+        length = n // l + (1 if j >= l - n % l else 0)
+        out.append(list(range(start, start + length)))
+        start += length
+    return out
+
+
+def naive_means(x, groups):
+    """The mean of the rows of x in each group of positions."""
+    return [[sum(x[i][c] for i in g) / len(g) for c in range(len(x[0]))] for g in groups]
+
+
+def naive_iterative_pinv(M, iterations, init):
+    """Z₀ = Mᵀ/(‖M‖₁‖M‖∞) (the paper) or Mᵀ/max column sum (the official code, one matrix here), then
+    Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))), all by loops."""
+    size = len(M)
+    col_sums = [sum(abs(M[i][j]) for i in range(size)) for j in range(size)]
+    row_sums = [sum(abs(M[i][j]) for j in range(size)) for i in range(size)]
+    alpha = 1.0 / (max(col_sums) * max(row_sums)) if init == "paper" else \
+        1.0 / max(sum(M[i][j] for i in range(size)) for j in range(size))
+    Z = [[alpha * M[j][i] for j in range(size)] for i in range(size)]
+    eye = [[float(i == j) for j in range(size)] for i in range(size)]
+
+    def minus(c, X):                                               # c·I − X
+        return [[c * eye[i][j] - X[i][j] for j in range(size)] for i in range(size)]
+
+    for _ in range(iterations):
+        MZ = naive_matmul(M, Z)
+        inner = naive_matmul(MZ, minus(15.0, naive_matmul(MZ, minus(7.0, MZ))))
+        Z = [[0.25 * x for x in row] for row in naive_matmul(Z, minus(13.0, inner))]
+    return Z
+
+
+def naive_nystrom_rows(q, k, v, Q_tilde, K_tilde, middle, scale):
+    """out_i = Σ_j Ŝ_ij v_j with Ŝ formed row by row: Ŝ_ij = Σ_a Σ_b F̃_ia Mid_ab B̃_bj."""
+    F = naive_dot_softmax(q, K_tilde, scale)
+    B = naive_dot_softmax(Q_tilde, k, scale)
+    l, m, d_v = len(middle), len(k), v.shape[1]
+    out = np.zeros((len(q), d_v))
+    for i in range(len(q)):
+        row = [sum(F[i][a] * middle[a][b] * B[b][j] for a in range(l) for b in range(l)) for j in range(m)]
+        for c in range(d_v):
+            out[i, c] = sum(row[j] * v[j, c] for j in range(m))
+    return out
+
+
+def naive_nystromformer(q, k, v, causal, num_landmarks=3, pinv="iterative", iterations=6, init="paper",
+                        conv_weights=None):
+    """Xiong et al.: landmarks the segment means, Ã = softmax(Q̃K̃ᵀ/√d), its pseudoinverse by the iteration or (the
+    naive tests' Ã being invertible) by Gauss-Jordan, Ŝ row by row; the skip Σ_t w_t v_{i+t−K//2} by loops."""
+    assert causal is False, "Nyströmformer has no causal form"
+    n, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+    Q_tilde = naive_means(q, naive_segments(n, num_landmarks))
+    K_tilde = naive_means(k, naive_segments(len(k), num_landmarks))
+    A = naive_dot_softmax(Q_tilde, K_tilde, scale)
+    middle = naive_inverse(A) if pinv == "exact" else naive_iterative_pinv(A, iterations, init)
+    out = naive_nystrom_rows(q, k, v, Q_tilde, K_tilde, middle, scale)
+    if conv_weights is not None:
+        half = len(conv_weights) // 2
+        for i in range(n):
+            for t, w in enumerate(conv_weights):
+                if 0 <= i + t - half < n:
+                    out[i] += w * v[i + t - half]
+    return out
+
+
+def naive_csalr(q, k, v, causal, pool=2, eps=1.0):
+    """Chen et al. (CSALR): landmarks the means of windows of ``pool`` tokens (stride ``pool``, the trailing
+    tokens in none), the middle factor (Ã + εI)⁻¹ by Gauss-Jordan, Ŝ row by row."""
+    assert causal is False, "CSALR has no causal form"
+    n, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+    windows = [list(range(j * pool, (j + 1) * pool)) for j in range(n // pool)]
+    Q_tilde, K_tilde = naive_means(q, windows), naive_means(k, windows)
+    A = naive_dot_softmax(Q_tilde, K_tilde, scale)
+    middle = naive_inverse([[A[i][j] + (eps if i == j else 0.0) for j in range(len(A))] for i in range(len(A))])
+    return naive_nystrom_rows(q, k, v, Q_tilde, K_tilde, middle, scale)
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -929,6 +1269,25 @@ def _sortcut(rng, n, m, d, causal):
     return _sinkhorn_options()(rng, n, m, d, causal) | ({"iterations": 1} if causal else {"sortcut": 2})
 
 
+def _pooling_params(kernel_size, **fixed_options):
+    """Poolingformer's second-level parameters drawn at random (d_v = d), and the setting's other options."""
+    def options(rng, n, m, d, causal):
+        params = PoolingformerParams(rng.standard_normal((d, d)) / 2, rng.standard_normal((d, d)) / 2,
+                                     rng.standard_normal((d, kernel_size)))
+        return {"params": params, "kernel_size": kernel_size} | fixed_options
+
+    return options
+
+
+def _lowrank_params(rank, **fixed_options):
+    """The low-rank module's projections W_q, W_k (d × rank) drawn at random, and the setting's other options."""
+    def options(rng, n, m, d, causal):
+        return {"params": LowRankBandParams(rng.standard_normal((d, rank)), rng.standard_normal((d, rank)))} | \
+            fixed_options
+
+    return options
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -1008,4 +1367,37 @@ NAIVE: dict[str, NaiveCase] = {
         lambda rng, n, m, d, causal: _informer_sample(4, visible=True)(rng, n, m, d, causal) | {
             "sample_from": "visible", "num_top": 3},
         lambda rng, n, m, d, causal: _informer_sample(1)(rng, n, m, d, causal) | {"counts": "official-v1"})),
+    "mca": NaiveCase(naive_mca, (
+        lambda rng, n, m, d, causal: {"params": MemoryCompression(rng.standard_normal(3), rng.standard_normal(3))},
+        lambda rng, n, m, d, causal: {"params": MemoryCompression(rng.standard_normal(2), rng.standard_normal(2)),
+                                      "memory": "tensor2tensor"},
+        lambda rng, n, m, d, causal: {"params": MemoryCompression(rng.standard_normal((2, d, d)) / 2,
+                                                                  rng.standard_normal((2, 3, 3)) / 2),
+                                      "remainder": "pad"},
+        fixed(mode="local", block=2))),
+    "linformer": NaiveCase(naive_linformer, (
+        lambda rng, n, m, d, causal: {"E": rng.standard_normal((3, m)) / math.sqrt(3),
+                                      "F": rng.standard_normal((3, m)) / math.sqrt(3)},
+        lambda rng, n, m, d, causal: {"E": rng.standard_normal((9, m)) / 3, "sharing": "kv"})),
+    "set_transformer": NaiveCase(naive_set_transformer, (
+        lambda rng, n, m, d, causal: {"inducing": rng.standard_normal((3, d))},
+        lambda rng, n, m, d, causal: {"inducing": rng.standard_normal((1, d)), "num_inducing": 1},
+        lambda rng, n, m, d, causal: {"inducing": 2.0 * rng.standard_normal((9, d)), "scale": 0.7})),
+    "luna": NaiveCase(naive_luna, (
+        lambda rng, n, m, d, causal: {"pack": rng.standard_normal((3, d))},
+        lambda rng, n, m, d, causal: {"pack": rng.standard_normal((1, d)), "pack_length": 1},
+        lambda rng, n, m, d, causal: {"pack": 2.0 * rng.standard_normal((9, d)), "scale": 0.7})),
+    # κ < ξ leaves gaps between segments, κ > ξ overlaps them; w₂ = 4 at n = 5 reaches past both ends.
+    "poolingformer": NaiveCase(naive_poolingformer, (
+        _pooling_params(3),
+        _pooling_params(2, pooling="mean", residual=False, window=0, pool_window=2, stride=1),
+        _pooling_params(2, pooling="max", window=2, pool_window=4, stride=3),
+        _pooling_params(4, pool_window=4, stride=2, scale=0.7)), value_width_d=True),
+    "lowrank_band": NaiveCase(naive_lowrank_band, (
+        _lowrank_params(2), _lowrank_params(1, alpha=0.2, window=2), _lowrank_params(3, alpha=1.0, scale=0.7),
+        _lowrank_params(2, alpha=0.0, window=0, scale=0.6))),
+    "nystrom_csalr": NaiveCase(naive_csalr, (DEFAULTS, fixed(pool=3, eps=0.25), fixed(pool=1, eps=0.0)), lengths=(8,)),
+    "nystromformer": NaiveCase(naive_nystromformer, (
+        DEFAULTS, fixed(num_landmarks=2, pinv="exact"), fixed(num_landmarks=4, init="official", iterations=10),
+        lambda rng, n, m, d, causal: {"conv_weights": rng.standard_normal(5)}), lengths=(6, 12)),
 }

@@ -47,3 +47,18 @@ def test_bench_memory_measures_a_call_in_its_own_process_and_reports_a_refusal()
     assert done["error"] is None and done["peak"] >= done["before"] > 0 and done["seconds"] >= 0
     refused = memory._measure("pass", "None", "refattn.common.check_fits('a test array', (2**40,))")
     assert refused["error"].startswith("a test array of shape (1099511627776,) would take 8.19e+03 GiB")
+
+
+def test_bench_content_runs_routing_and_reformer_as_n_doubles(capsys):
+    assert main(["bench", "content", "--sizes", "128", "256", "--d", "8", "--repeat", "1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["routing"],
+                                                                                                 ["reformer_lsh"])]
+    assert [(row[0], row[1]) for row in rows] == [("routing", "128"), ("routing", "256"), ("reformer_lsh", "128"),
+                                                 ("reformer_lsh", "256")]
+
+
+def test_bench_lowrank_runs_nystromformer_as_n_doubles(capsys):
+    assert main(["bench", "lowrank", "--sizes", "128", "256", "--d", "8", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("nystromformer ")] == ["128", "256"]
+    assert "target: " not in out                                   # the target is stated at n = 65536 only

@@ -6,8 +6,9 @@ times, and states each target with its measured value.
 """
 from __future__ import annotations
 
-from . import content, linear, memory, sdpa, sparse
+from . import content, linear, lowrank, memory, sdpa, sparse
 
-FAMILIES = {"sdpa": sdpa, "sparse": sparse, "linear": linear, "content": content, "memory": memory}
+FAMILIES = {"sdpa": sdpa, "sparse": sparse, "linear": linear, "content": content, "lowrank": lowrank,
+            "memory": memory}
 
 __all__ = ["FAMILIES"]

@@ -1,9 +1,13 @@
 """Timing and peak-memory helpers for the benchmarks, and the memory check of their arguments."""
 from __future__ import annotations
 
+import functools
+import math
 import time
 import tracemalloc
 from collections.abc import Callable
+
+import numpy as np
 
 PATTERN_BYTES_PER_ROW = 16 * 2**10
 """Bytes per query row of building a sparse pattern and running the CSR kernel on it, at most.
@@ -92,3 +96,42 @@ def check_memory(needs: dict[str, dict[str, int]], advice: str) -> None:
         detail = ", ".join(f"{what} {nbytes / 2**30:.3g}" for what, nbytes in parts.items())
         raise ValueError(f"{label} needs about {need / 2**30:.3g} GiB ({detail} GiB), more than the "
                          f"{available / 2**30:.3g} GiB of memory available now; {advice}")
+
+
+def growth_table(cases: dict, sizes: list[int], d: int, repeat: int) -> int:
+    """Time a registry record's ``apply`` as n doubles, print t(n)/t(n/2) and the peak memory; 0 if every peak at
+    n = 65536 stays under 1 GiB, else 1.
+
+    ``cases[name] = (registry id, options(n) -> dict, how its cost grows)``; each call has one head of width
+    ``d``, ``rng=0`` and the default method (k = q for shared-QK attention). The peak is NumPy's allocations
+    during the call (tracemalloc), inputs excluded.
+    """
+    from .. import registry
+
+    rng = np.random.default_rng(0)
+    print(f"{'mechanism':<16}{'n':>7}{'apply s':>9}{'peak MiB':>10}{'t(n)/t(n/2)':>12}   growth per doubling: "
+          "n, n log n, n^1.5, n^2")
+    ok = True
+    for name, (mech_id, options, why) in cases.items():
+        record = registry.get(mech_id)
+        _apply(record, *rng.standard_normal((3, 64, d)), options(64))   # compile (or load) the kernels
+        previous, peaks = None, {}
+        for n in sizes:
+            q, k, v = rng.standard_normal((3, n, d))
+            call = functools.partial(_apply, record, q, k, v, options(n))
+            _, peaks[n] = peak_memory(call)
+            seconds = best_time(call, repeat)
+            growth = (f"{seconds / previous:>12.2f}   2, {2 * math.log(n) / math.log(n / 2):.2f}, 2.83, 4"
+                      if previous else f"{'—':>12}")
+            print(f"{name:<16}{n:>7}{seconds:>9.3f}{mib(peaks[n]):>10}{growth}", flush=True)
+            previous = seconds
+        print(f"  {name}: {why}")
+        if 65536 in peaks:
+            ok &= peaks[65536] < 2**30
+            print(f"target: {name} peak memory at n = 65536 = {mib(peaks[65536])} MiB (< 1024): "
+                  f"{'met' if peaks[65536] < 2**30 else 'MISSED'}")
+    return 0 if ok else 1
+
+
+def _apply(record, q, k, v, options) -> None:
+    record.apply(q, q if record.shared_qk else k, v, rng=0, **options)

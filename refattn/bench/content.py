@@ -10,14 +10,9 @@ n = 65536 stays under 1 GiB.
 from __future__ import annotations
 
 import argparse
-import functools
-import math
 
-import numpy as np
-
-from .. import registry
 from ..cli import positive_int
-from ._measure import best_time, check_memory, mib, peak_memory
+from ._measure import check_memory, growth_table
 
 __all__ = ["CASES", "add_arguments", "check_arguments", "run"]
 
@@ -49,32 +44,4 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark, print the table and the targets; return 0, or 1 if a target is missed."""
-    rng = np.random.default_rng(0)
-    print(f"{'mechanism':<14}{'n':>7}{'apply s':>9}{'peak MiB':>10}{'t(n)/t(n/2)':>12}   growth per doubling: "
-          "n log n, n^1.5, n^2")
-    ok = True
-    for name in args.only or CASES:
-        mech_id, options, why = CASES[name]
-        record = registry.get(mech_id)
-        _call(record, *rng.standard_normal((3, 64, args.d)), options(64))   # compile (or load) the kernels
-        previous, peaks = None, {}
-        for n in args.sizes:
-            q, k, v = rng.standard_normal((3, n, args.d))
-            call = functools.partial(_call, record, q, k, v, options(n))
-            _, peaks[n] = peak_memory(call)
-            seconds = best_time(call, args.repeat)
-            growth = (f"{seconds / previous:>12.2f}   {2 * math.log(n) / math.log(n / 2):.2f}, 2.83, 4"
-                      if previous else f"{'—':>12}")
-            print(f"{name:<14}{n:>7}{seconds:>9.3f}{mib(peaks[n]):>10}{growth}", flush=True)
-            previous = seconds
-        print(f"  {name}: {why}")
-        if 65536 in peaks:
-            ok &= peaks[65536] < 2**30
-            print(f"target: {name} peak memory at n = 65536 = {mib(peaks[65536])} MiB (< 1024): "
-                  f"{'met' if peaks[65536] < 2**30 else 'MISSED'}")
-    return 0 if ok else 1
-
-
-def _call(record, q, k, v, options) -> None:
-    """The registry's apply, default method, draws from a fixed seed (k = q for shared-QK attention)."""
-    record.apply(q, q if record.shared_qk else k, v, rng=0, **options)
+    return growth_table({name: CASES[name] for name in args.only or CASES}, args.sizes, args.d, args.repeat)
