@@ -212,16 +212,23 @@ def test_chunks_of_the_order_by_bucket_then_position():
 
 def test_default_buckets_follow_trax_for_chunks_of_128():
     """b = 2·max(1, ⌊n/128⌋) (trax LSHSelfAttention), in two factors above 128: the registry entry draws that many
-    columns whatever n, and the natural function the same."""
+    columns, reads them back as that hash, and reads rotations of another width as a flat hash."""
     mech = registry.get("reformer_lsh")
     for n, columns in ((7, 1), (300, 2), (8320, 12)):              # b = 2, 4, and (16, 8): 8 + 4 columns
         qk = np.random.default_rng(n).standard_normal((n, 4))
         result = mech.apply(qk, qk, qk, rng=0, return_draws=True)
         assert result.draws["rotations"].shape == (2, 4, columns), n
-        if n < 1000:
+        if n == 8320:                                              # factored: not the flat hash of 24 buckets
+            flat = mech.apply(qk, qk, qk, n_buckets=24, **result.draws)
+            assert not np.allclose(flat.output, result.output, rtol=1e-12, atol=1e-12)
+            factored = mech.apply(qk, qk, qk, n_buckets=(16, 8), **result.draws)
+            np.testing.assert_array_equal(factored.output, result.output)
+        else:
             np.testing.assert_array_equal(reformer_lsh_attention(qk, qk, rng=0), result.output)
-    with pytest.raises(ValueError, match=r"default n_buckets at n=300 is 4, which rotations of shape \(2, 4, 3\)"):
-        mech.apply(qk[:300], qk[:300], qk[:300], rotations=np.ones((2, 4, 3)))
+    qk = np.random.default_rng(1).standard_normal((300, 4))
+    rotations = np.random.default_rng(2).standard_normal((2, 4, 3))
+    np.testing.assert_array_equal(mech.apply(qk, qk, qk, rotations=rotations).output,
+                                  mech.apply(qk, qk, qk, rotations=rotations, n_buckets=6).output)
 
 
 def test_default_chunk_is_twice_the_average_bucket(rng):

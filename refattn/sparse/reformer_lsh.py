@@ -341,10 +341,12 @@ def reformer_lsh_attention(
     n_buckets : int or sequence of int, optional
         *b*: even, or 1 (one bucket: no hashing); or a sequence of even factors, hashed
         hierarchically (:func:`lsh_buckets`) into their product at the cost O(n·d·Σ f_i) instead of
-        O(n·d·b). Default: twice the columns of ``rotations`` when they are given, else trax's
-        ``LSHSelfAttention`` rule for its chunks of 128: :math:`b = 2\max(1, \lfloor n/128 \rfloor)`,
-        factored above 128 buckets into :math:`(2^{\lceil \log_2 \sqrt b \rceil},\ 2\lfloor b /
-        2^{\lceil \log_2 \sqrt b \rceil + 1} \rfloor)`, so that c stays near 128 as n grows.
+        O(n·d·b). Default: trax's ``LSHSelfAttention`` rule for its chunks of 128,
+        :math:`b = 2\max(1, \lfloor n/128 \rfloor)`, factored above 128 buckets into
+        :math:`(2^{\lceil \log_2 \sqrt b \rceil},\ 2\lfloor b / 2^{\lceil \log_2 \sqrt b \rceil + 1}
+        \rfloor)`, so that c stays near 128 as n grows; with ``rotations`` given, that count if they
+        hold its columns (so a draw fed back is read as drawn), else a flat hash of twice their
+        columns.
     n_rounds : int, optional
         Hash rounds (the official code's ``n_hashes``). Default 2, or the number ``rotations`` holds.
     chunk_length : int, optional
@@ -467,7 +469,7 @@ def reformer_lsh_attention(
         n_buckets = _default_buckets(n)
     rotations = _rotations(rng, rotations, d, n_buckets, n_rounds)
     batch = broadcast_batch({"qk": qk.shape[:-2], "v": v.shape[:-2], "rotations": rotations.shape[:-3]})
-    factors = _factors_of(n_buckets, rotations.shape)
+    factors = _factors_of(n_buckets, rotations.shape, n)
     b = math.prod(factors)
     c = max(1, math.ceil(2 * n / b)) if chunk_length is None else check_positive_int("chunk_length", chunk_length)
     R = rotations.shape[-3]
@@ -485,7 +487,7 @@ def reformer_lsh_attention(
     norm = np.sqrt(np.sum(qk * qk, axis=-1, keepdims=True))        # (B, n, 1)  ‖q_j‖
     with np.errstate(invalid="ignore", divide="ignore"):
         k = np.where(norm == 0, 0.0, qk / np.where(norm == 0, 1.0, norm))   # (B, n, d)  k_j = q_j/‖q_j‖
-    buckets = lsh_buckets(k, rotations, n_buckets)                 # (B, R, n)  h^(r)(k_j)
+    buckets = lsh_buckets(k, rotations, factors or 1)              # (B, R, n)  h^(r)(k_j)
     order, chunk = lsh_chunks(buckets, c)                          # (B, R, n) each
     rounds = _Rounds(buckets, chunk, c, -(-n // c), alignment is not None, **options)
     run = _equation if method == "equation" else _csr
@@ -654,9 +656,14 @@ def _bucket_factors(n_buckets) -> tuple[int, ...]:
     return () if b == 1 else (b,)
 
 
-def _factors_of(n_buckets, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The factors of the hash that rotations of ``shape`` (…, R, d, columns) carry out."""
+def _factors_of(n_buckets, shape: tuple[int, ...], n: int | None = None) -> tuple[int, ...]:
+    """The factors of the hash that rotations of ``shape`` (…, R, d, columns) carry out: ``n_buckets``'s, checked
+    against the columns; without it, the default count at length n if the rotations hold its columns, else a flat
+    hash of twice their columns."""
     if n_buckets is None:
+        default = () if n is None else _bucket_factors(_default_buckets(n))
+        if n is not None and sum(f // 2 for f in default) == shape[-1]:
+            return default
         return (2 * shape[-1],) if shape[-1] else ()
     factors = _bucket_factors(n_buckets)
     if sum(f // 2 for f in factors) != shape[-1]:
@@ -686,7 +693,8 @@ def _rotations(rng, rotations, d: int, n_buckets, n_rounds) -> NDArray:
         raise ValueError(f"rotations must have shape (..., n_rounds, d={d}, b/2), got shape {rotations.shape}")
     if not np.all(np.isfinite(rotations)):
         raise ValueError(f"rotations must be finite (shape {rotations.shape})")
-    _factors_of(n_buckets, rotations.shape)
+    if n_buckets is not None:
+        _factors_of(n_buckets, rotations.shape)
     if n_rounds is not None and check_positive_int("n_rounds", n_rounds) != rotations.shape[-3]:
         raise ValueError(f"n_rounds={n_rounds} but rotations holds {rotations.shape[-3]} rounds "
                          f"(shape {rotations.shape})")
@@ -699,19 +707,13 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="aut
            chunk_length=None, rotations=None, attend_across_buckets=False, allow_duplicate_attention=False,
            wrap=False, scale=None, **unknown):
     """The registry's uniform apply (k is q, checked by the record's validation layer): 2 rounds drawn from rng
-    unless ``rotations`` are given, and trax's bucket count for chunks of 128 unless ``n_buckets`` is given (also
-    with ``rotations``, so that the draws fed back reproduce the result)."""
+    unless ``rotations`` are given, with the natural function's default bucket count (which rotations fed back
+    without ``n_buckets`` are read with, so that the draws reproduce the result)."""
     check_options("reformer_lsh", unknown, list(inspect.signature(_apply).parameters)[7:-1])
-    n = q.shape[-2]
-    if n_buckets is None:
-        n_buckets = _default_buckets(n)
-        if rotations is not None and np.ndim(rotations) >= 1 and \
-                np.shape(rotations)[-1] != sum(f // 2 for f in _bucket_factors(n_buckets)):
-            raise ValueError(f"reformer_lsh's default n_buckets at n={n} is {n_buckets!r}, which rotations of shape "
-                             f"{np.shape(rotations)} do not hold: pass n_buckets= with them")
     if rotations is None:
         if rng is None:
             raise ValueError("reformer_lsh draws its hash rotations from rng: pass rng= (or rotations=)")
+        n_buckets = _default_buckets(q.shape[-2]) if n_buckets is None else n_buckets
         rotations = draw_lsh_rotations(rng, q.shape[-1], n_buckets, DEFAULT_ROUNDS if n_rounds is None else n_rounds)
     result = reformer_lsh_attention(
         q, v, n_buckets=n_buckets, n_rounds=n_rounds, chunk_length=chunk_length, causal=causal, scale=scale,
