@@ -44,7 +44,6 @@ from ..common import (
     check_positive_int,
     check_scale,
     default_scale,
-    memory_budget,
     weighted_values,
 )
 from ..core.softmax import masked_softmax
@@ -379,8 +378,8 @@ def reformer_lsh_attention(
         "equation": every round's dense n × n pair sets, a masked softmax per round and the rounds'
         LSE merge (the paper's formula; small n). "csr": the pairs each chunk's window computes,
         listed in O(n_rounds·n·c) and attended by the CSR kernel (their LSE merge with the count is
-        softmax over their union), never n × n. "auto": "equation" while its dense arrays fit
-        :func:`refattn.common.memory_budget` or weights are asked for, else "csr".
+        softmax over their union), never n × n. "auto" is "csr": the paper's algorithm is the
+        cheaper one at every n (the dense path holds n_rounds + 4 arrays of n × n).
     return_weights : bool, default False
         Also return the effective (..., n, n) weights and the pairs computed in any round.
 
@@ -475,8 +474,7 @@ def reformer_lsh_attention(
     R = rotations.shape[-3]
     if return_weights:
         check_fits("the dense weights (return_weights=True)", (*batch, n, n))
-    if method == "auto":
-        method = "equation" if return_weights or 4 * 8 * R * math.prod((*batch, n, n)) <= memory_budget() else "csr"
+    method = "csr" if method == "auto" else method
     if method == "equation":
         check_fits("the dense per-round scores (method='equation')", (*batch, R, n, n))
 
