@@ -184,7 +184,8 @@ for mech in registry.all():
     n, m = (4, 6) if mech.cross else (mech.example_length, mech.example_length)
     x = rng.standard_normal((n + m, 8))
     causal = "bottom-right" if mech.incremental else mech.causal_settings[0]
-    res = mech.apply(x[:n], x[n:], x[n:], causal=causal, rng=0, return_weights=True)  # values = keys: d_v = d_model
+    k = x[:n] if mech.shared_qk else x[n:]                 # a shared-QK record's keys are its queries
+    res = mech.apply(x[:n], k, x[n:], causal=causal, rng=0, return_weights=True)  # values: d_v = d_model
     print(f"{mech.id:20} {mech.family:8} causal={causal!s:13} output {res.output.shape}  weights {res.weights.shape}")
 
 

@@ -1,5 +1,5 @@
 """Reformer's LSH attention: the exact limit, the multi-round merge, the pair sets, the causal dependence on later
-tokens, the hash and its collision probability, the memory of the chunked path, bad input."""
+tokens, the hash and its collision probability, the memory of the csr path, bad input."""
 from __future__ import annotations
 
 import math
@@ -21,7 +21,7 @@ from refattn.sparse import (
 from .naive import lsh_rounds, lsh_union, reformer_lsh
 
 TIGHT = {"rtol": 1e-12, "atol": 1e-12}
-METHODS = ("equation", "chunked")
+METHODS = ("equation", "csr")
 
 
 def _unit(qk):
@@ -116,12 +116,13 @@ def test_allowed_is_the_union_of_the_paper_pair_sets(rng):
 
 @pytest.mark.parametrize("options", [{}, {"wrap": True, "chunk_length": 3}, {"n_buckets": 2, "chunk_length": 5},
                                      {"attend_across_buckets": True, "allow_duplicate_attention": True}])
-def test_chunked_path_equals_the_naive_loops(rng, options):
-    """The paper's batching (chunk windows) against the token-by-token sets; n = 13 leaves a short last chunk."""
+def test_csr_path_equals_the_naive_loops(rng, options):
+    """The chunk windows listed as pairs for the CSR kernel, against the token-by-token sets; n = 13 leaves a short
+    last chunk."""
     qk, v = rng.standard_normal((2, 13, 4))
     rotations = rng.standard_normal((3, 4, options.pop("n_buckets", 4) // 2))
     for causal in (False, True):
-        out = reformer_lsh_attention(qk, v, rotations=rotations, causal=causal, method="chunked", **options)
+        out = reformer_lsh_attention(qk, v, rotations=rotations, causal=causal, method="csr", **options)
         np.testing.assert_allclose(out, reformer_lsh(qk, qk, v, causal, rotations, **options), **TIGHT)
 
 
@@ -209,6 +210,27 @@ def test_chunks_of_the_order_by_bucket_then_position():
     np.testing.assert_array_equal(chunk, [[1, 0, 1, 0, 2, 1, 0]])  # ranks 0-2, 3-5, and a short last chunk 6
 
 
+def test_default_buckets_follow_trax_for_chunks_of_128():
+    """b = 2·max(1, ⌊n/128⌋) (trax LSHSelfAttention), in two factors above 128: the registry entry draws that many
+    columns, reads them back as that hash, and reads rotations of another width as a flat hash."""
+    mech = registry.get("reformer_lsh")
+    for n, columns in ((7, 1), (300, 2), (8320, 12)):              # b = 2, 4, and (16, 8): 8 + 4 columns
+        qk = np.random.default_rng(n).standard_normal((n, 4))
+        result = mech.apply(qk, qk, qk, rng=0, return_draws=True)
+        assert result.draws["rotations"].shape == (2, 4, columns), n
+        if n == 8320:                                              # factored: not the flat hash of 24 buckets
+            flat = mech.apply(qk, qk, qk, n_buckets=24, **result.draws)
+            assert not np.allclose(flat.output, result.output, rtol=1e-12, atol=1e-12)
+            factored = mech.apply(qk, qk, qk, n_buckets=(16, 8), **result.draws)
+            np.testing.assert_array_equal(factored.output, result.output)
+        else:
+            np.testing.assert_array_equal(reformer_lsh_attention(qk, qk, rng=0), result.output)
+    qk = np.random.default_rng(1).standard_normal((300, 4))
+    rotations = np.random.default_rng(2).standard_normal((2, 4, 3))
+    np.testing.assert_array_equal(mech.apply(qk, qk, qk, rotations=rotations).output,
+                                  mech.apply(qk, qk, qk, rotations=rotations, n_buckets=6).output)
+
+
 def test_default_chunk_is_twice_the_average_bucket(rng):
     """c = ⌈2n/b⌉ (the paper's m = 2l/n_buckets): n = 10, b = 4 gives chunks of 5."""
     qk, v = rng.standard_normal((2, 10, 4))
@@ -277,7 +299,7 @@ def test_a_zero_query_has_a_zero_key(rng):
     np.testing.assert_allclose(A[2], np.where(np.arange(6) == 2, 0.0, 1 / 5), **TIGHT)   # scores 0: uniform
 
 
-def test_chunked_path_holds_nothing_n_by_n(rng):
+def test_csr_path_holds_nothing_n_by_n(rng):
     """Under a 1 MiB budget the n × n equation path is refused before allocating, and "auto" streams."""
     qk, v = rng.standard_normal((2, 1024, 4))
     rotations = draw_lsh_rotations(0, 4, 64, n_rounds=2)
@@ -300,7 +322,7 @@ def test_chunked_path_holds_nothing_n_by_n(rng):
     ({"rotations": np.ones((1, 4, 2)), "n_rounds": 2}, ValueError, "n_rounds=2 but rotations holds 1"),
     ({"rotations": np.full((1, 4, 2), np.nan)}, ValueError, "rotations must be finite"),
     ({"rotations": np.ones((1, 4, 2), dtype=int)}, TypeError, "rotations"),
-    ({"rng": 0, "method": "csr"}, ValueError, "method"),
+    ({"rng": 0, "method": "dense"}, ValueError, "method"),
     ({"rng": 0, "wrap": 1}, TypeError, "wrap"),
 ])
 def test_bad_input_is_named(options, error, match):

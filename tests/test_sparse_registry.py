@@ -15,10 +15,7 @@ from refattn.common import MemoryBudgetError, set_memory_budget
 from refattn.sparse import band_pattern
 from refattn.sparse.attention import attend_pattern
 
-# Every sparse record whose apply attends a SparsePattern by the "equation" and "csr" methods. Reformer's shared-QK
-# apply has its own methods (its chunked path is not yet on the CSR kernel); tests/test_reformer_lsh.py and the
-# registry-wide tests hold it.
-SPARSE = [m for m in registry.FAMILIES["sparse"] if m.id != "reformer_lsh"]
+SPARSE = list(registry.FAMILIES["sparse"])
 METHODS = ("equation", "csr")                                 # "auto" is one of the two
 # Registry entries whose structure needs positions (a relay node, global tokens, whole blocks, a tree): at n = 0
 # they refuse, naming n and saying which lengths they take. Every other entry gives an empty pattern.
@@ -35,16 +32,12 @@ def _id(x):
     return x.id if hasattr(x, "id") else repr(x)
 
 
-def _qkv(n, m, d=3, d_v=2, batch=(), seed=0):
+def _qkv(n, m, d=3, d_v=2, batch=(), seed=0, *, mech=None):
+    """Seeded q, k, v; k is q for a shared-QK entry (Reformer's keys are its queries)."""
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
-            rng.standard_normal((*batch, m, d_v)))
-
-
-def _self_qkv(mech):
-    """q, k, v at the record's example length; k is q for shared-QK attention."""
-    q, k, v = _qkv(mech.example_length, mech.example_length)
-    return (q, q, v) if mech.shared_qk else (q, k, v)
+    q, k, v = (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
+               rng.standard_normal((*batch, m, d_v)))
+    return (q, q.copy(), v) if mech is not None and mech.shared_qk else (q, k, v)
 
 
 def _both(mech, q, k, v, **options):
@@ -84,7 +77,7 @@ BAD_QKV = [
 @pytest.mark.parametrize(("which", "make", "error", "match"), BAD_QKV, ids=[f"{w}-{m}" for w, _, _, m in BAD_QKV])
 def test_bad_qkv_is_named_before_any_shape_is_read(mech, which, make, error, match):
     L = mech.example_length
-    args = dict(zip("qkv", _qkv(L, L), strict=True)) | {which: make(L)}
+    args = dict(zip("qkv", _qkv(L, L, mech=mech), strict=True)) | {which: make(L)}
     for method in METHODS:
         with pytest.raises(error, match=match):
             mech.apply(args["q"], args["k"], args["v"], method=method, rng=0)
@@ -92,8 +85,8 @@ def test_bad_qkv_is_named_before_any_shape_is_read(mech, which, make, error, mat
 
 @pytest.mark.parametrize("mech", SPARSE, ids=_id)
 def test_shared_arguments_are_checked_before_the_pattern_is_built(mech):
-    q, k, v = _self_qkv(mech)
-    with pytest.raises(ValueError, match=re.escape(f"method must be one of {mech.methods!r}, got 'dense'")):
+    q, k, v = _qkv(mech.example_length, mech.example_length, mech=mech)
+    with pytest.raises(ValueError, match=r"method must be one of \('equation', 'csr', 'auto'\), got 'dense'"):
         mech.apply(q, k, v, method="dense", rng=0)
     with pytest.raises(TypeError, match="return_weights must be True or False, got 1"):
         mech.apply(q, k, v, return_weights=1, rng=0)
@@ -103,7 +96,7 @@ def test_shared_arguments_are_checked_before_the_pattern_is_built(mech):
 
 @pytest.mark.parametrize("mech", SPARSE, ids=_id)
 def test_unknown_options_name_the_option_and_the_mechanism(mech):
-    q, k, v = _self_qkv(mech)
+    q, k, v = _qkv(mech.example_length, mech.example_length, mech=mech)
     own = [p.name for p in inspect.signature(mech.apply).parameters.values()
            if p.kind is inspect.Parameter.KEYWORD_ONLY][4:]              # after causal, rng, return_weights, method
     assert own, f"{mech.id}: apply's signature lists no option of its own"
@@ -146,7 +139,7 @@ EDGES = list(_edge_cases())
                          ids=[f"{c[0].id}-{c[1]}-{c[2]}" for c in EDGES])
 def test_edge_sizes_follow_one_rule_in_both_methods(mech, causal, label, shape):
     n, m, d, d_v, batch = shape
-    q, k, v = _qkv(n, m, d, d_v, batch)
+    q, k, v = _qkv(n, m, d, d_v, batch, mech=mech)
     runs = _both(mech, q, k, v, causal=causal, return_weights=True)
     if label == "d_k=0":
         assert "the default scale 1/sqrt(d_k) needs d_k >= 1, got d_k=0" in str(_same_error(runs))
@@ -173,7 +166,7 @@ def test_edge_sizes_follow_one_rule_in_both_methods(mech, causal, label, shape):
 @pytest.mark.parametrize("mech", SPARSE, ids=_id)
 def test_every_short_length_gives_a_result_or_the_same_named_error_in_both_methods(mech):
     for n in range(0, 18):
-        q, k, v = _qkv(n, n, seed=n)
+        q, k, v = _qkv(n, n, seed=n, mech=mech)
         runs = _both(mech, q, k, v)
         if runs[0][1] is not None or runs[1][1] is not None:
             error = _same_error(runs)
@@ -249,7 +242,7 @@ def _length_at_least(mech, n):
     """The first length >= n the entry takes (bp_transformer: a node count of its tree)."""
     while True:
         try:
-            mech.apply(*_qkv(n, n, d=1, d_v=1), rng=0, method="csr")
+            mech.apply(*_qkv(n, n, d=1, d_v=1, mech=mech), rng=0, method="csr")
             return n
         except ValueError:
             n += 1
@@ -259,7 +252,7 @@ def _length_at_least(mech, n):
 @pytest.mark.parametrize("method", METHODS)
 def test_dense_weights_over_the_budget_are_refused_before_anything_is_built(mech, method, one_mib_budget):
     n = _length_at_least(mech, 400)                                  # 400² float64 = 1.22 MiB > 1 MiB
-    q, k, v = _qkv(n, n)
+    q, k, v = _qkv(n, n, mech=mech)
     with pytest.raises(MemoryBudgetError, match=rf"the dense weights \(return_weights=True\) of shape \({n}, {n}\) "
                                                 r"would take 0.00\d+ GiB, above the memory budget of 0.000977 GiB"):
         mech.apply(q, k, v, method=method, rng=0, return_weights=True)
@@ -283,17 +276,15 @@ def test_attend_pattern_refuses_weights_over_the_budget_before_allocating(one_mi
 # n = 65536. Its builder refuses that before allocating; the Sparse Transformer uses it.
 OVER_BUDGET_AT_65536 = {"strided", "sparse_transformer"}
 # bigbird: a Python loop over 32768 block rows; sac: its demonstration predictor scores all n·m pairs (minutes at
-# 65536; its scoring in blocks of queries is held to no n × m array at n = 4096 in tests/test_sac.py); reformer_lsh:
-# its keys are its queries and tracemalloc slows its pair lists by minutes at 65536 (tests/test_reformer_lsh.py
-# holds its csr path to no n × n array).
-SLOW_UNDER_TRACING = {"bigbird", "sac", "reformer_lsh"}
+# 65536; its scoring in blocks of queries is held to no n × m array at n = 4096 in tests/test_sac.py).
+SLOW_UNDER_TRACING = {"bigbird", "sac"}
 
 
 @pytest.mark.parametrize("mech", [m for m in SPARSE if m.id not in SLOW_UNDER_TRACING], ids=_id)
 def test_csr_through_apply_holds_no_n_by_m_array_at_65536(mech):
     n = 131071 if mech.id == "bp_transformer" else 65536             # bp: the 131071 nodes of 65536 tokens
-    q, k, v = _qkv(n, n, d=2, d_v=2)
-    mech.apply(*_qkv(16 if mech.id != "bp_transformer" else 15, 16 if mech.id != "bp_transformer" else 15),
+    q, k, v = _qkv(n, n, d=2, d_v=2, mech=mech)
+    mech.apply(*_qkv(16 if mech.id != "bp_transformer" else 15, 16 if mech.id != "bp_transformer" else 15, mech=mech),
                method="csr", rng=0)                                  # the kernel compiled outside the trace
     tracemalloc.start()
     try:
@@ -313,8 +304,11 @@ def test_csr_through_apply_holds_no_n_by_m_array_at_65536(mech):
 @pytest.mark.parametrize("mech", SPARSE, ids=_id)
 def test_weights_are_zero_outside_the_pattern_in_both_methods_even_in_a_nan_row(mech):
     L = mech.example_length
-    q, k, v = _qkv(L, L, d=3, d_v=3)
-    if mech.content_selected:                  # a NaN key joins no selection; a score beyond float64 makes the NaN
+    q, k, v = _qkv(L, L, d=3, d_v=3, mech=mech)
+    if mech.shared_qk:                         # the keys are the queries: token L // 2 hashes to bucket 0 and makes
+        q[L // 2, 1] = np.nan                  # the rows that pair with it NaN (its own among them)
+        k = q
+    elif mech.content_selected:                  # a NaN key joins no selection; a score beyond float64 makes the NaN
         # rows, from finite q and k. Products near 1e450 overflow in every summation order; near 1e310 a sorted
         # key mixed with a small weight left a score at 6.6e307 that one method's partial sums overflowed, the
         # other's not.

@@ -26,6 +26,7 @@ with a key/value cache does not reproduce the full-sequence result).
 """
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -43,12 +44,12 @@ from ..common import (
     check_positive_int,
     check_scale,
     default_scale,
-    memory_budget,
     weighted_values,
 )
 from ..core.softmax import masked_softmax
 from ..mechanism import AttentionResult, Mechanism
 from ..oracle.merge import merge_attention
+from .attention import check_options
 
 __all__ = [
     "draw_lsh_rotations",
@@ -58,9 +59,9 @@ __all__ = [
     "reformer_lsh_attention",
 ]
 
-METHODS = ("equation", "chunked", "auto")
-DEFAULT_BUCKETS, DEFAULT_ROUNDS = 4, 2
-_GROUP_BYTES = 32 * 2**20                                          # chunked path: scores of one group of chunks
+METHODS = ("equation", "csr", "auto")
+DEFAULT_ROUNDS, TRAX_CHUNK = 2, 128
+_GROUP_BYTES = 32 * 2**20                                          # one block of hashed rows, one group of windows
 
 
 def draw_lsh_rotations(rng, d_k: int, n_buckets, n_rounds: int = 1) -> NDArray:
@@ -337,10 +338,14 @@ def reformer_lsh_attention(
     v : (..., n, d_v) array_like
         Values.
     n_buckets : int or sequence of int, optional
-        *b*: even, or 1 (one bucket: no hashing). Default 4, or twice the columns ``rotations``
-        holds. A sequence of even factors hashes hierarchically (:func:`lsh_buckets`) into their
-        product, as trax does above 128 buckets: the hashing then costs O(n·d·Σ f_i) instead of
-        O(n·d·b).
+        *b*: even, or 1 (one bucket: no hashing); or a sequence of even factors, hashed
+        hierarchically (:func:`lsh_buckets`) into their product at the cost O(n·d·Σ f_i) instead of
+        O(n·d·b). Default: trax's ``LSHSelfAttention`` rule for its chunks of 128,
+        :math:`b = 2\max(1, \lfloor n/128 \rfloor)`, factored above 128 buckets into
+        :math:`(2^{\lceil \log_2 \sqrt b \rceil},\ 2\lfloor b / 2^{\lceil \log_2 \sqrt b \rceil + 1}
+        \rfloor)`, so that c stays near 128 as n grows; with ``rotations`` given, that count if they
+        hold its columns (so a draw fed back is read as drawn), else a flat hash of twice their
+        columns.
     n_rounds : int, optional
         Hash rounds (the official code's ``n_hashes``). Default 2, or the number ``rotations`` holds.
     chunk_length : int, optional
@@ -369,11 +374,12 @@ def reformer_lsh_attention(
         False: the first chunk of the sorted order attends only itself (the paper's
         :math:`\tilde P_i`). True: it also attends the round's last chunk, as the official code's
         wrap-around "look one back" does (with one chunk, nothing changes).
-    method : {"equation", "chunked", "auto"}, default "auto"
-        "equation": every round's dense n × n pair sets and masked softmax (the definition, small n).
-        "chunked": the paper's batching, chunk by chunk, O(n_rounds·n·c) time and memory, never n × n.
-        "auto": "equation" while its dense arrays fit :func:`refattn.common.memory_budget` or
-        weights are asked for, else "chunked".
+    method : {"equation", "csr", "auto"}, default "auto"
+        "equation": every round's dense n × n pair sets, a masked softmax per round and the rounds'
+        LSE merge (the paper's formula; small n). "csr": the pairs each chunk's window computes,
+        listed in O(n_rounds·n·c) and attended by the CSR kernel (their LSE merge with the count is
+        softmax over their union), never n × n. "auto" is "csr": the paper's algorithm is the
+        cheaper one at every n (the dense path holds n_rounds + 4 arrays of n × n).
     return_weights : bool, default False
         Also return the effective (..., n, n) weights and the pairs computed in any round.
 
@@ -405,15 +411,16 @@ def reformer_lsh_attention(
     - *Chunks.* trax ``LSHSelfAttention`` has ``chunk_len=128`` and derives
       :math:`b = 2\max(1, \lfloor n/c \rfloor)`, the paper's c = 2n/b; the first trax code
       (``n_bins = n_buckets = 64``: 64 chunks a round) and the PyTorch port (``bucket_size=64`` = c,
-      b = n/64) use c = n/b. The official
-      code concatenates the rounds before chunking, so the first chunk of round r looks back into
-      the last chunk of round r − 1; under the paper's same-bucket rule those pairs are masked
-      (bucket ids differ by round), and with one round ``wrap=True`` is that code exactly. The
-      code needs c to divide n (a reshape; the port asserts it); here the last chunk is shorter.
+      b = n/64) use c = n/b. The official code concatenates the rounds before chunking, so its
+      first chunk of round r looks back into the last chunk of round r − 1 (and the very first
+      into the last of the last round). Under the paper's same-bucket rule those pairs are masked
+      (bucket ids differ by round) and ``wrap=True`` chunks as that code does; across buckets
+      (trax ``LSHSelfAttention``, the port's default) the code also attends those pairs of two
+      rounds, which refattn does not reproduce (with one round it does). The code needs c to divide
+      n (a reshape; the port asserts it); here the last chunk is shorter.
     - *Rounds.* trax ``n_hashes=1``, the PyTorch port 8 (4 in ``ReformerLM``); the paper's
-      experiments use 1 to 8 (§5, Fig. 4). The defaults here, 4 buckets and 2 rounds, are small
-      demonstration values that show the merge; for long sequences keep c fixed and b ∝ n, in
-      factors (trax factors b > 128 into two, e.g. ``n_buckets=(32, 64)``).
+      experiments use 1 to 8 (§5, Fig. 4). The default here, 2, shows the merge. The default
+      bucket count is trax's (chunks of about 128); the PyTorch port fixes c = 64 instead.
 
     Cost: hashing O(n_rounds·n·d·Σ f_i) (b for a flat hash), sorting O(n_rounds·n log n), attention
     O(n_rounds·n·c·d): with c fixed and b ∝ n in two factors of order √n, O(n·√n·d) for the hash,
@@ -457,16 +464,17 @@ def reformer_lsh_attention(
                          f"v shape {v.shape})")
     n, d = qk.shape[-2:]
     scale = default_scale(d) if scale is None else check_scale(scale)
+    if n_buckets is None and rotations is None:
+        n_buckets = _default_buckets(n)
     rotations = _rotations(rng, rotations, d, n_buckets, n_rounds)
     batch = broadcast_batch({"qk": qk.shape[:-2], "v": v.shape[:-2], "rotations": rotations.shape[:-3]})
-    factors = _factors_of(n_buckets, rotations.shape)
+    factors = _factors_of(n_buckets, rotations.shape, n)
     b = math.prod(factors)
     c = max(1, math.ceil(2 * n / b)) if chunk_length is None else check_positive_int("chunk_length", chunk_length)
     R = rotations.shape[-3]
     if return_weights:
         check_fits("the dense weights (return_weights=True)", (*batch, n, n))
-    if method == "auto":
-        method = "equation" if return_weights or 4 * 8 * R * math.prod((*batch, n, n)) <= memory_budget() else "chunked"
+    method = "csr" if method == "auto" else method
     if method == "equation":
         check_fits("the dense per-round scores (method='equation')", (*batch, R, n, n))
 
@@ -477,10 +485,10 @@ def reformer_lsh_attention(
     norm = np.sqrt(np.sum(qk * qk, axis=-1, keepdims=True))        # (B, n, 1)  ‖q_j‖
     with np.errstate(invalid="ignore", divide="ignore"):
         k = np.where(norm == 0, 0.0, qk / np.where(norm == 0, 1.0, norm))   # (B, n, d)  k_j = q_j/‖q_j‖
-    buckets = lsh_buckets(k, rotations, n_buckets)                 # (B, R, n)  h^(r)(k_j)
+    buckets = lsh_buckets(k, rotations, factors or 1)              # (B, R, n)  h^(r)(k_j)
     order, chunk = lsh_chunks(buckets, c)                          # (B, R, n) each
     rounds = _Rounds(buckets, chunk, c, -(-n // c), alignment is not None, **options)
-    run = _equation if method == "equation" else _chunked
+    run = _equation if method == "equation" else _csr
     with np.errstate(invalid="ignore", over="ignore"):             # non-finite input: NaN rows, as documented
         out, weights, allowed = run(qk, k, v, order, rounds, scale, return_weights)
     out = out.reshape(*batch, n, v.shape[-1])
@@ -510,20 +518,35 @@ class _Rounds:
             pair &= _at(self.buckets[:, r], i) == _at(self.buckets[:, r], j)   # h(k_i) = h(k_j)
         return pair & (j <= i) if self.causal else pair
 
-    def attend(self, qk, k, v_keys, i, j, pairs, scale):
-        """One round's softmax of rows i (B, ..., rows, 1) over keys j (B, ..., 1, keys) where ``pairs``:
-        (out, lse, weights), with s_ij − log N_ij unless duplicates are allowed."""
-        S = scale * (_rows_at(qk, i[..., 0]) @ np.swapaxes(_rows_at(k, j[..., 0, :]), -1, -2))   # s_ij
-        S = np.where(np.isfinite(S), S, np.nan)                    # a score that is not finite: NaN
-        if not self.duplicates:
-            N = sum(self.together(r, i, j) & pairs for r in range(self.buckets.shape[1]))   # N_ij
-            S = S - np.log(np.where(pairs, N, 1))                  # s_ij − log N_ij
-        A, empty, lse = masked_softmax(S, pairs, "zero", return_lse=True)
-        return weighted_values(A, v_keys, pairs, empty, "zero"), lse, A
+    def element(self, b):
+        """The same rounds for batch element b alone."""
+        return _Rounds(self.buckets[b:b + 1], self.chunk[b:b + 1], self.chunk_length, self.n_chunks, self.causal,
+                       attend_across_buckets=self.across, allow_duplicate_attention=self.duplicates, wrap=self.wrap)
+
+    def row_pairs(self, windows, i):
+        """For one batch element (``element``) and its rows i (1, rows, 1): every round's keys j of the row's chunk
+        window, side by side (1, rows, R·2c), and the pairs kept: computed by the round, self only when the row has
+        nothing else, each pair once unless duplicates are allowed (then once per round that computes it).
+        ``windows`` (R, T, 2c) from :func:`_windows`."""
+        n = self.chunk.shape[-1]
+        j, pairs = [], []
+        for r in range(len(windows)):
+            window = windows[r][self.chunk[0, r, i[0, :, 0]]][None]   # (1, rows, 2c)  the chunk's window
+            j.append(np.maximum(window, 0))
+            pairs.append((window >= 0) & self.together(r, i, j[-1]))
+        j, pairs = np.concatenate(j, axis=-1), np.concatenate(pairs, axis=-1)
+        others = np.any(pairs & (j != i), axis=-1, keepdims=True)  # a pair besides self in some round
+        pairs &= (j != i) | ~others                                # self only when alone
+        if not self.duplicates:                                    # each pair once: sort the row, drop repeats
+            j = np.sort(np.where(pairs, j, n), axis=-1)
+            pairs = j < n
+            pairs[..., 1:] &= j[..., 1:] != j[..., :-1]
+        return j, pairs
 
 
 def _equation(qk, k, v, order, rounds, scale, return_weights):
-    """Every round's pairs as dense n × n sets, a masked softmax over each, the rounds merged by LSE."""
+    """Every round's pairs as dense n × n sets, a masked softmax of s_ij − log N_ij per round, the rounds merged
+    by their LSE."""
     B, n = qk.shape[:2]
     i = np.broadcast_to(np.arange(n)[:, None], (B, n, 1))
     j = np.broadcast_to(np.arange(n)[None, :], (B, 1, n))
@@ -531,7 +554,14 @@ def _equation(qk, k, v, order, rounds, scale, return_weights):
     pairs = np.stack([rounds.together(r, i, j) for r in range(R)])             # (R, B, n, n)  P^(r)
     others = np.any(pairs & (i != j), axis=(0, -1))                # (B, n)  a pair besides self in some round
     pairs &= (i != j) | ~others[..., None]                         # self only when alone
-    parts = [rounds.attend(qk, k, v, i, j, pairs[r], scale) for r in range(R)]
+    S = scale * (qk @ np.swapaxes(k, -1, -2))                      # (B, n, n)  s_ij = scale · q_i·k_j
+    S = np.where(np.isfinite(S), S, np.nan)                        # a score that is not finite: NaN
+    if not rounds.duplicates:
+        S = S - np.log(np.maximum(pairs.sum(axis=0), 1))           # s_ij − log N_ij
+    parts = []
+    for r in range(R):
+        A, empty, lse = masked_softmax(S, pairs[r], "zero", return_lse=True)   # (B, n, n), (B, n)
+        parts.append((weighted_values(A, v, pairs[r], empty, "zero"), lse, A))  # o^(r), z^(r)
     out, _ = _merge([(o, z) for o, z, _ in parts])
     if not return_weights:
         return out, None, None
@@ -540,59 +570,60 @@ def _equation(qk, k, v, order, rounds, scale, return_weights):
     return out, np.where(allowed, weights, 0.0), allowed
 
 
-def _chunked(qk, k, v, order, rounds, scale, return_weights):
-    """The paper's batching: in each round the chunks of the sorted order attend their own and the previous
-    chunk, a group of chunks at a time (one group's scores within 32 MiB); nothing n × n unless weights are
-    asked for."""
-    B, n = qk.shape[:2]
-    R, T, c = rounds.buckets.shape[1], rounds.n_chunks, rounds.chunk_length
-    group = max(1, _GROUP_BYTES // (8 * max(B, 1) * 2 * c * c))   # chunks per group
+def _csr(qk, k, v, order, rounds, scale, return_weights):
+    """The pairs of every round, gathered row by row from each row's chunk window in O(n_rounds·n·c), then the CSR
+    kernel over them as one block-diagonal pattern of the flattened batch. With the count (the default), the LSE
+    merge of the rounds is softmax over their union (module docstring), so each pair is listed once; with
+    duplicates allowed a pair is listed once per round that computes it, and N_ij copies weigh N_ij e^{s_ij}."""
+    from ..kernels import POLICY_CODES
+    from ..kernels.csr import sparse_attention_csr  # Numba loads on first use only
+
+    B, n, d = qk.shape
+    windows = _windows(order, rounds)                              # (B, R, T, 2c)
+    counts, indices = [], []
+    rows, index = _rows_per_block(rounds), np.int32 if B * n < 2**31 else np.int64   # the kernel takes either
+    for b in range(B):                                             # rows in order: b, then position i
+        one = rounds.element(b)
+        for start in range(0, n, rows):
+            i = np.arange(start, min(start + rows, n))[None, :, None]   # (1, rows, 1)
+            j, pairs = one.row_pairs(windows[b], i)                # (1, rows, R·2c) each
+            counts.append(pairs.sum(axis=-1).ravel())
+            indices.append((b * n + j[pairs]).astype(index))
+    indptr = np.concatenate([[0], np.cumsum(np.concatenate(counts) if counts else [])]).astype(np.int64)
+    cols = np.concatenate(indices) if indices else np.zeros(0, dtype=index)
+    out = np.empty((1, B * n, v.shape[-1]))
+    w = np.empty((1, cols.size if return_weights else 0))
+    flat = [np.ascontiguousarray(x.reshape(1, B * n, x.shape[-1])) for x in (qk, k, v)]
+    sparse_attention_csr(*flat, (indptr, cols), scale, POLICY_CODES["zero"], out, w)
+    out = out.reshape(B, n, v.shape[-1])
+    if not return_weights:
+        return out, None, None
+    rows = np.repeat(np.arange(B * n), np.diff(indptr))
+    dense = rows * n + cols % n                                    # (b, i, j) in the (B, n, n) weights
+    weights, allowed = np.zeros(B * n * n), np.zeros(B * n * n, dtype=bool)
+    np.add.at(weights, dense, w[0])                                # copies of a pair add up
+    allowed[dense] = True
+    return out, weights.reshape(B, n, n), allowed.reshape(B, n, n)
+
+
+def _windows(order, rounds) -> NDArray:
+    """Each chunk's keys, its own chunk and the previous one of the sorted order (the last before the first with
+    ``wrap``): (B, R, T, 2c) positions, −1 past the end or before the first chunk."""
+    B, R, n = order.shape
+    T, c = rounds.n_chunks, rounds.chunk_length
     blocks = np.full((B, R, T * c), -1, dtype=np.int64)
     blocks[..., :n] = order
-    blocks = blocks.reshape(B, R, T, c)                            # positions chunk by chunk (−1: padding)
+    blocks = blocks.reshape(B, R, T, c)                            # positions chunk by chunk
     before = np.full_like(blocks, -1)
     before[:, :, 1:] = blocks[:, :, :-1]
     if rounds.wrap and T > 1:
-        before[:, :, 0] = blocks[:, :, -1]                         # the first chunk looks back to the last
-    windows = np.concatenate([before, blocks], axis=-1)            # (B, R, T, 2c)  each chunk's keys
-    batch = np.arange(B)[:, None, None]
+        before[:, :, 0] = blocks[:, :, -1]
+    return np.concatenate([before, blocks], axis=-1)
 
-    def pairs_of(r, t):
-        """Rows i (B, G, c, 1), keys j (B, G, 1, 2c) of chunks t … t + G − 1 and the pairs round r computes."""
-        i, j = blocks[:, r, t:t + group, :, None], windows[:, r, t:t + group, None, :]
-        real = (i >= 0) & (j >= 0)
-        i, j = np.where(i >= 0, i, 0), np.where(j >= 0, j, 0)
-        return i, j, real & rounds.together(r, i, j)
 
-    others = np.zeros((B, n), dtype=bool)                          # a pair besides self in some round
-    for r in range(R):
-        for t in range(0, T, group):
-            i, j, pairs = pairs_of(r, t)
-            np.logical_or.at(others, (batch, i[..., 0]), np.any(pairs & (i != j), axis=-1))
-
-    parts, dense, allowed = [], [], np.zeros((B, n, n) if return_weights else (0,), dtype=bool)
-    for r in range(R):
-        out_r, lse_r = np.zeros((B, n, v.shape[-1])), np.full((B, n), -np.inf)
-        A_r = np.zeros((B, n, n) if return_weights else (0,))
-        for t in range(0, T, group):
-            i, j, pairs = pairs_of(r, t)
-            pairs &= (i != j) | ~_at(others, i)                    # self only when alone
-            o, z, A = rounds.attend(qk, k, _rows_at(v, j[..., 0, :]), i, j, pairs, scale)
-            rows = blocks[:, r, t:t + group] >= 0                  # (B, G, c)  real rows
-            b_rows = np.broadcast_to(batch, rows.shape)[rows]
-            out_r[b_rows, i[..., 0][rows]], lse_r[b_rows, i[..., 0][rows]] = o[rows], z[rows]
-            if return_weights:
-                where = (np.broadcast_to(batch[..., None], pairs.shape)[pairs], np.broadcast_to(i, pairs.shape)[pairs],
-                         np.broadcast_to(j, pairs.shape)[pairs])
-                A_r[where] = A[pairs]
-                allowed[where] = True
-        parts.append((out_r, lse_r))
-        dense.append(A_r)
-    out, _ = _merge(parts)
-    if not return_weights:
-        return out, None, None
-    weights, _ = _merge([(A_r, z) for A_r, (_, z) in zip(dense, parts, strict=True)])
-    return out, np.where(allowed, weights, 0.0), allowed
+def _rows_per_block(rounds) -> int:
+    """Rows gathered at a time, so that their (rows, R·2c) index arrays stay within 32 MiB."""
+    return max(1, _GROUP_BYTES // (8 * 4 * rounds.buckets.shape[1] * 2 * rounds.chunk_length))
 
 
 def _merge(parts):
@@ -610,13 +641,6 @@ def _at(table: NDArray, index: NDArray) -> NDArray:
     return np.take_along_axis(table, flat, axis=1).reshape(B, *rest)
 
 
-def _rows_at(x: NDArray, index: NDArray) -> NDArray:
-    """``x[b, index[b, ...], :]`` for x (B, n, w) and an index array (B, ...)."""
-    B, w, rest = x.shape[0], x.shape[-1], index.shape[1:]
-    flat = np.broadcast_to(index, (B, *rest)).reshape(B, math.prod(rest), 1)
-    return np.take_along_axis(x, flat, axis=1).reshape(B, *rest, w)
-
-
 def _bucket_factors(n_buckets) -> tuple[int, ...]:
     """The factors of a bucket count: () for 1, (b,) for an even int, the sequence itself if all even."""
     if isinstance(n_buckets, (list, tuple)):
@@ -630,9 +654,14 @@ def _bucket_factors(n_buckets) -> tuple[int, ...]:
     return () if b == 1 else (b,)
 
 
-def _factors_of(n_buckets, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The factors of the hash that rotations of ``shape`` (…, R, d, columns) carry out."""
+def _factors_of(n_buckets, shape: tuple[int, ...], n: int | None = None) -> tuple[int, ...]:
+    """The factors of the hash that rotations of ``shape`` (…, R, d, columns) carry out: ``n_buckets``'s, checked
+    against the columns; without it, the default count at length n if the rotations hold its columns, else a flat
+    hash of twice their columns."""
     if n_buckets is None:
+        default = () if n is None else _bucket_factors(_default_buckets(n))
+        if n is not None and sum(f // 2 for f in default) == shape[-1]:
+            return default
         return (2 * shape[-1],) if shape[-1] else ()
     factors = _bucket_factors(n_buckets)
     if sum(f // 2 for f in factors) != shape[-1]:
@@ -641,19 +670,29 @@ def _factors_of(n_buckets, shape: tuple[int, ...]) -> tuple[int, ...]:
     return factors
 
 
+def _default_buckets(n: int):
+    """trax ``LSHSelfAttention.hash_vectors``' bucket count for chunks of 128: 2·max(1, ⌊n/128⌋), in two even
+    factors above 128."""
+    b = 2 * max(1, n // TRAX_CHUNK)
+    if b <= 128:
+        return b
+    first = 2 ** math.ceil(math.log2(math.sqrt(b)))
+    return (first, 2 * (b // (2 * first)))
+
+
 def _rotations(rng, rotations, d: int, n_buckets, n_rounds) -> NDArray:
     """The rotations: drawn from rng, or checked against d, n_buckets and n_rounds when given."""
     if (rng is None) == (rotations is None):
         raise ValueError("reformer_lsh_attention needs exactly one of rng= (to draw the rotations) and rotations=")
     if rotations is None:
-        return draw_lsh_rotations(rng, d, DEFAULT_BUCKETS if n_buckets is None else n_buckets,
-                                  DEFAULT_ROUNDS if n_rounds is None else n_rounds)
+        return draw_lsh_rotations(rng, d, n_buckets, DEFAULT_ROUNDS if n_rounds is None else n_rounds)
     rotations = as_float("rotations", rotations, min_ndim=3)
     if rotations.shape[-2] != d:
         raise ValueError(f"rotations must have shape (..., n_rounds, d={d}, b/2), got shape {rotations.shape}")
     if not np.all(np.isfinite(rotations)):
         raise ValueError(f"rotations must be finite (shape {rotations.shape})")
-    _factors_of(n_buckets, rotations.shape)
+    if n_buckets is not None:
+        _factors_of(n_buckets, rotations.shape)
     if n_rounds is not None and check_positive_int("n_rounds", n_rounds) != rotations.shape[-3]:
         raise ValueError(f"n_rounds={n_rounds} but rotations holds {rotations.shape[-3]} rounds "
                          f"(shape {rotations.shape})")
@@ -664,14 +703,16 @@ def _rotations(rng, rotations, d: int, n_buckets, n_rounds) -> NDArray:
 
 def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", n_buckets=None, n_rounds=None,
            chunk_length=None, rotations=None, attend_across_buckets=False, allow_duplicate_attention=False,
-           wrap=False, scale=None):
-    """The registry's uniform apply (k is q, checked by the record's validation layer): 4 buckets, 2 rounds
-    drawn from rng unless ``rotations`` are given."""
+           wrap=False, scale=None, **unknown):
+    """The registry's uniform apply (k is q, checked by the record's validation layer): 2 rounds drawn from rng
+    unless ``rotations`` are given, with the natural function's default bucket count (which rotations fed back
+    without ``n_buckets`` are read with, so that the draws reproduce the result)."""
+    check_options("reformer_lsh", unknown, list(inspect.signature(_apply).parameters)[7:-1])
     if rotations is None:
         if rng is None:
             raise ValueError("reformer_lsh draws its hash rotations from rng: pass rng= (or rotations=)")
-        rotations = draw_lsh_rotations(rng, q.shape[-1], DEFAULT_BUCKETS if n_buckets is None else n_buckets,
-                                       DEFAULT_ROUNDS if n_rounds is None else n_rounds)
+        n_buckets = _default_buckets(q.shape[-2]) if n_buckets is None else n_buckets
+        rotations = draw_lsh_rotations(rng, q.shape[-1], n_buckets, DEFAULT_ROUNDS if n_rounds is None else n_rounds)
     result = reformer_lsh_attention(
         q, v, n_buckets=n_buckets, n_rounds=n_rounds, chunk_length=chunk_length, causal=causal, scale=scale,
         rotations=rotations, attend_across_buckets=attend_across_buckets,
@@ -686,10 +727,11 @@ RECORD = Mechanism(
     paper='N. Kitaev, Ł. Kaiser, A. Levskaya, 2020, "Reformer: The Efficient Transformer", arXiv:2001.04451',
     equation=r"o_i = \sum_r e^{z_i^{(r)} - z_i} \sum_{j \in P_i^{(r)}} e^{q_i \cdot k_j - \log N_{ij} - z_i^{(r)}} v_j,"
              r"\ h(x) = \arg\max [xR; -xR],\ k_j = q_j/\|q_j\|",
-    time="O(n_rounds·n·(c·d + log n))", memory="O(n_rounds·n·c)", kind="attention",
-    methods=("equation", "chunked", "auto"),
+    time="O(n_rounds·n·(c·d + log n + d·Σf))", memory="O(n_rounds·n·c)", kind="attention",
+    methods=("equation", "csr", "auto"),
     examples=({"n_rounds": 1, "n_buckets": 2, "chunk_length": 3},
-              {"attend_across_buckets": True, "allow_duplicate_attention": True, "wrap": True},
+              {"attend_across_buckets": True, "allow_duplicate_attention": True, "wrap": True, "n_buckets": 4,
+               "chunk_length": 2},
               {"n_rounds": 3, "scale": 1.0, "n_buckets": (2, 4)}),
     function=reformer_lsh_attention, apply=_apply, causal=True, incremental=False, cross=False,
     position_dependent=True, shared_qk=True, content_selected=True, future_independent=False,
