@@ -22,7 +22,8 @@ CASES = {
                 "k = ⌈√n⌉ clusters (apply's default, the paper's k = √n): n·k·d to route, about n²/k·d to attend, "
                 "so n^1.5"),
     "reformer_lsh": ("reformer_lsh", lambda n: {},
-                     "hashing n·b·d, sorting n log n, chunks n·c·d"),
+                     "b = 2⌊n/128⌋ buckets (trax's count, hashed as two factors above 128): hashing n·√b·d, "
+                     "sorting n log n, chunks n·c·d with c = ⌈2n/b⌉ → about n log n"),
 }
 
 
