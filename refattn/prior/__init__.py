@@ -1,0 +1,12 @@
+"""Attention with prior (survey §4.5): attention scores combined with a prior distribution.
+
+The survey's rule: the generated scores and a prior are added before the softmax,
+Â = w1·A_generated + w2·G. The prior models locality (a Gaussian over positions, §4.5.1), comes
+from a lower layer (§4.5.2), is a task adapter (§4.5.3), or replaces attention altogether
+(§4.5.4: average attention, hard-coded Gaussians, Synthesizer).
+"""
+
+#: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
+RECORDS = ()
+
+__all__ = []
