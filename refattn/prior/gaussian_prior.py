@@ -71,13 +71,15 @@ class GaussianPriorParams:
         :math:`W_p`, read by the centre and the query-specific window (the paper's
         :math:`W_p q_i` is ``q_i @ w_p`` here).
     v_p : (h,) ndarray
-        :math:`v_p`: the centre's :math:`p_i = v_p^\top \tanh(W_p q_i)`.
+        :math:`v_p` (the paper's :math:`U_p`): the centre's :math:`p_i = v_p^\top \tanh(W_p q_i)`.
     v_d : (h,) ndarray
-        :math:`v_d`: the query-specific window's :math:`z_i = v_d^\top \tanh(W_p q_i)`.
+        :math:`v_d` (the paper's :math:`U_d` of this window): the query-specific window's
+        :math:`z_i = v_d^\top \tanh(W_p q_i)`.
     w_d : (d_k, h) ndarray
         :math:`W_d`, read by the layer-specific window from the mean key :math:`\bar K`.
     u_d : (h,) ndarray
-        :math:`u_d`: the layer-specific window's :math:`z = u_d^\top \tanh(W_d \bar K)`.
+        :math:`u_d` (the paper's :math:`U_d` of this window): the layer-specific window's
+        :math:`z = u_d^\top \tanh(W_d \bar K)`.
     """
 
     w_p: NDArray
@@ -352,8 +354,8 @@ def gaussian_prior_attention(
     :math:`q_i`, sharing :math:`W_p` with the centre). I is the paper's input length, the
     sequence both queries and keys come from; with n ≠ m the centre indexes the keys, so I = m.
     Positions count from 1 (the paper's :math:`h_1 \dots h_I`), so :math:`P_i \in (0, I)` ends at
-    the last key. The paper applies the prior to some layers' heads; this is one head (a leading
-    axis of q, k, v shares one ``params``).
+    the last key. The paper applies the prior to the lower layers only; this is one head (a
+    leading axis of q, k, v shares one ``params``).
 
     **Causal rule (decided here; the paper gives none).** Query *i* uses :math:`I_i`, the number
     of keys it may see, as its length, and its layer-specific window reads
