@@ -148,7 +148,7 @@ def init_gaussian_prior(rng, d_k: int, hidden: int | None = None) -> GaussianPri
 
 
 def _check_window(window):
-    """"query", "layer", or a number > 0 (``np.inf`` allowed) as a float."""
+    """The window checked: "query", "layer", or a number > 0 (``np.inf`` allowed) as a float."""
     if isinstance(window, str):
         check_choice("window", window, WINDOWS)
         return window
