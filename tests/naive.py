@@ -21,6 +21,7 @@ from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression
 from refattn.compressed import PoolingformerParams
 from refattn.lowrank import LowRankBandParams
+from refattn.prior import GaussianPriorParams
 from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
@@ -1179,6 +1180,45 @@ def naive_csalr(q, k, v, causal, pool=2, eps=1.0):
     return naive_nystrom_rows(q, k, v, Q_tilde, K_tilde, middle, scale)
 
 
+# ------------------------------------------------------------------------------ attention with prior (survey §4.5)
+
+
+def naive_sigmoid(x):
+    """1 / (1 + e^{−x}) by math.exp."""
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def naive_gaussian_prior(q, k, v, causal, params, window="query", scale=None):
+    """Yang et al. (2018) row by row: query i sees I_i keys (m, or j <= i (+ m − n bottom-right) when causal),
+    P_i = I_i·sigmoid(v_p·tanh(q_i W_p)); D_i = I_i·sigmoid(v_d·tanh(q_i W_p)) ("query"),
+    I_i·sigmoid(u_d·tanh(K̄_i W_d)) with K̄_i the mean of the I_i first keys ("layer"), or the number given;
+    G_ij = −((j + 1) − P_i)²/(2 (D_i/2)²) on positions 1 … m, added to the scores."""
+    n, d = q.shape
+    m = k.shape[0]
+    h = len(params.v_p)
+    delta = m - n if causal == "bottom-right" else 0
+    allowed = causal_allowed(n, m, causal)
+    bias = np.zeros((n, m))
+    for i in range(n):
+        I = m if causal is False else max(0, min(m, i + delta + 1))
+        if I == 0:
+            continue                                               # sees no key: a zero row
+        hidden = [math.tanh(sum(q[i, a] * params.w_p[a, c] for a in range(d))) for c in range(h)]
+        P = I * naive_sigmoid(sum(params.v_p[c] * hidden[c] for c in range(h)))
+        if window == "query":
+            D = I * naive_sigmoid(sum(params.v_d[c] * hidden[c] for c in range(h)))
+        elif window == "layer":
+            K_bar = [sum(k[j, a] for j in range(I)) / I for a in range(d)]
+            z = sum(params.u_d[c] * math.tanh(sum(K_bar[a] * params.w_d[a, c] for a in range(d))) for c in range(h))
+            D = I * naive_sigmoid(z)
+        else:
+            D = window
+        sigma = D / 2
+        for j in range(m):
+            bias[i, j] = -((j + 1) - P) ** 2 / (2 * sigma ** 2)
+    return naive_sdpa(q, k, v, allowed, bias, scale)[0]
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -1284,6 +1324,17 @@ def _lowrank_params(rank, **fixed_options):
     def options(rng, n, m, d, causal):
         return {"params": LowRankBandParams(rng.standard_normal((d, rank)), rng.standard_normal((d, rank)))} | \
             fixed_options
+
+    return options
+
+
+def _gaussian_params(hidden, **fixed_options):
+    """The centre and window predictors (W_p, v_p, v_d, W_d, u_d; width ``hidden``) drawn at random, and the
+    setting's other options."""
+    def options(rng, n, m, d, causal):
+        return {"params": GaussianPriorParams(rng.standard_normal((d, hidden)), rng.standard_normal(hidden),
+                                              rng.standard_normal(hidden), rng.standard_normal((d, hidden)),
+                                              rng.standard_normal(hidden))} | fixed_options
 
     return options
 
@@ -1400,4 +1451,7 @@ NAIVE: dict[str, NaiveCase] = {
     "nystromformer": NaiveCase(naive_nystromformer, (
         DEFAULTS, fixed(num_landmarks=2, pinv="exact"), fixed(num_landmarks=4, init="official", iterations=10),
         lambda rng, n, m, d, causal: {"conv_weights": rng.standard_normal(5)}), lengths=(6, 12)),
+    "gaussian_prior": NaiveCase(naive_gaussian_prior, (
+        _gaussian_params(4), _gaussian_params(3, window="layer"), _gaussian_params(2, window=2.5, scale=0.7),
+        _gaussian_params(4, window=math.inf))),
 }
