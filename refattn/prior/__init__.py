@@ -5,8 +5,26 @@ The survey's rule: the generated scores and a prior are added before the softmax
 from a lower layer (§4.5.2), is a task adapter (§4.5.3), or replaces attention altogether
 (§4.5.4: average attention, hard-coded Gaussians, Synthesizer).
 """
+from .camtl import RECORD as CAMTL
+from .camtl import CamtlParams, camtl_attention, camtl_prior, init_camtl
+from .gaussian_transformer import RECORD as GAUSSIAN_TRANSFORMER
+from .gaussian_transformer import (
+    GaussianTransformerParams,
+    gaussian_transformer_attention,
+    gaussian_transformer_prior,
+    init_gaussian_transformer,
+)
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = ()
+RECORDS = (GAUSSIAN_TRANSFORMER, CAMTL)
 
-__all__ = []
+__all__ = [
+    "CamtlParams",
+    "GaussianTransformerParams",
+    "camtl_attention",
+    "camtl_prior",
+    "gaussian_transformer_attention",
+    "gaussian_transformer_prior",
+    "init_camtl",
+    "init_gaussian_transformer",
+]
