@@ -1,4 +1,4 @@
-r"""CA-MTL's conditional attention: a block-diagonal prior made from a task embedding (Pilault et al., 2021; survey §4.5.3).
+r"""CA-MTL's conditional attention: a block-diagonal prior from a task embedding (Pilault et al., 2021; survey §4.5.3).
 
     Attention(Q, K, V, z) = softmax(QKᵀ/√d + M(z)) V                          (paper §2.1, Eq. 1)
     M(z) = ⊕_j A'_j(z)                 block-diagonal, zero off the blocks
@@ -143,8 +143,9 @@ def init_camtl(rng, max_len: int, d_model: int, *, num_tasks: int = 1, num_block
     num_blocks : int, optional
         N, the blocks requested. Default: the official code's ``hidden_size // max_seq_length``,
         which requires ``d_model`` to be a positive multiple of ``max_len`` (asserted there; a
-        ``ValueError`` here). With fewer than N blocks of width ⌈L/N⌉ covering L, there are fewer
-        (:attr:`CamtlParams.num_blocks`), as ``torch.chunk`` gives.
+        ``ValueError`` here). Blocks have width c = ⌈L/N⌉; when fewer than N of them cover L there
+        are fewer (:attr:`CamtlParams.num_blocks`), as ``torch.chunk`` gives, and N >= L gives
+        c = 1, a diagonal prior.
     a_std : float, default 0.0
         0 gives the official code's A = 0 (``random_weight_matrix = torch.zeros``); a positive
         value draws A ~ N(0, a_std²) instead (the paper calls the A_n "randomly initialized"
@@ -170,8 +171,6 @@ def init_camtl(rng, max_len: int, d_model: int, *, num_tasks: int = 1, num_block
                              f"multiple of max_len: got d_model={d_z}, max_len={L} (or pass num_blocks=)")
         num_blocks = d_z // L
     N = check_positive_int("num_blocks", num_blocks)
-    if N > L:
-        raise ValueError(f"num_blocks={N} exceeds max_len={L}: a block holds at least one position")
     if isinstance(a_std, bool) or not isinstance(a_std, (int, float, np.integer, np.floating)):
         raise TypeError(f"a_std must be a real number, got {type(a_std).__name__}")
     if not 0.0 <= a_std < np.inf:

@@ -1,4 +1,4 @@
-r"""Gaussian Transformer's self-attention: a learned locality prior on the scores (Guo, Zhang, Liu, 2019; survey §4.5.1).
+r"""Gaussian Transformer's self-attention: a learned locality prior on the scores (Guo et al., 2019; survey §4.5.1).
 
     G_ij = −|w (i − j)² + b|,   w ≥ 0, b ≤ 0                the prior: centred on the query's own position
     Attention(Q, K, V) = softmax(QKᵀ/√d + G) V
@@ -82,7 +82,7 @@ def init_gaussian_transformer(rng, num_heads: int | None = None) -> GaussianTran
     rng : numpy.random.Generator or int
         Source of the draw, in the order w, b.
     num_heads : int, optional
-        Draw one (w, b) per head, of shape (h, 1, 1), for inputs with the heads on axis −3.
+        Draw one (w, b) per head, of shape (h,), for inputs with the heads on axis −3.
         Default: one scalar pair.
 
     Returns
@@ -96,7 +96,7 @@ def init_gaussian_transformer(rng, num_heads: int | None = None) -> GaussianTran
     (True, True, ())
     """
     rng = as_rng(rng)
-    shape = () if num_heads is None else (check_non_negative_int("num_heads", num_heads), 1, 1)
+    shape = () if num_heads is None else (check_non_negative_int("num_heads", num_heads),)
     w = rng.uniform(0.0, 1.0, size=shape)                          # [0, 1)
     b = -rng.uniform(0.0, 1.0, size=shape)                         # (−1, 0]
     return GaussianTransformerParams(w, b)
@@ -171,7 +171,7 @@ def gaussian_transformer_attention(
         Values.
     params : GaussianTransformerParams, optional
         w and b; their shape broadcasts against the leading dims of q, k, v (one per head: shape
-        (h, 1, 1) against inputs (..., h, n, d), as :func:`init_gaussian_transformer` draws with
+        (h,) against inputs (..., h, n, d), as :func:`init_gaussian_transformer` draws with
         ``num_heads``). Exactly one of ``params`` and ``rng``.
     rng : numpy.random.Generator or int, optional
         Source of w and b (:func:`init_gaussian_transformer`, one scalar pair).
