@@ -172,6 +172,10 @@ def test_bad_arguments_are_named(rng):
         camtl_attention(q, q, q, params={"A": 1})
     with pytest.raises(ValueError, match="exactly one"):
         camtl_attention(q, q, q)
+    with pytest.raises(ValueError, match="num_blocks"):
+        camtl_attention(q, q, q, params=p, num_blocks=2)
+    with pytest.raises(ValueError, match="max_len=7"):
+        camtl_attention(q, q, q, params=p, max_len=7)
     with pytest.raises(ValueError, match=r"w_film must have shape \(5, 6\)"):
         CamtlParams(p.task_embeddings, p.w_task, p.b_task, p.w_film[:, :4], p.b_film, p.A)
     with pytest.raises(ValueError, match="A must have shape"):

@@ -1,6 +1,6 @@
 r"""CA-MTL's conditional attention: a block-diagonal prior from a task embedding (Pilault et al., 2021; survey §4.5.3).
 
-    Attention(Q, K, V, z) = softmax(QKᵀ/√d + M(z)) V                          (paper §2.1, Eq. 1)
+    Attention(Q, K, V, z) = softmax(QKᵀ/√d + M(z)) V                          (paper §2.1)
     M(z) = ⊕_j A'_j(z)                 block-diagonal, zero off the blocks
     A'_j(z) = A_j ⊙ (1 + γ(z)) + β(z)  γ(z), β(z): one FiLM of z, a scale and a shift per column
 
@@ -19,7 +19,8 @@ L is the maximum sequence length (``max_seq_length``). Block *j* holds rows [jc,
 the modulated A, and the same columns of M (the last block is cut to a square when c does not
 divide L). ``torch.chunk`` makes N' = ⌈L/c⌉ blocks, which can be fewer than N (L = 6, N = 4: c = 2,
 three blocks). γ and β are shared by every block (the FiLM acts on A's columns before it is cut
-into blocks), and enter as (1 + γ), the code's FiLM; the paper writes A'_n = A_n γ_i(z_i) + β_i(z_i).
+into blocks), and enter as (1 + γ), the code's FiLM; the survey writes A_j γ_j(z) + β_j(z), with a
+FiLM per block whose output has the block's size.
 
 Sequence length: the official code pads (or truncates) every input to L tokens and masks the padded
 keys, so a sequence of n < L tokens sees the top-left n × n corner of M; n > L does not fit (a
@@ -148,8 +149,7 @@ def init_camtl(rng, max_len: int, d_model: int, *, num_tasks: int = 1, num_block
         c = 1, a diagonal prior.
     a_std : float, default 0.0
         0 gives the official code's A = 0 (``random_weight_matrix = torch.zeros``); a positive
-        value draws A ~ N(0, a_std²) instead (the paper calls the A_n "randomly initialized"
-        without naming a distribution; a trained prior in a figure).
+        value draws A ~ N(0, a_std²) instead (a prior that shows, as after training).
 
     Returns
     -------
@@ -286,11 +286,12 @@ def camtl_attention(
     task_embedding : (..., d_z) array_like, optional
         z itself, instead of ``task_id``; its leading dims broadcast like ``task_id``.
     max_len : int, optional
-        L for the draw; default m, the keys' length.
+        L for the draw; default m, the keys' length. With ``params``, it must be theirs.
     d_model : int, optional
         :math:`d_z` for the draw; default 2L (so N = 2 blocks, the official rule N = d_model // L).
+        Only with ``rng``.
     num_blocks : int, optional
-        N for the draw (:func:`init_camtl`).
+        N for the draw (:func:`init_camtl`). Only with ``rng``.
     causal : {False, True, "top-left", "bottom-right"}, default False
         CA-MTL is an encoder; the official code's decoder setting (``config.is_decoder``) masks
         the future as well. Causal masking is by selection: row *i* sees keys j <= i (+ m − n
@@ -324,7 +325,7 @@ def camtl_attention(
     ----------
     .. [1] J. Pilault, A. Elhattami, C. Pal, "Conditionally Adaptive Multi-Task Learning: Improving
        Transfer Learning in NLP Using Fewer Parameters & Less Data", ICLR 2021, arXiv:2009.09139v3,
-       §2.1 (conditional attention), Eq. 1.
+       §2.1 (conditional attention).
     .. [2] CAMTL/CA-MTL, ``src/model/encoders/conditional_modules.py`` (``CBDA``),
        ``src/model/encoders/ca_mtl_base.py`` (``MyBertSelfAttention9``, ``CaMtlBaseEncoder``).
 
@@ -370,6 +371,9 @@ def _camtl(q, k, v, *, params, rng, task_id, task_embedding, max_len, d_model, n
         raise TypeError(f"params must be a CamtlParams (init_camtl), got {type(params).__name__}")
     elif max_len is not None and check_non_negative_int("max_len", max_len) != params.max_len:
         raise ValueError(f"max_len={max_len} but params has A of shape {params.A.shape} (max_len={params.max_len})")
+    elif d_model is not None or num_blocks is not None:
+        raise ValueError("d_model= and num_blocks= shape the draw from rng; params= fixes them already (d_model="
+                         f"{params.task_embeddings.shape[1]}, {params.num_blocks} blocks of width {params.block_size})")
     if m > params.max_len:
         raise ValueError(f"camtl's prior covers max_len={params.max_len} positions, but k has m={m} keys (the "
                          "official code pads or truncates every sequence to max_len tokens)")
