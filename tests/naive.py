@@ -18,10 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from refattn import MultiHeadParams
-from refattn.compressed import MemoryCompression
-from refattn.compressed import PoolingformerParams
+from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.lowrank import LowRankBandParams
-from refattn.prior import GaussianPriorParams
+from refattn.prior import CamtlParams, GaussianPriorParams, GaussianTransformerParams
 from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
@@ -1219,6 +1218,60 @@ def naive_gaussian_prior(q, k, v, causal, params, window="query", scale=None):
     return naive_sdpa(q, k, v, allowed, bias, scale)[0]
 
 
+def _query_positions(n, m, causal):
+    """Query i sits at position i, or i + m − n when the n queries are the last n of m positions."""
+    return [i + (m - n if causal == "bottom-right" else 0) for i in range(n)]
+
+
+def naive_gaussian_transformer(q, k, v, causal, params, mask_diagonal=False, scale=None):
+    """Guo et al. (2019): s_ij = q_i·k_j/√d − |w (i − j)² + b| over the keys i may see (j ≠ i with
+    ``mask_diagonal``), softmax per row."""
+    n, m = len(q), len(k)
+    w, b = float(params.w), float(params.b)
+    rows = _query_positions(n, m, causal)
+    bias = np.zeros((n, m))
+    for i in range(n):
+        for j in range(m):
+            bias[i, j] = -abs(w * (rows[i] - j) ** 2 + b)
+    allowed = loop_mask(n, m, lambda i, j: (causal is False or j <= rows[i]) and not (mask_diagonal and j == rows[i]))
+    return naive_sdpa(q, k, v, allowed=allowed, bias=bias, scale=scale)[0]
+
+
+def naive_camtl_prior(params, task_id=0, task_embedding=None):
+    """CAMTL/CA-MTL's CBDA entry by entry: z = E[t] W_t + b_t (or z given), [γ | β] = z W_f + b_f, then row r of
+    A ⊙ (1 + γ) + β placed in columns ⌊r/c⌋·c + col of the L × L prior, the columns from L on cut off."""
+    L, c = params.A.shape
+    d_z = params.task_embeddings.shape[1]
+    if task_embedding is None:
+        z = [sum(params.task_embeddings[task_id, r] * params.w_task[r, col] for r in range(d_z)) + params.b_task[col]
+             for col in range(d_z)]
+    else:
+        z = list(task_embedding)
+    gb = [sum(z[r] * params.w_film[r, col] for r in range(d_z)) + params.b_film[col] for col in range(2 * c)]
+    gamma, beta = gb[:c], gb[c:]
+    M = np.zeros((L, L))
+    for r in range(L):
+        start = (r // c) * c                                       # the first row (and column) of r's block
+        for col in range(c):
+            if start + col < L:
+                M[r, start + col] = params.A[r, col] * (1.0 + gamma[col]) + beta[col]
+    return M
+
+
+def naive_camtl(q, k, v, causal, params, task_id=None, task_embedding=None, scale=None):
+    """Pilault et al. (2021) Eq. 1: softmax(q_i·k_j/√d + M_{p_i j}) over the keys i may see, M the task's
+    block-diagonal prior; a sequence shorter than L uses the prior's top-left corner (padded keys masked)."""
+    n, m = len(q), len(k)
+    M = naive_camtl_prior(params, 0 if task_id is None else task_id, task_embedding)
+    rows = _query_positions(n, m, causal)
+    bias = np.zeros((n, m))
+    for i in range(n):
+        for j in range(m):
+            bias[i, j] = M[rows[i], j] if rows[i] >= 0 else 0.0
+    allowed = causal_allowed(n, m, causal)
+    return naive_sdpa(q, k, v, allowed=allowed, bias=bias, scale=scale)[0]
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -1339,6 +1392,29 @@ def _gaussian_params(hidden, **fixed_options):
     return options
 
 
+def _gaussian_transformer_params(w_high=1.0, b_low=-2.0, **fixed_options):
+    """Gaussian Transformer's w ~ U[0, w_high), b ~ U(b_low, 0], and the setting's other options."""
+    def options(rng, n, m, d, causal):
+        return {"params": GaussianTransformerParams(rng.uniform(0, w_high), -rng.uniform(0, -b_low))} | fixed_options
+
+    return options
+
+
+def _camtl_params(extra, block_size, *, embedding=False, **fixed_options):
+    """CA-MTL parameters of unit scale (a trained prior: A, the FiLM and its biases all random), L = m + extra, block
+    width c (None: L, one block), three tasks, task 2 (or z itself with ``embedding``), and the other options."""
+    def options(rng, n, m, d, causal):
+        L, d_z = m + extra, 3
+        c = L if block_size is None else block_size
+        params = CamtlParams(rng.standard_normal((3, d_z)), rng.standard_normal((d_z, d_z)), rng.standard_normal(d_z),
+                             rng.standard_normal((d_z, 2 * c)), rng.standard_normal(2 * c),
+                             rng.standard_normal((L, c)))
+        chosen = {"task_embedding": rng.standard_normal(d_z)} if embedding else {"task_id": 2}
+        return {"params": params} | chosen | fixed_options
+
+    return options
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -1454,4 +1530,11 @@ NAIVE: dict[str, NaiveCase] = {
     "gaussian_prior": NaiveCase(naive_gaussian_prior, (
         _gaussian_params(4), _gaussian_params(3, window="layer"), _gaussian_params(2, window=2.5, scale=0.7),
         _gaussian_params(4, window=math.inf))),
+    "gaussian_transformer": NaiveCase(naive_gaussian_transformer, (
+        _gaussian_transformer_params(), _gaussian_transformer_params(mask_diagonal=True),
+        _gaussian_transformer_params(w_high=4.0, b_low=-6.0, scale=0.6)),
+        lengths=(1, 4)),
+    "camtl": NaiveCase(naive_camtl, (
+        _camtl_params(2, 4), _camtl_params(0, 2, embedding=True), _camtl_params(0, None, scale=0.6),
+        _camtl_params(3, 1)), lengths=(6,)),
 }
