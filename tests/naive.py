@@ -21,7 +21,12 @@ from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression
 from refattn.compressed import PoolingformerParams
 from refattn.lowrank import LowRankBandParams
-from refattn.prior import DenseSynthesizer, FactorizedDenseSynthesizer, FactorizedRandomSynthesizer, RandomSynthesizer
+from refattn.prior import (
+    DenseSynthesizer,
+    FactorizedDenseSynthesizer,
+    FactorizedRandomSynthesizer,
+    RandomSynthesizer,
+)
 from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
@@ -1214,7 +1219,7 @@ def naive_synthesizer(own):
         mix = (mix,) if isinstance(mix, str) else tuple(mix)
         names = (own, *mix)
         alpha = [1.0 / len(names)] * len(names) if alpha is None else list(alpha)
-        weight = dict(zip(names, alpha))
+        weight = dict(zip(names, alpha, strict=True))
         found = {own: params, other: others.get(f"{other}_params")}
         n, m = len(q), len(k)
         shift = m - n if causal == "bottom-right" else 0
