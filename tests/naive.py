@@ -1192,7 +1192,7 @@ def naive_csalr(q, k, v, causal, pool=2, eps=1.0):
 
 
 def naive_dense_synthesizer_row(x, p):
-    """Tay et al. (2021) §3.1: F(x) = W₂ ReLU(W₁ x + b₁) + b₂ for one token x (d,), by loops; §3.1.1 for the
+    """Tay et al. (2021) §3, Dense Synthesizer: F(x) = W₂ ReLU(W₁ x + b₁) + b₂ for one token x (d,), by loops; "Factorized Models" for the
     factorised form: C[p·a + r] = A[r]·B[p] (A tiled b times, each entry of B repeated a times)."""
     if isinstance(p, FactorizedDenseSynthesizer):
         A, B = naive_dense_synthesizer_row(x, p.A), naive_dense_synthesizer_row(x, p.B)
@@ -1203,7 +1203,7 @@ def naive_dense_synthesizer_row(x, p):
 
 
 def naive_random_synthesizer_row(p, position):
-    """Tay et al. (2021) §3.2: row ``position`` of R, or of R₁R₂ᵀ (§3.2.1) by loops."""
+    """Tay et al. (2021) §3, Random Synthesizer: row ``position`` of R, or of R₁R₂ᵀ (factorised), by loops."""
     if isinstance(p, FactorizedRandomSynthesizer):
         rank = p.R1.shape[1]
         return [sum(p.R1[position, t] * p.R2[j, t] for t in range(rank)) for j in range(p.R1.shape[0])]
@@ -1211,7 +1211,7 @@ def naive_random_synthesizer_row(p, position):
 
 
 def naive_synthesizer(own):
-    """Tay et al. (2021) §3.3: softmax(Σ_c α_c S_c) V over the components ``own`` and ``mix`` (dense, random, the
+    """Tay et al. (2021) §3, Mixture of Synthesizers: softmax(Σ_c α_c S_c) V over the components ``own`` and ``mix`` (dense, random, the
     scaled dot product), under the causal mask; query i sits at position i (bottom-right: i + m − n)."""
     other = "random" if own == "dense" else "dense"
 

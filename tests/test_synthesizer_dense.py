@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from refattn import registry, scaled_dot_product_attention
+from refattn.common import MemoryBudgetError
 from refattn.prior import (
     DenseSynthesizer,
     FactorizedDenseSynthesizer,
@@ -182,3 +183,10 @@ def test_bad_input_is_named(rng, kwargs, error, match):
     q, k, v = _qkv(rng)
     with pytest.raises(error, match=match):
         synthesizer_dense_attention(q, k, v, **kwargs)
+
+
+def test_logits_beyond_the_memory_budget_are_refused_before_allocating():
+    """The logits are n × m by definition: at n = m = 65536 (32 GiB) a named MemoryBudgetError, nothing allocated."""
+    q = np.zeros((65536, 2))
+    with pytest.raises(MemoryBudgetError, match="synthesized logits"):
+        synthesizer_dense_attention(q, q, q[:, :1], rng=0)

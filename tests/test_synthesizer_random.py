@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from refattn import registry, scaled_dot_product_attention
+from refattn.common import MemoryBudgetError
 from refattn.prior import (
     FactorizedRandomSynthesizer,
     RandomSynthesizer,
@@ -121,3 +122,12 @@ def test_bad_input_is_named(rng, kwargs, error, match):
     q, k, v = _qkv(rng)
     with pytest.raises(error, match=match):
         synthesizer_random_attention(q, k, v, **kwargs)
+
+
+def test_a_random_synthesizer_beyond_the_memory_budget_is_refused_before_allocating():
+    """R is ℓ × ℓ: ℓ = 65536 (32 GiB) is a named MemoryBudgetError when drawn, the logits when given factorised."""
+    q = np.zeros((65536, 2))
+    with pytest.raises(MemoryBudgetError, match="random synthesizer's R"):
+        synthesizer_random_attention(q, q, q[:, :1], rng=0)
+    with pytest.raises(MemoryBudgetError, match="synthesized logits"):
+        synthesizer_random_attention(q, q, q[:, :1], params=init_random_synthesizer(0, 65536, rank=1))

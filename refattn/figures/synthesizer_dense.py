@@ -1,4 +1,4 @@
-r"""Figure of the Dense Synthesizer (Tay et al. 2021, §3.1): synthesized logits and weights beside dot-product ones.
+r"""Figure of the Dense Synthesizer (Tay et al. 2021, §3): synthesized logits and weights beside dot-product ones.
 
 Seeded input (:func:`~refattn.figures.common.seeded_qkv`: n = m = 16, d = 8, seed 5) and the registry record's
 ``apply`` with F drawn from the same seed (the official initialisation). Top: the logits each query synthesizes

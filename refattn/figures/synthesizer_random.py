@@ -1,4 +1,4 @@
-r"""Figure of the Random Synthesizer (Tay et al. 2021, §3.2): logits that read no input, beside dot-product ones.
+r"""Figure of the Random Synthesizer (Tay et al. 2021, §3): logits that read no input, beside dot-product ones.
 
 Seeded input (:func:`~refattn.figures.common.seeded_qkv`: n = m = 16, d = 8, seed 5). Top: a random R and the
 factorised R = R₁R₂ᵀ of rank k = 2 (one signed scale), beside the scaled dot products QKᵀ/√d on the same input,

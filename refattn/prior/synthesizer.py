@@ -1,6 +1,7 @@
 r"""What the two Synthesizers share: their parameters, their logits, and the mixture with dot-product attention.
 
-Tay et al. (2021), "Synthesizer: Rethinking Self-Attention for Transformer Models", ICML, arXiv:2005.00743, §3:
+Tay et al. (2021), "Synthesizer: Rethinking Self-Attention for Transformer Models", ICML, arXiv:2005.00743,
+§3 (its subsections "Dense Synthesizer", "Random Synthesizer", "Factorized Models", "Mixture of Synthesizers"):
 
     dense       B_i = F(X_i) = W₂ σ_R(W₁ X_i + b₁) + b₂ ∈ R^ℓ           one row of logits per token
     fact. dense C_i = H_A(F_A(X_i)) ∗ H_B(F_B(X_i)),  a·b = ℓ            tiled, multiplied entrywise
@@ -30,6 +31,7 @@ from ..common import (
     as_float,
     as_rng,
     causal_alignment,
+    check_fits,
     check_non_negative_int,
     check_positive_int,
     check_qkv,
@@ -230,6 +232,7 @@ def init_random_synthesizer(rng, length: int, *, rank: int | None = None
     rng = as_rng(rng)
     L = check_non_negative_int("length", length)
     if rank is None:
+        check_fits("the random synthesizer's R", (L, L))
         bound = np.sqrt(6.0 / max(1, L + L * L))
         return RandomSynthesizer(R=rng.uniform(-bound, bound, size=(L, L)))
     k = check_positive_int("rank", rank)
@@ -265,8 +268,8 @@ def dense_logits(x: ArrayLike, params: DenseSynthesizer | FactorizedDenseSynthes
 
     In the factorised form :math:`H_A` tiles :math:`A_i \in \mathbb R^a` b times (``np.tile``) and :math:`H_B`
     repeats each entry of :math:`B_i \in \mathbb R^b` a times (``np.repeat``), so that every product
-    :math:`(A_i)_r (B_i)_p` appears once in the row (§3.1.1: "to avoid having similar values within the same
-    block, we compose the outputs of H_A and H_B"): :math:`C_i` reshaped to b × a is the outer product
+    :math:`(A_i)_r (B_i)_p` appears once in the row (§3, "Factorized Models": "to avoid having similar values
+    within the same block, we compose the outputs of H_A and H_B"): :math:`C_i` reshaped to b × a is the outer product
     :math:`B_i A_i^\top`, rank one. (Tiling both, as some third-party code does, repeats the products
     with period lcm(a, b).)
 
@@ -315,18 +318,30 @@ def random_logits(params: RandomSynthesizer | FactorizedRandomSynthesizer) -> ND
     -------
     (ℓ, ℓ) ndarray
     """
+    return _random_rows(params, np.arange(_random_length(params)), _random_length(params))
+
+
+def _random_length(params) -> int:
+    """ℓ of checked random-synthesizer parameters (named errors otherwise)."""
     if isinstance(params, FactorizedRandomSynthesizer):
         R1, R2 = as_float("params.R1", params.R1), as_float("params.R2", params.R2)
         if R1.ndim != 2 or R1.shape != R2.shape:
             raise ValueError(f"params.R1 and params.R2 must both be (ℓ, k), got shapes {R1.shape} and {R2.shape}")
-        return R1 @ R2.T                                           # (ℓ, ℓ)  R₁R₂ᵀ
+        return R1.shape[0]
     if not isinstance(params, RandomSynthesizer):
         raise TypeError(f"params must be a RandomSynthesizer or FactorizedRandomSynthesizer, got "
                         f"{type(params).__name__}")
     R = as_float("params.R", params.R)
     if R.ndim != 2 or R.shape[0] != R.shape[1]:
         raise ValueError(f"params.R must be square (ℓ, ℓ), got shape {R.shape}")
-    return R
+    return R.shape[0]
+
+
+def _random_rows(params, rows: NDArray, m: int) -> NDArray:
+    """Rows ``rows`` of R (or R₁R₂ᵀ), first m columns: (len(rows), m), without forming ℓ × ℓ when factorised."""
+    if isinstance(params, FactorizedRandomSynthesizer):
+        return np.asarray(params.R1, dtype=np.float64)[rows] @ np.asarray(params.R2, dtype=np.float64)[:m].T
+    return np.asarray(params.R, dtype=np.float64)[rows][:, :m]
 
 
 def query_positions(n: int, m: int, causal) -> NDArray:
@@ -403,9 +418,10 @@ def synthesized_attention(
         The causal pairs (None when not causal), when ``return_weights``.
     """
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    batch = check_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
     causal_alignment(causal)                                       # checked before any shape is used
+    check_fits("the synthesized logits", (*batch, n, m))           # n × m by definition: no streamed form
     weights = iter(alpha)
     bias = np.zeros((n, m))
     if dense is not None:
@@ -416,14 +432,14 @@ def synthesized_attention(
         with np.errstate(invalid="ignore", over="ignore"):
             bias = bias + next(weights) * B[..., :m]               # (..., n, m)  α_D B, first m key positions
     if random is not None:
-        R = random_logits(random)                                  # (ℓ, ℓ)
+        L = _random_length(random)
         rows = query_positions(n, m, causal)
         need = max(m, int(rows.max()) + 1 if n else 0)
-        if R.shape[0] < need:
-            raise ValueError(f"the random synthesizer's params have maximum length ℓ = {R.shape[0]}, but n = {n} "
-                             f"queries at positions up to {need - 1} and m = {m} keys need ℓ >= {need}")
-        R_nm = R[np.maximum(rows, 0)][:, :m]                       # (n, m); rows before position 0 are masked
-        bias = bias + next(weights) * R_nm                         # α_R R
+        if L < need:
+            raise ValueError(f"the random synthesizer's params have maximum length ℓ = {L}, but n = {n} queries "
+                             f"at positions up to {need - 1} and m = {m} keys need ℓ >= {need}")
+        R_nm = _random_rows(random, np.maximum(rows, 0), m)        # (n, m); rows before position 0 are masked
+        bias = bias + next(weights) * R_nm                         # α_R R, rows of the queries' positions
     if dot:
         scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
         scale = next(weights) * scale                              # α_V QKᵀ·scale

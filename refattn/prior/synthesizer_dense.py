@@ -1,9 +1,9 @@
-r"""Dense Synthesizer: attention logits synthesized from each token alone (Tay et al., 2021, §3.1; survey §4.5.4).
+r"""Dense Synthesizer: attention logits synthesized from each token alone (Tay et al., 2021, §3; survey §4.5.4).
 
-    B_i = F(X_i) = W₂ σ_R(W₁ X_i + b₁) + b₂ ∈ R^ℓ        one row of logits per token, no key in it   (§3.1)
-    Y = softmax(B) G(X)                                   G(X) = the values V in the uniform apply
-    factorised: C_i = H_A(F_A(X_i)) ∗ H_B(F_B(X_i)),  a·b = ℓ  (§3.1.1)
-    mixture:    Y = softmax(α₁ S₁(X) + … + α_N S_N(X)) G(X)     (§3.3; D+V, R+D in the paper's tables)
+    B_i = F(X_i) = W₂ σ_R(W₁ X_i + b₁) + b₂ ∈ R^ℓ     one row of logits per token, no key in it  ("Dense Synthesizer")
+    Y = softmax(B) G(X)                                G(X) = the values V in the uniform apply
+    factorised: C_i = H_A(F_A(X_i)) ∗ H_B(F_B(X_i)),  a·b = ℓ                                   ("Factorized Models")
+    mixture:    Y = softmax(α₁ S₁(X) + … + α_N S_N(X)) G(X)       ("Mixture of Synthesizers"; D+V, R+D in the tables)
 
 Query i's weights over the keys come from its own representation only: no query-key dot product. Key
 position j is the j-th output of F, so F is made for a maximum length ℓ and its first m outputs are used
@@ -116,7 +116,7 @@ def synthesizer_dense_attention(
     References
     ----------
     .. [1] Y. Tay et al., "Synthesizer: Rethinking Self-Attention for Transformer Models", ICML 2021,
-       arXiv:2005.00743, §3.1, §3.1.1 (factorised), §3.3 (mixtures).
+       arXiv:2005.00743, §3: "Dense Synthesizer", "Factorized Models", "Mixture of Synthesizers".
     .. [2] tensorflow/mesh, ``mesh_tensorflow/transformer/attention.py`` (``synthetic_attention``,
        modes ``dense_minus``, ``dense_plus``, ``dense_plus_alpha``).
 

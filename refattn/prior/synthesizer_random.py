@@ -1,8 +1,8 @@
-r"""Random Synthesizer: attention logits that depend on no input (Tay et al., 2021, §3.2; survey §4.5.4).
+r"""Random Synthesizer: attention logits that depend on no input (Tay et al., 2021, §3; survey §4.5.4).
 
-    Y = softmax(R) G(X),  R ∈ R^{ℓ×ℓ}               row i: query position i's logits over the key positions  (§3.2)
-    factorised: R = R₁ R₂ᵀ,  R₁, R₂ ∈ R^{ℓ×k}        rank k  (§3.2.1)
-    mixture:    Y = softmax(α₁ S₁(X) + … + α_N S_N(X)) G(X)     (§3.3; R+V, R+D in the paper's tables)
+    Y = softmax(R) G(X),  R ∈ R^{ℓ×ℓ}     row i: position i's logits over the key positions  ("Random Synthesizer")
+    factorised: R = R₁ R₂ᵀ,  R₁, R₂ ∈ R^{ℓ×k},  rank k                                          ("Factorized Models")
+    mixture:    Y = softmax(α₁ S₁(X) + … + α_N S_N(X)) G(X)       ("Mixture of Synthesizers"; R+V, R+D in the tables)
 
 R is a parameter, trainable ("Random") or kept at its initial draw ("Fixed Random"): both are in the paper, and
 the forward pass is the same. R = 0 is uniform attention. The weights depend on positions only, so permuting
@@ -115,7 +115,7 @@ def synthesizer_random_attention(
     References
     ----------
     .. [1] Y. Tay et al., "Synthesizer: Rethinking Self-Attention for Transformer Models", ICML 2021,
-       arXiv:2005.00743, §3.2, §3.2.1 (factorised), §3.3 (mixtures).
+       arXiv:2005.00743, §3: "Random Synthesizer", "Factorized Models", "Mixture of Synthesizers".
     .. [2] tensorflow/mesh, ``mesh_tensorflow/transformer/attention.py`` (``synthetic_attention``,
        modes ``random``, ``factorized``, ``random_plus``, ``random_plus_alpha``).
 
