@@ -477,11 +477,11 @@ def run_synthesizer(own: str, q, k, v, *, params, other_params, rng, max_length,
     if rank is not None:
         rank = check_positive_int("rank", rank)
     if other is None and other_params is not None:
-        raise ValueError(f"{_param_name(own, 'other')} is given but mix={mix!r} names no {_other(own)!r} component")
+        raise ValueError(f"{_other_params(own)} is given but mix={mix!r} names no {_other(own)!r} component")
     missing = [c for c, p in ((own, params), (other, other_params)) if c is not None and p is None]
     if strict and bool(missing) != (rng is not None):
         raise ValueError(f"pass rng= exactly when parameters are to be drawn (missing: {missing or 'none'}; "
-                         f"{'params=' if own in missing else _param_name(own, 'other') + '='} to give them)")
+                         f"{'params=' if own in missing else _other_params(own) + '='} to give them)")
     if missing and rng is None:
         raise ValueError(f"the {' and '.join(missing)} synthesizer's parameters are drawn from rng: pass rng= "
                          f"(or params=)")
@@ -504,11 +504,13 @@ def run_synthesizer(own: str, q, k, v, *, params, other_params, rng, max_length,
 
 
 def _other(own: str) -> str:
+    """The other synthesizer."""
     return "random" if own == "dense" else "dense"
 
 
-def _param_name(own: str, which: str) -> str:
-    return "params" if which == "own" else f"{_other(own)}_params"
+def _other_params(own: str) -> str:
+    """The option naming the other synthesizer's parameters: "random_params" or "dense_params"."""
+    return f"{_other(own)}_params"
 
 
 def _in_component_order(own: str, mix: tuple[str, ...], alpha: NDArray) -> NDArray:
