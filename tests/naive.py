@@ -20,7 +20,15 @@ import numpy as np
 from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.lowrank import LowRankBandParams
-from refattn.prior import CamtlParams, GaussianPriorParams, GaussianTransformerParams
+from refattn.prior import (
+    CamtlParams,
+    DenseSynthesizer,
+    FactorizedDenseSynthesizer,
+    FactorizedRandomSynthesizer,
+    GaussianPriorParams,
+    GaussianTransformerParams,
+    RandomSynthesizer,
+)
 from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
@@ -1275,6 +1283,72 @@ def naive_camtl(q, k, v, causal, params, task_id=None, task_embedding=None, scal
 # ------------------------------------------------------------------------------ the table
 
 
+# ------------------------------------------------------------------------------ attention with prior (§4.5)
+
+
+def naive_dense_synthesizer_row(x, p):
+    """Tay et al. (2021), "Dense Synthesizer": F(x) = W₂ ReLU(W₁ x + b₁) + b₂ for one token x (d,), by loops;
+    "Factorized Models" for the factorised form: C[p·a + r] = A[r]·B[p] (A tiled b times, each entry of B repeated
+    a times)."""
+    if isinstance(p, FactorizedDenseSynthesizer):
+        A, B = naive_dense_synthesizer_row(x, p.A), naive_dense_synthesizer_row(x, p.B)
+        return [A[j % len(A)] * B[j // len(A)] for j in range(len(A) * len(B))]
+    d = len(x)
+    hidden = [max(0.0, sum(x[c] * p.W1[c, h] for c in range(d)) + p.b1[h]) for h in range(d)]
+    return [sum(hidden[h] * p.W2[h, j] for h in range(d)) + p.b2[j] for j in range(p.W2.shape[1])]
+
+
+def naive_random_synthesizer_row(p, position):
+    """Tay et al. (2021) §3, Random Synthesizer: row ``position`` of R, or of R₁R₂ᵀ (factorised), by loops."""
+    if isinstance(p, FactorizedRandomSynthesizer):
+        rank = p.R1.shape[1]
+        return [sum(p.R1[position, t] * p.R2[j, t] for t in range(rank)) for j in range(p.R1.shape[0])]
+    return [p.R[position, j] for j in range(p.R.shape[1])]
+
+
+def naive_synthesizer(own):
+    """Tay et al. (2021), "Mixture of Synthesizers": softmax(Σ_c α_c S_c) V over the components ``own`` and ``mix``
+    (dense, random, the scaled dot product), under the causal mask; query i sits at position i (bottom-right:
+    i + m − n)."""
+    other = "random" if own == "dense" else "dense"
+
+    def fn(q, k, v, causal, params, mix=(), alpha=None, scale=None, **others):
+        mix = (mix,) if isinstance(mix, str) else tuple(mix)
+        names = (own, *mix)
+        alpha = [1.0 / len(names)] * len(names) if alpha is None else list(alpha)
+        weight = dict(zip(names, alpha, strict=True))
+        found = {own: params, other: others.get(f"{other}_params")}
+        n, m = len(q), len(k)
+        shift = m - n if causal == "bottom-right" else 0
+        bias = np.zeros((n, m))
+        for i in range(n):
+            dense = naive_dense_synthesizer_row(q[i], found["dense"]) if "dense" in weight else None
+            rand = naive_random_synthesizer_row(found["random"], max(i + shift, 0)) if "random" in weight else None
+            for j in range(m):
+                if dense is not None:
+                    bias[i, j] += weight["dense"] * dense[j]
+                if rand is not None:
+                    bias[i, j] += weight["random"] * rand[j]
+        if "dot" in weight:
+            dot_scale = weight["dot"] * (1.0 / math.sqrt(q.shape[1]) if scale is None else scale)
+        else:
+            dot_scale = 0.0
+        return naive_sdpa(q, k, v, allowed=causal_allowed(n, m, causal), bias=bias, scale=dot_scale)[0]
+
+    return fn
+
+
+def _dense_params(rng, d, length):
+    """A dense synthesizer with random, non-zero weights and biases."""
+    return DenseSynthesizer(W1=rng.standard_normal((d, d)) / math.sqrt(d), b1=rng.standard_normal(d),
+                            W2=rng.standard_normal((d, length)) / math.sqrt(d), b2=rng.standard_normal(length))
+
+
+def _random_length(n, m, causal):
+    """A maximum length covering the queries' positions and the keys, plus one unused position."""
+    return 1 + (m if causal == "bottom-right" else max(n, m))
+
+
 @dataclass(frozen=True)
 class NaiveCase:
     """The naive twin of one registered mechanism.
@@ -1537,4 +1611,22 @@ NAIVE: dict[str, NaiveCase] = {
     "camtl": NaiveCase(naive_camtl, (
         _camtl_params(2, 4), _camtl_params(0, 2, embedding=True), _camtl_params(0, None, scale=0.6),
         _camtl_params(3, 1)), lengths=(6,)),
+    "synthesizer_dense": NaiveCase(naive_synthesizer("dense"), (
+        lambda rng, n, m, d, causal: {"params": _dense_params(rng, d, m)},
+        lambda rng, n, m, d, causal: {"params": FactorizedDenseSynthesizer(A=_dense_params(rng, d, 2),
+                                                                           B=_dense_params(rng, d, 4))},
+        lambda rng, n, m, d, causal: {"params": _dense_params(rng, d, m + 2), "mix": ("random", "dot"),
+                                      "alpha": (0.7, 0.5, -0.2), "scale": 0.4,
+                                      "random_params": RandomSynthesizer(
+                                          rng.standard_normal((_random_length(n, m, causal),) * 2))})),
+    "synthesizer_random": NaiveCase(naive_synthesizer("random"), (
+        lambda rng, n, m, d, causal: {"params": RandomSynthesizer(
+            rng.standard_normal((_random_length(n, m, causal),) * 2))},
+        lambda rng, n, m, d, causal: {"params": FactorizedRandomSynthesizer(
+            *rng.standard_normal((2, _random_length(n, m, causal), 2)))},
+        lambda rng, n, m, d, causal: {"params": RandomSynthesizer(
+            rng.standard_normal((_random_length(n, m, causal),) * 2)), "mix": "dot", "alpha": (0.3, 0.7)},
+        lambda rng, n, m, d, causal: {"params": RandomSynthesizer(
+            rng.standard_normal((_random_length(n, m, causal),) * 2)), "mix": ("dense",),
+            "dense_params": FactorizedDenseSynthesizer(A=_dense_params(rng, d, 3), B=_dense_params(rng, d, 3))})),
 }

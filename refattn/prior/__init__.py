@@ -22,26 +22,52 @@ from .gaussian_transformer import (
     gaussian_transformer_prior,
     init_gaussian_transformer,
 )
+from .synthesizer import (
+    DenseSynthesizer,
+    FactorizedDenseSynthesizer,
+    FactorizedRandomSynthesizer,
+    RandomSynthesizer,
+    dense_logits,
+    init_dense_synthesizer,
+    init_random_synthesizer,
+    random_logits,
+)
+from .synthesizer_dense import RECORD as SYNTHESIZER_DENSE
+from .synthesizer_dense import synthesizer_dense_attention
+from .synthesizer_random import RECORD as SYNTHESIZER_RANDOM
+from .synthesizer_random import synthesizer_random_attention
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
     GAUSSIAN_PRIOR,
     GAUSSIAN_TRANSFORMER,
     CAMTL,
+    SYNTHESIZER_DENSE,
+    SYNTHESIZER_RANDOM,
 )
 
 __all__ = [
     "CamtlParams",
+    "DenseSynthesizer",
+    "FactorizedDenseSynthesizer",
+    "FactorizedRandomSynthesizer",
     "GaussianPriorParams",
     "GaussianTransformerParams",
+    "RandomSynthesizer",
     "camtl_attention",
     "camtl_prior",
+    "dense_logits",
     "gaussian_prior_attention",
     "gaussian_prior_bias",
     "gaussian_transformer_attention",
     "gaussian_transformer_prior",
     "init_camtl",
+    "init_dense_synthesizer",
     "init_gaussian_prior",
     "init_gaussian_transformer",
+    "init_random_synthesizer",
     "predict_gaussian_prior",
+    "random_logits",
+    "synthesizer_dense_attention",
+    "synthesizer_random_attention",
 ]
