@@ -6,7 +6,22 @@ from a lower layer (§4.5.2), is a task adapter (§4.5.3), or replaces attention
 (§4.5.4: average attention, hard-coded Gaussians, Synthesizer).
 """
 
-#: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = ()
+from .average_attention import RECORD as AVERAGE_ATTENTION
+from .average_attention import (
+    AverageAttentionParams,
+    AverageAttentionState,
+    average_attention,
+    average_attention_decode,
+    average_attention_layer,
+    average_attention_step,
+    average_weights,
+    init_average_attention,
+)
 
-__all__ = []
+#: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
+RECORDS = (AVERAGE_ATTENTION,)
+
+__all__ = [
+    "AverageAttentionParams", "AverageAttentionState", "average_attention", "average_attention_decode",
+    "average_attention_layer", "average_attention_step", "average_weights", "init_average_attention",
+]
