@@ -9,10 +9,10 @@ import pytest
 
 from refattn import registry, scaled_dot_product_attention
 from refattn.prior import (
-    PAPER_OFFSETS,
+    HARDCODED_OFFSETS,
     hardcoded_gaussian_attention,
     hardcoded_gaussian_weights,
-    paper_offsets,
+    hardcoded_offsets,
 )
 from refattn.prior import hardcoded_gaussian as module
 
@@ -74,7 +74,7 @@ def test_density_rows_sum_to_one_away_from_the_ends():
 def test_heads_with_the_papers_offsets_are_single_head_calls(rng):
     h, m, d_v = 4, 9, 3
     v = rng.standard_normal((2, h, m, d_v))
-    offsets = paper_offsets("decoder", h)
+    offsets = hardcoded_offsets("decoder", h)
     assert offsets == (-1, 0, -1, 0)
     out, A = hardcoded_gaussian_attention(v, offsets=offsets, causal=True, return_weights=True)
     assert out.shape == (2, h, m, d_v) and A.shape == (h, m, m)
@@ -84,12 +84,12 @@ def test_heads_with_the_papers_offsets_are_single_head_calls(rng):
 
 
 def test_paper_offsets():
-    assert PAPER_OFFSETS == {"encoder": (-1, 1), "decoder": (-1, 0), "cross": (-1, 1)}
-    assert paper_offsets("encoder", 8) == (-1, 1) * 4
+    assert HARDCODED_OFFSETS == {"encoder": (-1, 1), "decoder": (-1, 0), "cross": (-1, 1)}
+    assert hardcoded_offsets("encoder", 8) == (-1, 1) * 4
     with pytest.raises(ValueError, match="num_heads must be a multiple of 2"):
-        paper_offsets("encoder", 3)
+        hardcoded_offsets("encoder", 3)
     with pytest.raises(ValueError, match="role"):
-        paper_offsets("self", 2)
+        hardcoded_offsets("self", 2)
 
 
 def test_cross_attention_centres_at_ratio_times_i():

@@ -17,14 +17,14 @@ from .average_attention import (
     average_weights,
     init_average_attention,
 )
-from .hardcoded_gaussian import RECORD as HARDCODED_GAUSSIAN
 from .hardcoded_gaussian import (
-    PAPER_OFFSETS,
-    PAPER_SIGMA,
+    HARDCODED_OFFSETS,
+    HARDCODED_SIGMA,
     hardcoded_gaussian_attention,
     hardcoded_gaussian_weights,
-    paper_offsets,
+    hardcoded_offsets,
 )
+from .hardcoded_gaussian import RECORD as HARDCODED_GAUSSIAN
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (AVERAGE_ATTENTION, HARDCODED_GAUSSIAN)
@@ -32,5 +32,6 @@ RECORDS = (AVERAGE_ATTENTION, HARDCODED_GAUSSIAN)
 __all__ = [
     "AverageAttentionParams", "AverageAttentionState", "average_attention", "average_attention_decode",
     "average_attention_layer", "average_attention_step", "average_weights", "init_average_attention",
-    "PAPER_OFFSETS", "PAPER_SIGMA", "hardcoded_gaussian_attention", "hardcoded_gaussian_weights", "paper_offsets",
+    "HARDCODED_OFFSETS", "HARDCODED_SIGMA", "hardcoded_gaussian_attention", "hardcoded_gaussian_weights",
+    "hardcoded_offsets",
 ]

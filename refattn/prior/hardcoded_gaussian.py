@@ -1,4 +1,4 @@
-r"""Hard-coded Gaussian attention (You, Sun, Iyyer, 2020; survey §4.5.4): fixed Gaussians over positions, no queries or keys.
+r"""Hard-coded Gaussian attention (You, Sun, Iyyer, 2020; survey §4.5.4): fixed Gaussians over positions, no q or k.
 
 Each head h replaces learned attention with a Gaussian over the key positions, centred near the
 query's own position:
@@ -43,21 +43,21 @@ from ..common import (
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
 
-__all__ = ["PAPER_OFFSETS", "PAPER_SIGMA", "hardcoded_gaussian_attention", "hardcoded_gaussian_weights",
-           "paper_offsets"]
+__all__ = ["HARDCODED_OFFSETS", "HARDCODED_SIGMA", "hardcoded_gaussian_attention", "hardcoded_gaussian_weights",
+           "hardcoded_offsets"]
 
 YOU = ('W. You, S. Sun, M. Iyyer, 2020, "Hard-Coded Gaussian Attention for Neural Machine Translation", ACL 2020, '
        'arXiv:2005.00742')
 #: The paper's head offsets by attention type (the official README's commands: --enc-attn-offset -1 1,
 #: --dec-attn-offset -1 0, --enc-dec-attn-offset -1 1).
-PAPER_OFFSETS = {"encoder": (-1, 1), "decoder": (-1, 0), "cross": (-1, 1)}
+HARDCODED_OFFSETS = {"encoder": (-1, 1), "decoder": (-1, 0), "cross": (-1, 1)}
 #: The paper's standard deviation (the official code's default --*-attn-std 1).
-PAPER_SIGMA = 1.0
+HARDCODED_SIGMA = 1.0
 NORMALIZATIONS = ("keys", "density")
 BLOCK_ENTRIES = 2**22                                              # weights computed per block of query rows
 
 
-def paper_offsets(role: str, num_heads: int) -> tuple[int, ...]:
+def hardcoded_offsets(role: str, num_heads: int) -> tuple[int, ...]:
     """The paper's offsets for ``num_heads`` heads, cycled as the official code does (8 heads: −1, 1, −1, 1, ...).
 
     Parameters
@@ -73,12 +73,12 @@ def paper_offsets(role: str, num_heads: int) -> tuple[int, ...]:
 
     Examples
     --------
-    >>> paper_offsets("decoder", 4)
+    >>> hardcoded_offsets("decoder", 4)
     (-1, 0, -1, 0)
     """
-    check_choice("role", role, tuple(PAPER_OFFSETS))
+    check_choice("role", role, tuple(HARDCODED_OFFSETS))
     num_heads = check_positive_int("num_heads", num_heads)
-    base = PAPER_OFFSETS[role]
+    base = HARDCODED_OFFSETS[role]
     if num_heads % len(base):
         raise ValueError(f"num_heads must be a multiple of {len(base)} to cycle the offsets {base}, got {num_heads}")
     return base * (num_heads // len(base))
@@ -120,7 +120,7 @@ def _gaussian_rows(rows: NDArray, m: int, offsets: NDArray, sigma: float, ratio:
     return np.where(allowed, density, 0.0), allowed                # masked by selection, not renormalised
 
 
-def hardcoded_gaussian_weights(n: int, m: int | None = None, *, offsets=(-1, 1), sigma: float = PAPER_SIGMA,
+def hardcoded_gaussian_weights(n: int, m: int | None = None, *, offsets=(-1, 1), sigma: float = HARDCODED_SIGMA,
                                causal: bool | str = False, normalize: str = "keys", ratio: float = 1.0
                                ) -> tuple[NDArray, NDArray]:
     r"""Each head's fixed Gaussian weights over the key positions.
@@ -138,7 +138,7 @@ def hardcoded_gaussian_weights(n: int, m: int | None = None, *, offsets=(-1, 1),
     m : int, optional
         Number of keys; default n.
     offsets : sequence of float, default (-1, 1)
-        :math:`o_h`, one per head (:data:`PAPER_OFFSETS`, :func:`paper_offsets`).
+        :math:`o_h`, one per head (:data:`HARDCODED_OFFSETS`, :func:`hardcoded_offsets`).
     sigma : float, default 1.0
         σ > 0, shared by the heads; ``np.inf`` gives uniform weights over the keys each query sees
         (under ``normalize="keys"``).
@@ -184,7 +184,7 @@ def _check_options(offsets, sigma, normalize, ratio, causal, n, m):
     return offsets, sigma, ratio, delta
 
 
-def hardcoded_gaussian_attention(v: ArrayLike, *, n: int | None = None, offsets=(-1, 1), sigma: float = PAPER_SIGMA,
+def hardcoded_gaussian_attention(v: ArrayLike, *, n: int | None = None, offsets=(-1, 1), sigma: float = HARDCODED_SIGMA,
                                  causal: bool | str = False, normalize: str = "keys", ratio: float = 1.0,
                                  return_weights: bool = False) -> NDArray | tuple[NDArray, NDArray]:
     r"""Hard-coded Gaussian attention: each head averages its values under a fixed Gaussian over positions.
@@ -205,7 +205,7 @@ def hardcoded_gaussian_attention(v: ArrayLike, *, n: int | None = None, offsets=
         Number of queries; default m.
     offsets : sequence of float, default (-1, 1)
         :math:`o_h`, one per head: h = ``len(offsets)`` must match v's head axis. The default is the
-        paper's encoder self-attention; :data:`PAPER_OFFSETS` holds the others.
+        paper's encoder self-attention; :data:`HARDCODED_OFFSETS` holds the others.
     sigma, causal, normalize, ratio
         As in :func:`hardcoded_gaussian_weights`.
     return_weights : bool, default False
@@ -275,7 +275,7 @@ def _hardcoded(v, *, n, offsets, sigma, causal, normalize, ratio, return_weights
     return AttentionResult(out, A, None if delta is None else allowed, {})
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, offset=0, sigma=PAPER_SIGMA, normalize="keys",
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, offset=0, sigma=HARDCODED_SIGMA, normalize="keys",
            ratio=1.0):
     """The registry's uniform apply: one head centred at p_i·ratio + offset over the values (q and k only give n and m;
     ``rng`` is not used)."""
