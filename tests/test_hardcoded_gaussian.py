@@ -131,3 +131,11 @@ def test_blocks_of_rows_equal_one_block(rng, monkeypatch):
 def test_bad_options_are_named(options, error, match):
     with pytest.raises(error, match=match):
         hardcoded_gaussian_attention(np.ones((2, 5, 3)), **options)
+
+
+def test_bad_offset_of_the_registry_entry_is_named():
+    x = np.ones((3, 2))
+    with pytest.raises(TypeError, match="offset must be a real number"):
+        APPLY(x, x, x, offset=True)
+    with pytest.raises(ValueError, match="offset must be finite"):
+        APPLY(x, x, x, offset=np.inf)

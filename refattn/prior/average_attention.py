@@ -140,7 +140,7 @@ def average_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool 
     References
     ----------
     .. [1] B. Zhang, D. Xiong, J. Su, "Accelerating Neural Transformer via an Average Attention Network",
-       ACL 2018, arXiv:1805.00631v3, Eq. (1) and §3.2 (the mask matrix and the decoding form).
+       ACL 2018, arXiv:1805.00631, Eq. (1) and §3 (the mask matrix and the decoding form).
 
     Examples
     --------
@@ -344,7 +344,7 @@ def average_attention_layer(y: ArrayLike, params: AverageAttentionParams, *, use
     References
     ----------
     .. [1] B. Zhang, D. Xiong, J. Su, "Accelerating Neural Transformer via an Average Attention Network",
-       ACL 2018, arXiv:1805.00631v3, Eqs. (1)-(3).
+       ACL 2018, arXiv:1805.00631, Eqs. (1)-(3).
 
     Examples
     --------

@@ -279,10 +279,9 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, offset=0, s
            ratio=1.0):
     """The registry's uniform apply: one head centred at p_i·ratio + offset over the values (q and k only give n and m;
     ``rng`` is not used)."""
-    check_qkv(q, k, v)
-    result = _hardcoded(v[..., None, :, :], n=q.shape[-2], offsets=(offset,), sigma=sigma, causal=causal,
-                        normalize=normalize, ratio=ratio, return_weights=return_weights)
-    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = check_qkv(q, k, v)
+    result = _hardcoded(v[..., None, :, :], n=q.shape[-2], offsets=(_check_real("offset", offset),), sigma=sigma,
+                        causal=causal, normalize=normalize, ratio=ratio, return_weights=return_weights)
     out = np.broadcast_to(result.output[..., 0, :, :], (*batch, *result.output.shape[-2:]))
     if not return_weights:
         return AttentionResult(np.ascontiguousarray(out), draws={})
