@@ -114,8 +114,30 @@ def test_blocks_of_rows_equal_one_block(rng, monkeypatch):
     v = rng.standard_normal((3, 2, 13, 4))
     whole = hardcoded_gaussian_attention(v, n=11, offsets=(-1, 1), causal="bottom-right", sigma=1.7)
     monkeypatch.setattr(module, "BLOCK_ENTRIES", 2 * 13 * 3)       # blocks of 3 query rows
-    np.testing.assert_array_equal(
-        hardcoded_gaussian_attention(v, n=11, offsets=(-1, 1), causal="bottom-right", sigma=1.7), whole)
+    np.testing.assert_allclose(
+        hardcoded_gaussian_attention(v, n=11, offsets=(-1, 1), causal="bottom-right", sigma=1.7), whole, **TIGHT)
+
+
+@pytest.mark.parametrize(("causal", "n", "sigma", "ratio"), [
+    (False, 300, 1.0, 1.0), (True, 300, 0.3, 1.0), ("bottom-right", 200, 2.0, 1.0), (False, 100, 1.5, 2.7),
+    (True, 300, 1e-3, 1.0)])
+@pytest.mark.parametrize("normalize", ["keys", "density"])
+def test_keys_read_are_those_of_nonzero_weight(rng, monkeypatch, causal, n, sigma, ratio, normalize):
+    """The output reads only the keys within √(d² + 2σ²·746) of each centre; it equals the full weights (every
+    key) times V, and the weights it returns are those full weights, exact zeros included."""
+    monkeypatch.setattr(module, "BLOCK_ENTRIES", 2 * 300 * 16)     # blocks of 16 rows: windows well inside m
+    m, offsets = 300, (-1, 4)
+    v = rng.standard_normal((2, m, 3))
+    options = {"offsets": offsets, "sigma": sigma, "causal": causal, "normalize": normalize, "ratio": ratio}
+    full, _ = hardcoded_gaussian_weights(n, m, **options)
+    out, A = hardcoded_gaussian_attention(v, n=n, return_weights=True, **options)
+    np.testing.assert_allclose(out, full @ v, **TIGHT)
+    np.testing.assert_allclose(A, full, **TIGHT)
+    np.testing.assert_array_equal(A == 0, full == 0)
+    far = n - 1                                                    # centred ≥ 198 keys from key 0: weight 0
+    assert np.all(full[:, far, 0] == 0)
+    v[:, 0] = np.nan
+    np.testing.assert_array_equal(hardcoded_gaussian_attention(v, n=n, **options)[:, far], out[:, far])
 
 
 @pytest.mark.parametrize(("options", "error", "match"), [

@@ -55,6 +55,7 @@ HARDCODED_OFFSETS = {"encoder": (-1, 1), "decoder": (-1, 0), "cross": (-1, 1)}
 HARDCODED_SIGMA = 1.0
 NORMALIZATIONS = ("keys", "density")
 BLOCK_ENTRIES = 2**22                                              # weights computed per block of query rows
+UNDERFLOW = 746.0                                                  # e^{−746} is 0 in float64
 
 
 def hardcoded_offsets(role: str, num_heads: int) -> tuple[int, ...]:
@@ -106,18 +107,41 @@ def _check_offsets(offsets) -> NDArray:
 
 
 def _gaussian_rows(rows: NDArray, m: int, offsets: NDArray, sigma: float, ratio: float, delta: int | None,
-                   normalize: str) -> tuple[NDArray, NDArray]:
-    """(A, allowed) for the query rows ``rows``: A (h, r, m), allowed (r, m)."""
-    j = np.arange(m, dtype=np.float64)
+                   normalize: str, keys: tuple[int, int] | None = None) -> tuple[NDArray, NDArray]:
+    """(A, allowed) for the query rows ``rows`` and the keys ``lo … hi − 1`` (default all m): A (h, r, w),
+    allowed (r, w)."""
+    lo, hi = (0, m) if keys is None else keys
+    j = np.arange(lo, hi)                                                         # (w,)
     position = rows.astype(np.float64) + (0 if delta is None else delta)          # p_i (bottom-right: i + m − n)
     centre = position[None, :, None] * ratio + offsets[:, None, None]             # (h, r, 1)  c = p_i·r + o_h
-    allowed = np.ones((rows.size, m), dtype=bool) if delta is None else \
-        np.arange(m) <= rows[:, None] + delta                                     # (r, m)  j ≤ p_i
-    S = -((j - centre) ** 2) / (2.0 * sigma**2)                                   # (h, r, m)  −(j − c)²/(2σ²)
+    allowed = np.ones((rows.size, j.size), dtype=bool) if delta is None else \
+        j <= rows[:, None] + delta                                                # (r, w)  j ≤ p_i
+    S = -((j - centre) ** 2) / (2.0 * sigma**2)                                   # (h, r, w)  −(j − c)²/(2σ²)
     if normalize == "keys":
-        return softmax(S, mask=allowed), allowed                   # (h, r, m)  ∝ e^S over the keys seen
-    density = np.exp(S) / (sigma * math.sqrt(2.0 * math.pi))       # (h, r, m)  N(j; c, σ²)
+        return softmax(S, mask=allowed), allowed                   # (h, r, w)  ∝ e^S over the keys seen
+    density = np.exp(S) / (sigma * math.sqrt(2.0 * math.pi))       # (h, r, w)  N(j; c, σ²)
     return np.where(allowed, density, 0.0), allowed                # masked by selection, not renormalised
+
+
+def _key_window(rows: NDArray, m: int, offsets: NDArray, sigma: float, ratio: float, delta: int | None
+                ) -> tuple[int, int]:
+    """(lo, hi): the keys lo … hi − 1 hold every weight of these rows that is not exactly 0 in float64.
+
+    Let d be the distance from a centre c to its nearest visible key. A key with (j − c)² > d² + 2σ²·746
+    has e^{−(j − c)²/2σ²} below e^{−746}·e^{−d²/2σ²}: relative to the row's largest term (the softmax's
+    shift) and on its own (the density) that underflows to exactly 0 (e^{−745.2} is the last subnormal).
+    """
+    if not math.isfinite(sigma) or rows.size == 0 or m == 0:
+        return 0, m
+    last = np.full(rows.size, m - 1) if delta is None else np.minimum(rows + delta, m - 1)   # (r,)
+    visible = last >= 0
+    if not visible.any():
+        return 0, 0                                                # no row sees a key
+    position = rows[visible].astype(np.float64) + (0 if delta is None else delta)
+    centre = position[None, :] * ratio + offsets[:, None]                         # (h, r')  c
+    nearest = np.clip(np.rint(centre), 0, last[visible])                          # the visible key nearest c
+    reach = np.sqrt((nearest - centre) ** 2 + 2.0 * sigma**2 * UNDERFLOW)         # √(d² + 2σ²·746)
+    return max(0, math.floor((centre - reach).min())), min(m, math.ceil((centre + reach).max()) + 1)
 
 
 def hardcoded_gaussian_weights(n: int, m: int | None = None, *, offsets=(-1, 1), sigma: float = HARDCODED_SIGMA,
@@ -219,8 +243,12 @@ def hardcoded_gaussian_attention(v: ArrayLike, *, n: int | None = None, offsets=
 
     Notes
     -----
-    The weights are computed a block of query rows at a time (about 4M entries per block), so
-    memory stays O(h·m·block + n·d_v) whatever n; asking for the weights allocates (h, n, m).
+    The weights are computed a block of query rows at a time, and only over the keys where they
+    are not exactly 0 in float64: beyond :math:`\sqrt{d^2 + 2\sigma^2 \cdot 746}` of a centre
+    (d the distance to its nearest visible key), :math:`e^{-(j - c)^2/2\sigma^2}` underflows to 0
+    relative to the row's largest term. With finite σ a row reads about 77σ keys: O(n·σ·d_v) time and
+    O(block·σ + n·d_v) memory whatever n (σ = ∞ reads every key). A key whose weight is exactly 0 is
+    not read, so a NaN there does not reach the row. Asking for the weights allocates (h, n, m).
 
     **Official code.** ``models/new_attention.py`` of the authors' repository computes
     ``1/(σ√(2π)) exp(−½((j − i·r − o)/σ)²)`` (the density, ``normalize="density"``), multiplies
@@ -260,19 +288,24 @@ def _hardcoded(v, *, n, offsets, sigma, causal, normalize, ratio, return_weights
     batch = v.shape[:-3]
     if return_weights:
         check_fits("the weights (return_weights=True)", (h, n, m))
-        A, allowed = _gaussian_rows(np.arange(n), m, offsets, sigma, ratio, delta, normalize)
+        A = np.zeros((h, n, m))
     out = np.empty((*batch, h, n, v.shape[-1]))
     block = max(1, BLOCK_ENTRIES // max(h * m, 1))
     for start in range(0, n, block):
         stop = min(start + block, n)
         rows = np.arange(start, stop)
-        A_rows, seen = _gaussian_rows(rows, m, offsets, sigma, ratio, delta, normalize)   # (h, r, m), (r, m)
+        lo, hi = _key_window(rows, m, offsets, sigma, ratio, delta)                   # keys with weight > 0
+        A_rows, seen = _gaussian_rows(rows, m, offsets, sigma, ratio, delta, normalize, (lo, hi))  # (h, r, w)
         empty = ~seen.any(axis=-1, keepdims=True)                                      # (r, 1)
-        out[..., start:stop, :] = weighted_values(np.broadcast_to(A_rows, (*batch, h, rows.size, m)), v,
-                                            seen if delta is not None else None, empty, "zero")  # A V
+        out[..., start:stop, :] = weighted_values(np.broadcast_to(A_rows, (*batch, h, rows.size, hi - lo)),
+                                                  v[..., lo:hi, :], seen if delta is not None else None, empty,
+                                                  "zero")                              # (..., h, r, d_v)  A V
+        if return_weights:
+            A[:, start:stop, lo:hi] = A_rows
     if not return_weights:
         return AttentionResult(out, draws={})
-    return AttentionResult(out, A, None if delta is None else allowed, {})
+    allowed = None if delta is None else np.arange(m) <= np.arange(n)[:, None] + delta
+    return AttentionResult(out, A, allowed, {})
 
 
 def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, offset=0, sigma=HARDCODED_SIGMA, normalize="keys",
@@ -293,7 +326,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, offset=0, s
 RECORD = Mechanism(
     id="hardcoded_gaussian", title="Hard-coded Gaussian attention", family="prior", section="4.5.4", paper=YOU,
     equation=r"A_{ij} \propto \exp\!\big(-(j - i - o)^2 / 2\sigma^2\big), \quad \mathrm{out} = A V",
-    time="O(n·m·d_v)", memory="O(m·block + n·d_v)", kind="attention", function=hardcoded_gaussian_attention,
+    time="O(n·σ·d_v) (σ = ∞: O(n·m·d_v))", memory="O(block·σ + n·d_v)", kind="attention", function=hardcoded_gaussian_attention,
     apply=_apply, causal=True, position_dependent=True,
     examples=({"offset": -1}, {"offset": 1, "sigma": 2.5}, {"sigma": np.inf}, {"normalize": "density"}),
     figure="refattn.figures.hardcoded_gaussian:hardcoded_gaussian", exact_options=None,
