@@ -326,8 +326,8 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, offset=0, s
 RECORD = Mechanism(
     id="hardcoded_gaussian", title="Hard-coded Gaussian attention", family="prior", section="4.5.4", paper=YOU,
     equation=r"A_{ij} \propto \exp\!\big(-(j - i - o)^2 / 2\sigma^2\big), \quad \mathrm{out} = A V",
-    time="O(n·σ·d_v) (σ = ∞: O(n·m·d_v))", memory="O(block·σ + n·d_v)", kind="attention", function=hardcoded_gaussian_attention,
-    apply=_apply, causal=True, position_dependent=True,
+    time="O(n·σ·d_v) (σ = ∞: O(n·m·d_v))", memory="O(block·σ + n·d_v)", kind="attention",
+    function=hardcoded_gaussian_attention, apply=_apply, causal=True, position_dependent=True,
     examples=({"offset": -1}, {"offset": 1, "sigma": 2.5}, {"sigma": np.inf}, {"normalize": "density"}),
     figure="refattn.figures.hardcoded_gaussian:hardcoded_gaussian", exact_options=None,
     exact_limit="none: fixed weights over positions; σ → ∞ (normalize='keys') is uniform attention, softmax "
