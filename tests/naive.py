@@ -1278,6 +1278,43 @@ def naive_camtl(q, k, v, causal, params, task_id=None, task_embedding=None, scal
             bias[i, j] = M[rows[i], j] if rows[i] >= 0 else 0.0
     allowed = causal_allowed(n, m, causal)
     return naive_sdpa(q, k, v, allowed=allowed, bias=bias, scale=scale)[0]
+# ------------------------------------------------------------------------------ attention with prior
+
+
+def naive_last_key(i, n, m, causal):
+    """The last key query i may see: m − 1 (none), i (top-left), i + m − n (bottom-right); < 0 sees none."""
+    if causal is False:
+        return m - 1
+    return i + (m - n if causal == "bottom-right" else 0)
+
+
+def naive_average(q, k, v, causal, method="auto"):
+    """Zhang et al. (2018), Eq. 1: g_i = (1/|J_i|) Σ_{j ∈ J_i} v_j over the keys query i may see (none: 0)."""
+    n, (m, d_v) = len(q), v.shape
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        seen = list(range(min(naive_last_key(i, n, m, causal), m - 1) + 1))
+        for j in seen:
+            for c in range(d_v):
+                out[i, c] += v[j, c] / len(seen)
+    return out
+
+
+def naive_hardcoded_gaussian(q, k, v, causal, offset=0, sigma=1.0, normalize="keys", ratio=1.0):
+    """You et al. (2020): weights exp(−(j − c)²/(2σ²)) around c = p_i·r + o over the keys query i may see,
+    divided by their sum ("keys") or by σ√(2π) (the density, "density"); p_i = i, or i + m − n bottom-right."""
+    n, (m, d_v) = len(q), v.shape
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        position = i + (m - n if causal == "bottom-right" else 0)
+        centre = position * ratio + offset
+        seen = list(range(min(naive_last_key(i, n, m, causal), m - 1) + 1))
+        w = {j: math.exp(-((j - centre) ** 2) / (2 * sigma * sigma)) for j in seen}     # σ = ∞: e^{−0} = 1
+        total = sum(w.values()) if normalize == "keys" else sigma * math.sqrt(2 * math.pi)
+        for j in seen:
+            for c in range(d_v):
+                out[i, c] += w[j] / total * v[j, c]
+    return out
 
 
 # ------------------------------------------------------------------------------ the table
@@ -1629,4 +1666,8 @@ NAIVE: dict[str, NaiveCase] = {
         lambda rng, n, m, d, causal: {"params": RandomSynthesizer(
             rng.standard_normal((_random_length(n, m, causal),) * 2)), "mix": ("dense",),
             "dense_params": FactorizedDenseSynthesizer(A=_dense_params(rng, d, 3), B=_dense_params(rng, d, 3))})),
+    "average_attention": NaiveCase(naive_average, (DEFAULTS, fixed(method="equation"))),
+    "hardcoded_gaussian": NaiveCase(naive_hardcoded_gaussian, (
+        DEFAULTS, fixed(offset=-1, sigma=0.7), fixed(offset=1, sigma=2.0, normalize="density"),
+        fixed(sigma=math.inf), fixed(offset=-1, ratio=1.5))),
 }

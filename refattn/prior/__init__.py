@@ -5,6 +5,17 @@ The survey's rule: the generated scores and a prior are added before the softmax
 from a lower layer (§4.5.2), is a task adapter (§4.5.3), or replaces attention altogether
 (§4.5.4: average attention, hard-coded Gaussians, Synthesizer).
 """
+from .average_attention import RECORD as AVERAGE_ATTENTION
+from .average_attention import (
+    AverageAttentionParams,
+    AverageAttentionState,
+    average_attention,
+    average_attention_decode,
+    average_attention_layer,
+    average_attention_step,
+    average_weights,
+    init_average_attention,
+)
 from .camtl import RECORD as CAMTL
 from .camtl import CamtlParams, camtl_attention, camtl_prior, init_camtl
 from .gaussian_prior import RECORD as GAUSSIAN_PRIOR
@@ -22,6 +33,14 @@ from .gaussian_transformer import (
     gaussian_transformer_prior,
     init_gaussian_transformer,
 )
+from .hardcoded_gaussian import (
+    HARDCODED_OFFSETS,
+    HARDCODED_SIGMA,
+    hardcoded_gaussian_attention,
+    hardcoded_gaussian_weights,
+    hardcoded_offsets,
+)
+from .hardcoded_gaussian import RECORD as HARDCODED_GAUSSIAN
 from .synthesizer import (
     DenseSynthesizer,
     FactorizedDenseSynthesizer,
@@ -42,18 +61,29 @@ RECORDS = (
     GAUSSIAN_PRIOR,
     GAUSSIAN_TRANSFORMER,
     CAMTL,
+    AVERAGE_ATTENTION,
+    HARDCODED_GAUSSIAN,
     SYNTHESIZER_DENSE,
     SYNTHESIZER_RANDOM,
 )
 
 __all__ = [
+    "AverageAttentionParams",
+    "AverageAttentionState",
     "CamtlParams",
     "DenseSynthesizer",
     "FactorizedDenseSynthesizer",
     "FactorizedRandomSynthesizer",
     "GaussianPriorParams",
     "GaussianTransformerParams",
+    "HARDCODED_OFFSETS",
+    "HARDCODED_SIGMA",
     "RandomSynthesizer",
+    "average_attention",
+    "average_attention_decode",
+    "average_attention_layer",
+    "average_attention_step",
+    "average_weights",
     "camtl_attention",
     "camtl_prior",
     "dense_logits",
@@ -61,6 +91,10 @@ __all__ = [
     "gaussian_prior_bias",
     "gaussian_transformer_attention",
     "gaussian_transformer_prior",
+    "hardcoded_gaussian_attention",
+    "hardcoded_gaussian_weights",
+    "hardcoded_offsets",
+    "init_average_attention",
     "init_camtl",
     "init_dense_synthesizer",
     "init_gaussian_prior",
