@@ -5,8 +5,44 @@ The survey's rule: the generated scores and a prior are added before the softmax
 from a lower layer (§4.5.2), is a task adapter (§4.5.3), or replaces attention altogether
 (§4.5.4: average attention, hard-coded Gaussians, Synthesizer).
 """
+from .lazyformer import COMPUTE, REUSE, lazy_rules, lazyformer_attention
+from .lazyformer import RECORD as LAZYFORMER
+from .lower_layer import (
+    LayerResult,
+    LayerRule,
+    StackProjections,
+    StackTrace,
+    attention_stack,
+    attention_with_prior_from_below,
+    init_stack_projections,
+    prior_from_below,
+)
+from .prior_encoder import EncoderTrace, prior_encoder
+from .realformer import REALFORMER_RULE, realformer_attention, realformer_rules
+from .realformer import RECORD as REALFORMER
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = ()
+RECORDS = (
+    REALFORMER,
+    LAZYFORMER,
+)
 
-__all__ = []
+__all__ = [
+    "COMPUTE",
+    "EncoderTrace",
+    "LayerResult",
+    "LayerRule",
+    "REALFORMER_RULE",
+    "REUSE",
+    "StackProjections",
+    "StackTrace",
+    "attention_stack",
+    "attention_with_prior_from_below",
+    "init_stack_projections",
+    "lazy_rules",
+    "lazyformer_attention",
+    "prior_encoder",
+    "prior_from_below",
+    "realformer_attention",
+    "realformer_rules",
+]
