@@ -21,7 +21,7 @@ from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression
 from refattn.compressed import PoolingformerParams
 from refattn.lowrank import LowRankBandParams
-from refattn.prior import StackProjections
+from refattn.prior import AttentionConv, StackProjections
 from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
@@ -1336,6 +1336,40 @@ def naive_lazyformer(q, k, v, causal, projections, layers=None, block=2, scale=N
                            lambda l, i, j, s, below: s if l % block == 0 else below[i, j], scale)
 
 
+def naive_conv(A, kernel, bias, i, j, activation="relu"):
+    """Entry (i, j) of a one-channel "same" convolution by its taps: b + Σ_{a,b} K_ab · A[i + a − p, j + b − p] (0
+    outside the map), then ReLU."""
+    n, m = A.shape
+    k_h, k_w = kernel.shape
+    total = bias
+    for a in range(k_h):
+        for b in range(k_w):
+            r, c = i + a - k_h // 2, j + b - k_w // 2
+            if 0 <= r < n and 0 <= c < m:
+                total += kernel[a, b] * A[r, c]
+    return max(total, 0.0) if activation == "relu" else total
+
+
+def naive_predictive(q, k, v, causal, projections, convs, layers=None, alpha=0.5, activation="relu", scale=None):
+    """Predictive Attention (Wang et al. 2021; survey §4.5.2): Â⁽ˡ⁾_ij = α s_ij + (1 − α) conv⁽ˡ⁾(Â⁽ˡ⁻¹⁾)_ij, one
+    channel; no causal form."""
+    assert causal is False, "no causal form"
+
+    def combine(l, i, j, s, below):
+        conv = convs[l - 1]
+        return alpha * s + (1 - alpha) * naive_conv(below, conv.kernel[0, 0], conv.bias[0], i, j, activation)
+    return naive_map_stack(q, k, v, causal, projections, combine, scale)
+
+
+def _predictive(layers, **options):
+    """Random projections and one-channel 3 × 3 convolutions (N(0, 1/3) taps, N(0, 1) biases) for ``layers``."""
+    def draw(rng, n, m, d, causal):
+        convs = tuple(AttentionConv(rng.standard_normal((1, 1, 3, 3)) / math.sqrt(3), rng.standard_normal(1))
+                      for _ in range(layers - 1))
+        return _stack_projections(layers)(rng, n, m, d, causal) | {"convs": convs} | options
+    return draw
+
+
 def _stack_projections(layers, d_scale=1.0):
     """Random per-layer projections for ``layers`` layers (N(0, 1/d) entries, times ``d_scale``)."""
     def options(rng, n, m, d, causal):
@@ -1463,4 +1497,7 @@ NAIVE: dict[str, NaiveCase] = {
     "lazyformer": NaiveCase(naive_lazyformer, (
         _stack_projections(4), lambda rng, n, m, d, causal: _stack_projections(4)(rng, n, m, d, causal) | {"block": 1},
         lambda rng, n, m, d, causal: _stack_projections(5)(rng, n, m, d, causal) | {"block": 3, "scale": 0.7})),
+    "predictive_attention": NaiveCase(naive_predictive, (
+        _predictive(3), _predictive(2, alpha=0.2, activation="none"), _predictive(4, alpha=0.7, scale=0.6),
+        _predictive(1))),
 }

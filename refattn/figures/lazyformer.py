@@ -27,6 +27,6 @@ def lazyformer() -> Figure:
     -------
     fig : matplotlib.figure.Figure
     """
-    return stack_figure("lazyformer", lambda L: lazy_rules(L, BLOCK), "Lazyformer (Ying et al., 2021): blocks "
+    return stack_figure("lazyformer", lambda L, draws: lazy_rules(L, BLOCK), "Lazyformer (Ying et al., 2021): blocks "
                         f"of {BLOCK} layers; the first of each computes its map (w1, w2 = 1, 0), the next reuses "
                         "it (w1, w2 = 0, 1); n = 10", layers=4, block=BLOCK)

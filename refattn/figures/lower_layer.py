@@ -24,7 +24,7 @@ __all__ = ["stack_figure"]
 N, SEED = 10, 7
 
 
-def stack_figure(mechanism: str, rules_of: Callable[[int], tuple[LayerRule, ...]], title: str, *,
+def stack_figure(mechanism: str, rules_of: Callable[[int, dict], tuple[LayerRule, ...]], title: str, *,
                  layers: int = 3, causal: bool = False, **options) -> Figure:
     """Every layer of the registry entry ``mechanism``'s stack: prior, own scores, their sum, weights.
 
@@ -33,7 +33,8 @@ def stack_figure(mechanism: str, rules_of: Callable[[int], tuple[LayerRule, ...]
     mechanism : str
         The registry id.
     rules_of : callable
-        ``rules_of(layers)``, the rule of layers 2 … L the entry uses with ``options``.
+        ``rules_of(layers, draws)``, the rule of layers 2 … L the entry used with ``options`` and its
+        ``draws``.
     title : str
         The figure's title.
     layers : int, default 3
@@ -50,12 +51,12 @@ def stack_figure(mechanism: str, rules_of: Callable[[int], tuple[LayerRule, ...]
     q, k, v = seeded_qkv(SEED, N)
     result = registry.get(mechanism).apply(q, k, v, rng=SEED, layers=layers, causal=causal, return_weights=True,
                                            return_draws=True, **options)
-    trace = attention_stack(q, k, v, rules=rules_of(layers), projections=result.draws["projections"],
+    trace = attention_stack(q, k, v, rules=rules_of(layers, result.draws), projections=result.draws["projections"],
                             causal=causal)
     if not np.array_equal(trace.output, result.output):
         raise ValueError(f"{mechanism}: the figure's stack and the registry entry disagree")
     allowed = np.ones((N, N), dtype=bool) if trace.allowed is None else trace.allowed
-    rules = (None, *rules_of(layers))
+    rules = (None, *rules_of(layers, result.draws))
     fig = figure((13.0, 3.3 * layers + 0.4))
     rows = fig.subfigures(layers, 1)
     signed_max = max(float(np.nanmax(np.abs(np.where(allowed, a, 0.0)))) for a in trace.combined + [

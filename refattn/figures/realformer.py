@@ -26,6 +26,6 @@ def realformer() -> Figure:
     -------
     fig : matplotlib.figure.Figure
     """
-    return stack_figure("realformer", realformer_rules, "RealFormer (He et al., 2021): each layer adds its own "
-                        "scores to the raw map from below, Â⁽ˡ⁾ = S⁽ˡ⁾ + Â⁽ˡ⁻¹⁾ (w1 = w2 = 1, g = identity); "
-                        "causal, n = 10", layers=3, causal=True)
+    return stack_figure("realformer", lambda L, draws: realformer_rules(L),
+                        "RealFormer (He et al., 2021): each layer adds its own scores to the raw map from below, "
+                        "Â⁽ˡ⁾ = S⁽ˡ⁾ + Â⁽ˡ⁻¹⁾ (w1 = w2 = 1, g = identity); causal, n = 10", layers=3, causal=True)

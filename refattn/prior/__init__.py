@@ -17,6 +17,15 @@ from .lower_layer import (
     init_stack_projections,
     prior_from_below,
 )
+from .predictive_attention import RECORD as PREDICTIVE_ATTENTION
+from .predictive_attention import (
+    AttentionConv,
+    attention_convolution,
+    evolving_logits,
+    init_attention_conv,
+    predictive_attention,
+    predictive_rules,
+)
 from .prior_encoder import EncoderTrace, prior_encoder
 from .realformer import REALFORMER_RULE, realformer_attention, realformer_rules
 from .realformer import RECORD as REALFORMER
@@ -24,10 +33,12 @@ from .realformer import RECORD as REALFORMER
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
     REALFORMER,
+    PREDICTIVE_ATTENTION,
     LAZYFORMER,
 )
 
 __all__ = [
+    "AttentionConv",
     "COMPUTE",
     "EncoderTrace",
     "LayerResult",
@@ -36,11 +47,16 @@ __all__ = [
     "REUSE",
     "StackProjections",
     "StackTrace",
+    "attention_convolution",
     "attention_stack",
     "attention_with_prior_from_below",
+    "evolving_logits",
+    "init_attention_conv",
     "init_stack_projections",
     "lazy_rules",
     "lazyformer_attention",
+    "predictive_attention",
+    "predictive_rules",
     "prior_encoder",
     "prior_from_below",
     "realformer_attention",

@@ -55,6 +55,7 @@ __all__ = [
     "layer_scores",
     "prior_from_below",
     "stack_apply",
+    "stack_projections",
 ]
 
 
@@ -460,24 +461,31 @@ def attention_stack(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, rules: Sequence
                       allowed_pairs(None, causal, top.weights.shape))
 
 
-def stack_apply(q: NDArray, k: NDArray, v: NDArray, rules_of: Callable[[int], Sequence[LayerRule]], *,
-                causal, rng, return_weights: bool, layers: int | None, projections: StackProjections | None,
-                scale: float | None, default_layers: int) -> AttentionResult:
-    """The registry entries' shared body: :func:`attention_stack` with ``rules_of(L)`` and projections drawn from
-    ``rng`` unless given (``layers`` must then agree with them); the top layer's output and weights, and the
-    projections as the draw."""
-    scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
+def stack_projections(q: NDArray, rng, layers: int | None, projections: StackProjections | None,
+                      default_layers: int) -> StackProjections:
+    """The registry entries' projections: ``projections`` checked against ``layers`` when given, else drawn from
+    ``rng`` for ``layers`` (default ``default_layers``) layers of q's width."""
     if projections is None:
         if rng is None:
             raise ValueError("the stack draws its projections from rng: pass rng= (or projections=)")
         layers = default_layers if layers is None else check_positive_int("layers", layers)
-        projections = init_stack_projections(rng, layers, q.shape[-1])
-    elif not isinstance(projections, StackProjections):
+        return init_stack_projections(rng, layers, q.shape[-1])
+    if not isinstance(projections, StackProjections):
         raise TypeError(f"projections must be StackProjections (init_stack_projections), got "
                         f"{type(projections).__name__}")
-    elif layers is not None and check_positive_int("layers", layers) != projections.layers:
+    if layers is not None and check_positive_int("layers", layers) != projections.layers:
         raise ValueError(f"layers={layers} but the projections are for {projections.layers} layers "
                          f"(w_q shape {np.shape(projections.w_q)})")
+    return projections
+
+
+def stack_apply(q: NDArray, k: NDArray, v: NDArray, rules_of: Callable[[int], Sequence[LayerRule]], *,
+                causal, rng, return_weights: bool, layers: int | None, projections: StackProjections | None,
+                scale: float | None, default_layers: int) -> AttentionResult:
+    """The registry entries' shared body: :func:`attention_stack` with ``rules_of(L)`` and the projections of
+    :func:`stack_projections`; the top layer's output and weights, and the projections as the draw."""
+    scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
+    projections = stack_projections(q, rng, layers, projections, default_layers)
     trace = attention_stack(q, k, v, rules=rules_of(projections.layers), projections=projections, causal=causal,
                             scale=scale)
     if not return_weights:
