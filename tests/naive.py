@@ -1325,12 +1325,12 @@ def naive_map_stack(q, k, v, causal, projections, combine, scale=None):
 
 
 def naive_realformer(q, k, v, causal, projections, layers=None, scale=None):
-    """RealFormer (He et al. 2021, Eq. 3): Â⁽ˡ⁾_ij = s⁽ˡ⁾_ij + Â⁽ˡ⁻¹⁾_ij, the raw scores' residual."""
+    """RealFormer (He et al. 2021, §3): Â⁽ˡ⁾_ij = s⁽ˡ⁾_ij + Â⁽ˡ⁻¹⁾_ij, the raw scores' residual."""
     return naive_map_stack(q, k, v, causal, projections, lambda l, i, j, s, below: s + below[i, j], scale)
 
 
 def naive_lazyformer(q, k, v, causal, projections, layers=None, block=2, scale=None):
-    """Lazyformer (Ying et al. 2021, §3): the first layer of each block of ``block`` layers computes its map, the
+    """Lazyformer (Ying et al. 2021): the first layer of each block of ``block`` layers computes its map, the
     others reuse the map below unchanged."""
     return naive_map_stack(q, k, v, causal, projections,
                            lambda l, i, j, s, below: s if l % block == 0 else below[i, j], scale)

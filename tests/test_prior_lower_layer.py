@@ -58,7 +58,7 @@ def test_rule_reproduces_each_instance_from_its_weights(rng):
     """The rule with (w1, w2, g) = (1, 1, id) is RealFormer's residual; (1, 0) and (0, 1) are Lazyformer's computing
     and reusing layers; each against its paper's formula written out here."""
     S, below = rng.standard_normal((2, 3, 4, 5))
-    np.testing.assert_array_equal(prior_from_below(S, below, w1=1.0, w2=1.0), S + below)      # RealFormer, Eq. 3
+    np.testing.assert_array_equal(prior_from_below(S, below, w1=1.0, w2=1.0), S + below)      # RealFormer: S + Prev
     np.testing.assert_array_equal(prior_from_below(S, below, w1=1.0, w2=0.0), S)              # Lazyformer: compute
     np.testing.assert_array_equal(prior_from_below(S, below, w1=0.0, w2=1.0), below)          # Lazyformer: reuse
     alpha = 0.3                                                     # Predictive Attention's weights, g = a map

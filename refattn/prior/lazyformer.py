@@ -1,6 +1,6 @@
 r"""Lazyformer: attention maps computed once per block of layers and reused (Ying et al., 2021; survey §4.5.2).
 
-    (arXiv:2102.12702)
+C. Ying, G. Ke, D. He, T.-Y. Liu, "LazyFormer: Self Attention with Lazy Update", arXiv:2102.12702:
 
     layers grouped in lazy blocks of b consecutive layers
     first layer of a block:   A⁽ˡ⁾ = softmax(Q⁽ˡ⁾K⁽ˡ⁾ᵀ/√d_k)          computed        (w1, w2) = (1, 0)
@@ -102,7 +102,7 @@ def lazyformer_attention(
     References
     ----------
     .. [1] C. Ying, G. Ke, D. He, T.-Y. Liu, "LazyFormer: Self Attention with Lazy Update",
-       arXiv:2102.12702v1, §3 (lazy blocks).
+       arXiv:2102.12702v1 (lazy blocks).
 
     Examples
     --------

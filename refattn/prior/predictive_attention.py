@@ -22,11 +22,12 @@ Where each choice comes from (the survey [Lin et al., §4.5.2] states the rule; 
 - The initialisation U(±1/√(9h)) of kernel and bias: PyTorch's ``nn.Conv2d`` default, which the
   official PyTorch code keeps.
 - α = 0.5: the official code's example command (``--alpha 0.5``).
-- The official code (and the published version, "Evolving Attention with Residual Convolutions",
-  arXiv:2102.12895, ICML 2021) first mixes the map below into this layer's logits,
+- The official code, released with the published version ("Evolving Attention with Residual
+  Convolutions", arXiv:2102.12895, ICML 2021), first mixes the map below into this layer's logits,
   M = (1 − β)·S⁽ˡ⁾ + β·Â⁽ˡ⁻¹⁾, then convolves that mix: Â⁽ˡ⁾ = α·ReLU(conv(M)) + (1 − α)·M, with α on
   the convolved branch. That is not an instance of the rule (the convolution reads S⁽ˡ⁾ too);
-  ``form="evolving"`` computes it, with its ``beta``.
+  ``form="evolving"`` computes it, with its ``beta`` (default 0.5, the TensorFlow code's default
+  of ``asconv2d_fixed_padding``).
 
 No causal form: the "same" convolution reads entry (i + 1, j) of the map below, the next query's
 scores, and (i, j + 1), a later key's, into entry (i, j).

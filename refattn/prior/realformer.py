@@ -6,7 +6,7 @@ r"""RealFormer: residual attention scores (He et al., 2021, arXiv:2012.11747v3, 
 The survey's rule Â⁽ˡ⁾ = w1·S⁽ˡ⁾ + w2·g(Â⁽ˡ⁻¹⁾) with w1 = w2 = 1 and g the identity
 (:func:`~refattn.prior.prior_from_below`): a residual connection on the pre-softmax attention maps,
 per head, so Â⁽ᴸ⁾ = Σ_l S⁽ˡ⁾. What passes up is the raw score map before the softmax (the paper's
-"Prev", its Fig. 1 and Eq. 3), not the weights.
+"Prev", its Fig. 1), not the weights.
 
 Masks act by selection in every layer, so a pair masked in a layer gets no weight there whatever
 its residual score; the residual scores of masked pairs still pass up and are masked again above
@@ -92,7 +92,7 @@ def realformer_attention(
     References
     ----------
     .. [1] R. He, A. Ravula, B. Kanagal, J. Ainslie, "RealFormer: Transformer Likes Residual
-       Attention", Findings of ACL 2021, arXiv:2012.11747v3, §3, Eq. (3), Fig. 1.
+       Attention", Findings of ACL 2021, arXiv:2012.11747v3, §3, Fig. 1.
 
     Examples
     --------
