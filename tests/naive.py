@@ -21,6 +21,7 @@ from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.lowrank import LowRankBandParams
 from refattn.prior import (
+    AttentionConv,
     CamtlParams,
     DenseSynthesizer,
     FactorizedDenseSynthesizer,
@@ -28,6 +29,7 @@ from refattn.prior import (
     GaussianPriorParams,
     GaussianTransformerParams,
     RandomSynthesizer,
+    StackProjections,
 )
 from refattn.sparse import SacPredictor, SortNetParams
 
@@ -1526,6 +1528,95 @@ def _camtl_params(extra, block_size, *, embedding=False, **fixed_options):
     return options
 
 
+# ------------------------------------------------------------------------------ prior from lower layers (§4.5.2)
+
+
+def naive_map_stack(q, k, v, causal, projections, combine, scale=None):
+    """An attention-only stack by loops: layer 1 reads q and k, layer l ≥ 2 reads q W_q⁽ˡ⁾ and k W_k⁽ˡ⁾; its map
+    Â⁽ˡ⁾_ij = combine(l, i, j, s_ij, Â⁽ˡ⁻¹⁾) from its score s_ij = Σ_c q_ic k_jc · scale (Â⁽¹⁾ = S⁽¹⁾); the output
+    is Σ_j softmax_j(Â⁽ᴸ⁾_ij) v_j over the keys row i may see (none: a zero row)."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    allowed = causal_allowed(n, m, causal)
+    below = None
+    for l in range(np.shape(projections.w_q)[0] + 1):
+        if l == 0:
+            ql, kl = q, k
+        else:
+            wq, wk = projections.w_q[l - 1], projections.w_k[l - 1]
+            ql = np.array([[sum(q[i, c] * wq[c, e] for c in range(d)) for e in range(d)] for i in range(n)])
+            kl = np.array([[sum(k[j, c] * wk[c, e] for c in range(d)) for e in range(d)] for j in range(m)])
+        A_hat = np.zeros((n, m))
+        for i in range(n):
+            for j in range(m):
+                s = sum(ql[i, c] * kl[j, c] for c in range(d)) * scale
+                A_hat[i, j] = s if l == 0 else combine(l, i, j, s, below)
+        below = A_hat
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        seen = [j for j in range(m) if allowed is None or allowed[i, j]]
+        for j, a in zip(seen, _softmax_list([below[i, j] for j in seen]), strict=True):
+            for c in range(d_v):
+                out[i, c] += a * v[j, c]
+    return out
+
+
+def naive_realformer(q, k, v, causal, projections, layers=None, scale=None):
+    """RealFormer (He et al. 2021, §3): Â⁽ˡ⁾_ij = s⁽ˡ⁾_ij + Â⁽ˡ⁻¹⁾_ij, the raw scores' residual."""
+    return naive_map_stack(q, k, v, causal, projections, lambda l, i, j, s, below: s + below[i, j], scale)
+
+
+def naive_lazyformer(q, k, v, causal, projections, layers=None, block=2, scale=None):
+    """Lazyformer (Ying et al. 2021): the first layer of each block of ``block`` layers computes its map, the
+    others reuse the map below unchanged."""
+    return naive_map_stack(q, k, v, causal, projections,
+                           lambda l, i, j, s, below: s if l % block == 0 else below[i, j], scale)
+
+
+def naive_conv(A, kernel, bias, i, j, activation="relu"):
+    """Entry (i, j) of a one-channel "same" convolution by its taps: b + Σ_{a,b} K_ab · A[i + a − p, j + b − p] (0
+    outside the map), then ReLU."""
+    n, m = A.shape
+    k_h, k_w = kernel.shape
+    total = bias
+    for a in range(k_h):
+        for b in range(k_w):
+            r, c = i + a - k_h // 2, j + b - k_w // 2
+            if 0 <= r < n and 0 <= c < m:
+                total += kernel[a, b] * A[r, c]
+    return max(total, 0.0) if activation == "relu" else total
+
+
+def naive_predictive(q, k, v, causal, projections, convs, layers=None, alpha=0.5, activation="relu", scale=None):
+    """Predictive Attention (Wang et al. 2021; survey §4.5.2): Â⁽ˡ⁾_ij = α s_ij + (1 − α) conv⁽ˡ⁾(Â⁽ˡ⁻¹⁾)_ij, one
+    channel; no causal form."""
+    assert causal is False, "no causal form"
+
+    def combine(l, i, j, s, below):
+        conv = convs[l - 1]
+        return alpha * s + (1 - alpha) * naive_conv(below, conv.kernel[0, 0], conv.bias[0], i, j, activation)
+    return naive_map_stack(q, k, v, causal, projections, combine, scale)
+
+
+def _predictive(layers, **options):
+    """Random projections and one-channel 3 × 3 convolutions (N(0, 1/3) taps, N(0, 1) biases) for ``layers``."""
+    def draw(rng, n, m, d, causal):
+        convs = tuple(AttentionConv(rng.standard_normal((1, 1, 3, 3)) / math.sqrt(3), rng.standard_normal(1))
+                      for _ in range(layers - 1))
+        return _stack_projections(layers)(rng, n, m, d, causal) | {"convs": convs} | options
+    return draw
+
+
+def _stack_projections(layers, d_scale=1.0):
+    """Random per-layer projections for ``layers`` layers (N(0, 1/d) entries, times ``d_scale``)."""
+    def options(rng, n, m, d, causal):
+        shape = (layers - 1, d, d)
+        return {"projections": StackProjections(d_scale * rng.standard_normal(shape) / math.sqrt(d),
+                                                d_scale * rng.standard_normal(shape) / math.sqrt(d))}
+    return options
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -1670,4 +1761,13 @@ NAIVE: dict[str, NaiveCase] = {
     "hardcoded_gaussian": NaiveCase(naive_hardcoded_gaussian, (
         DEFAULTS, fixed(offset=-1, sigma=0.7), fixed(offset=1, sigma=2.0, normalize="density"),
         fixed(sigma=math.inf), fixed(offset=-1, ratio=1.5))),
+    "realformer": NaiveCase(naive_realformer, (
+        _stack_projections(3), _stack_projections(1),
+        lambda rng, n, m, d, causal: _stack_projections(4, 1.5)(rng, n, m, d, causal) | {"layers": 4, "scale": 0.7})),
+    "lazyformer": NaiveCase(naive_lazyformer, (
+        _stack_projections(4), lambda rng, n, m, d, causal: _stack_projections(4)(rng, n, m, d, causal) | {"block": 1},
+        lambda rng, n, m, d, causal: _stack_projections(5)(rng, n, m, d, causal) | {"block": 3, "scale": 0.7})),
+    "predictive_attention": NaiveCase(naive_predictive, (
+        _predictive(3), _predictive(2, alpha=0.2, activation="none"), _predictive(4, alpha=0.7, scale=0.6),
+        _predictive(1))),
 }

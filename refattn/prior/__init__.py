@@ -41,6 +41,30 @@ from .hardcoded_gaussian import (
     hardcoded_offsets,
 )
 from .hardcoded_gaussian import RECORD as HARDCODED_GAUSSIAN
+from .lazyformer import COMPUTE, REUSE, lazy_rules, lazyformer_attention
+from .lazyformer import RECORD as LAZYFORMER
+from .lower_layer import (
+    LayerResult,
+    LayerRule,
+    StackProjections,
+    StackTrace,
+    attention_stack,
+    attention_with_prior_from_below,
+    init_stack_projections,
+    prior_from_below,
+)
+from .predictive_attention import RECORD as PREDICTIVE_ATTENTION
+from .predictive_attention import (
+    AttentionConv,
+    attention_convolution,
+    evolving_logits,
+    init_attention_conv,
+    predictive_attention,
+    predictive_rules,
+)
+from .prior_encoder import EncoderTrace, prior_encoder
+from .realformer import REALFORMER_RULE, realformer_attention, realformer_rules
+from .realformer import RECORD as REALFORMER
 from .synthesizer import (
     DenseSynthesizer,
     FactorizedDenseSynthesizer,
@@ -60,6 +84,9 @@ from .synthesizer_random import synthesizer_random_attention
 RECORDS = (
     GAUSSIAN_PRIOR,
     GAUSSIAN_TRANSFORMER,
+    REALFORMER,
+    PREDICTIVE_ATTENTION,
+    LAZYFORMER,
     CAMTL,
     AVERAGE_ATTENTION,
     HARDCODED_GAUSSIAN,
@@ -68,17 +95,29 @@ RECORDS = (
 )
 
 __all__ = [
+    "AttentionConv",
     "AverageAttentionParams",
     "AverageAttentionState",
+    "COMPUTE",
     "CamtlParams",
     "DenseSynthesizer",
+    "EncoderTrace",
     "FactorizedDenseSynthesizer",
     "FactorizedRandomSynthesizer",
     "GaussianPriorParams",
     "GaussianTransformerParams",
     "HARDCODED_OFFSETS",
     "HARDCODED_SIGMA",
+    "LayerResult",
+    "LayerRule",
+    "REALFORMER_RULE",
+    "REUSE",
     "RandomSynthesizer",
+    "StackProjections",
+    "StackTrace",
+    "attention_convolution",
+    "attention_stack",
+    "attention_with_prior_from_below",
     "average_attention",
     "average_attention_decode",
     "average_attention_layer",
@@ -87,6 +126,7 @@ __all__ = [
     "camtl_attention",
     "camtl_prior",
     "dense_logits",
+    "evolving_logits",
     "gaussian_prior_attention",
     "gaussian_prior_bias",
     "gaussian_transformer_attention",
@@ -94,14 +134,24 @@ __all__ = [
     "hardcoded_gaussian_attention",
     "hardcoded_gaussian_weights",
     "hardcoded_offsets",
+    "init_attention_conv",
     "init_average_attention",
     "init_camtl",
     "init_dense_synthesizer",
     "init_gaussian_prior",
     "init_gaussian_transformer",
     "init_random_synthesizer",
+    "init_stack_projections",
+    "lazy_rules",
+    "lazyformer_attention",
     "predict_gaussian_prior",
+    "predictive_attention",
+    "predictive_rules",
+    "prior_encoder",
+    "prior_from_below",
     "random_logits",
+    "realformer_attention",
+    "realformer_rules",
     "synthesizer_dense_attention",
     "synthesizer_random_attention",
 ]
