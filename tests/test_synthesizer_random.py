@@ -88,6 +88,17 @@ def test_mixture_with_the_dot_product_written_out(rng):
         np.testing.assert_allclose(A, _softmax_rows(alpha[0] * R[:5] + alpha[1] * (q @ k.T) / 2.0), **TIGHT)
 
 
+def test_integer_mixture_weights_are_the_same_reals(rng):
+    q, k, v = rng.standard_normal((3, 5, 4))
+    params = RandomSynthesizer(rng.standard_normal((5, 5)))
+    as_ints = synthesizer_random_attention(q, k, v, params=params, mix="dot", alpha=(0, 1))
+    np.testing.assert_array_equal(as_ints, synthesizer_random_attention(q, k, v, params=params, mix="dot",
+                                                                        alpha=(0.0, 1.0)))
+    np.testing.assert_array_equal(as_ints, scaled_dot_product_attention(q, k, v))
+    with pytest.raises(TypeError, match="alpha"):                  # bools are not weights
+        synthesizer_random_attention(q, k, v, params=params, mix="dot", alpha=(False, True))
+
+
 def test_draw_follows_the_official_initialisation():
     """Glorot uniform on the official (ℓ, heads, ℓ) variable: bound √(6/(ℓ + ℓ²)); R1, R2 of (k, heads, ℓ):
     √(6/(k(1 + ℓ)))."""

@@ -362,10 +362,13 @@ def check_mix(own: str, mix) -> tuple[str, ...]:
 
 
 def check_alpha(alpha, count: int) -> NDArray:
-    """The mixture's weights, ``count`` finite reals; default equal weights 1/count."""
+    """The mixture's weights, ``count`` finite reals (integers are taken as reals); default equal weights 1/count."""
     if alpha is None:
         return np.full(count, 1.0 / count)
-    weights = as_float("alpha", alpha)
+    weights = np.asarray(alpha)
+    if weights.dtype.kind in "iu":                                 # alpha=(0, 1) means (0.0, 1.0)
+        weights = weights.astype(np.float64)
+    weights = as_float("alpha", weights)
     if weights.shape != (count,):
         raise ValueError(f"alpha must hold one weight per component ({count}: the synthesizer's, then mix's), "
                          f"got shape {weights.shape}")
