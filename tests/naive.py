@@ -18,9 +18,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from refattn import MultiHeadParams
-from refattn.compressed import MemoryCompression
-from refattn.compressed import PoolingformerParams
+from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.lowrank import LowRankBandParams
+from refattn.prior import (
+    AttentionConv,
+    CamtlParams,
+    DenseSynthesizer,
+    FactorizedDenseSynthesizer,
+    FactorizedRandomSynthesizer,
+    GaussianPriorParams,
+    GaussianTransformerParams,
+    RandomSynthesizer,
+    StackProjections,
+)
 from refattn.sparse import SacPredictor, SortNetParams
 
 # ------------------------------------------------------------------------------ softmax attention and masks
@@ -1179,7 +1189,203 @@ def naive_csalr(q, k, v, causal, pool=2, eps=1.0):
     return naive_nystrom_rows(q, k, v, Q_tilde, K_tilde, middle, scale)
 
 
+# ------------------------------------------------------------------------------ attention with prior (survey §4.5)
+
+
+def naive_sigmoid(x):
+    """1 / (1 + e^{−x}) by math.exp."""
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def naive_gaussian_prior(q, k, v, causal, params, window="query", scale=None):
+    """Yang et al. (2018) row by row: query i sees I_i keys (m, or j <= i (+ m − n bottom-right) when causal),
+    P_i = I_i·sigmoid(v_p·tanh(q_i W_p)); D_i = I_i·sigmoid(v_d·tanh(q_i W_p)) ("query"),
+    I_i·sigmoid(u_d·tanh(K̄_i W_d)) with K̄_i the mean of the I_i first keys ("layer"), or the number given;
+    G_ij = −((j + 1) − P_i)²/(2 (D_i/2)²) on positions 1 … m, added to the scores."""
+    n, d = q.shape
+    m = k.shape[0]
+    h = len(params.v_p)
+    delta = m - n if causal == "bottom-right" else 0
+    allowed = causal_allowed(n, m, causal)
+    bias = np.zeros((n, m))
+    for i in range(n):
+        I = m if causal is False else max(0, min(m, i + delta + 1))
+        if I == 0:
+            continue                                               # sees no key: a zero row
+        hidden = [math.tanh(sum(q[i, a] * params.w_p[a, c] for a in range(d))) for c in range(h)]
+        P = I * naive_sigmoid(sum(params.v_p[c] * hidden[c] for c in range(h)))
+        if window == "query":
+            D = I * naive_sigmoid(sum(params.v_d[c] * hidden[c] for c in range(h)))
+        elif window == "layer":
+            K_bar = [sum(k[j, a] for j in range(I)) / I for a in range(d)]
+            z = sum(params.u_d[c] * math.tanh(sum(K_bar[a] * params.w_d[a, c] for a in range(d))) for c in range(h))
+            D = I * naive_sigmoid(z)
+        else:
+            D = window
+        sigma = D / 2
+        for j in range(m):
+            bias[i, j] = -((j + 1) - P) ** 2 / (2 * sigma ** 2)
+    return naive_sdpa(q, k, v, allowed, bias, scale)[0]
+
+
+def _query_positions(n, m, causal):
+    """Query i sits at position i, or i + m − n when the n queries are the last n of m positions."""
+    return [i + (m - n if causal == "bottom-right" else 0) for i in range(n)]
+
+
+def naive_gaussian_transformer(q, k, v, causal, params, mask_diagonal=False, scale=None):
+    """Guo et al. (2019): s_ij = q_i·k_j/√d − |w (i − j)² + b| over the keys i may see (j ≠ i with
+    ``mask_diagonal``), softmax per row."""
+    n, m = len(q), len(k)
+    w, b = float(params.w), float(params.b)
+    rows = _query_positions(n, m, causal)
+    bias = np.zeros((n, m))
+    for i in range(n):
+        for j in range(m):
+            bias[i, j] = -abs(w * (rows[i] - j) ** 2 + b)
+    allowed = loop_mask(n, m, lambda i, j: (causal is False or j <= rows[i]) and not (mask_diagonal and j == rows[i]))
+    return naive_sdpa(q, k, v, allowed=allowed, bias=bias, scale=scale)[0]
+
+
+def naive_camtl_prior(params, task_id=0, task_embedding=None):
+    """CAMTL/CA-MTL's CBDA entry by entry: z = E[t] W_t + b_t (or z given), [γ | β] = z W_f + b_f, then row r of
+    A ⊙ (1 + γ) + β placed in columns ⌊r/c⌋·c + col of the L × L prior, the columns from L on cut off."""
+    L, c = params.A.shape
+    d_z = params.task_embeddings.shape[1]
+    if task_embedding is None:
+        z = [sum(params.task_embeddings[task_id, r] * params.w_task[r, col] for r in range(d_z)) + params.b_task[col]
+             for col in range(d_z)]
+    else:
+        z = list(task_embedding)
+    gb = [sum(z[r] * params.w_film[r, col] for r in range(d_z)) + params.b_film[col] for col in range(2 * c)]
+    gamma, beta = gb[:c], gb[c:]
+    M = np.zeros((L, L))
+    for r in range(L):
+        start = (r // c) * c                                       # the first row (and column) of r's block
+        for col in range(c):
+            if start + col < L:
+                M[r, start + col] = params.A[r, col] * (1.0 + gamma[col]) + beta[col]
+    return M
+
+
+def naive_camtl(q, k, v, causal, params, task_id=None, task_embedding=None, scale=None):
+    """Pilault et al. (2021) Eq. 1: softmax(q_i·k_j/√d + M_{p_i j}) over the keys i may see, M the task's
+    block-diagonal prior; a sequence shorter than L uses the prior's top-left corner (padded keys masked)."""
+    n, m = len(q), len(k)
+    M = naive_camtl_prior(params, 0 if task_id is None else task_id, task_embedding)
+    rows = _query_positions(n, m, causal)
+    bias = np.zeros((n, m))
+    for i in range(n):
+        for j in range(m):
+            bias[i, j] = M[rows[i], j] if rows[i] >= 0 else 0.0
+    allowed = causal_allowed(n, m, causal)
+    return naive_sdpa(q, k, v, allowed=allowed, bias=bias, scale=scale)[0]
+# ------------------------------------------------------------------------------ attention with prior
+
+
+def naive_last_key(i, n, m, causal):
+    """The last key query i may see: m − 1 (none), i (top-left), i + m − n (bottom-right); < 0 sees none."""
+    if causal is False:
+        return m - 1
+    return i + (m - n if causal == "bottom-right" else 0)
+
+
+def naive_average(q, k, v, causal, method="auto"):
+    """Zhang et al. (2018), Eq. 1: g_i = (1/|J_i|) Σ_{j ∈ J_i} v_j over the keys query i may see (none: 0)."""
+    n, (m, d_v) = len(q), v.shape
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        seen = list(range(min(naive_last_key(i, n, m, causal), m - 1) + 1))
+        for j in seen:
+            for c in range(d_v):
+                out[i, c] += v[j, c] / len(seen)
+    return out
+
+
+def naive_hardcoded_gaussian(q, k, v, causal, offset=0, sigma=1.0, normalize="keys", ratio=1.0):
+    """You et al. (2020): weights exp(−(j − c)²/(2σ²)) around c = p_i·r + o over the keys query i may see,
+    divided by their sum ("keys") or by σ√(2π) (the density, "density"); p_i = i, or i + m − n bottom-right."""
+    n, (m, d_v) = len(q), v.shape
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        position = i + (m - n if causal == "bottom-right" else 0)
+        centre = position * ratio + offset
+        seen = list(range(min(naive_last_key(i, n, m, causal), m - 1) + 1))
+        w = {j: math.exp(-((j - centre) ** 2) / (2 * sigma * sigma)) for j in seen}     # σ = ∞: e^{−0} = 1
+        total = sum(w.values()) if normalize == "keys" else sigma * math.sqrt(2 * math.pi)
+        for j in seen:
+            for c in range(d_v):
+                out[i, c] += w[j] / total * v[j, c]
+    return out
+
+
 # ------------------------------------------------------------------------------ the table
+
+
+# ------------------------------------------------------------------------------ attention with prior (§4.5)
+
+
+def naive_dense_synthesizer_row(x, p):
+    """Tay et al. (2021), "Dense Synthesizer": F(x) = W₂ ReLU(W₁ x + b₁) + b₂ for one token x (d,), by loops;
+    "Factorized Models" for the factorised form: C[p·a + r] = A[r]·B[p] (A tiled b times, each entry of B repeated
+    a times)."""
+    if isinstance(p, FactorizedDenseSynthesizer):
+        A, B = naive_dense_synthesizer_row(x, p.A), naive_dense_synthesizer_row(x, p.B)
+        return [A[j % len(A)] * B[j // len(A)] for j in range(len(A) * len(B))]
+    d = len(x)
+    hidden = [max(0.0, sum(x[c] * p.W1[c, h] for c in range(d)) + p.b1[h]) for h in range(d)]
+    return [sum(hidden[h] * p.W2[h, j] for h in range(d)) + p.b2[j] for j in range(p.W2.shape[1])]
+
+
+def naive_random_synthesizer_row(p, position):
+    """Tay et al. (2021) §3, Random Synthesizer: row ``position`` of R, or of R₁R₂ᵀ (factorised), by loops."""
+    if isinstance(p, FactorizedRandomSynthesizer):
+        rank = p.R1.shape[1]
+        return [sum(p.R1[position, t] * p.R2[j, t] for t in range(rank)) for j in range(p.R1.shape[0])]
+    return [p.R[position, j] for j in range(p.R.shape[1])]
+
+
+def naive_synthesizer(own):
+    """Tay et al. (2021), "Mixture of Synthesizers": softmax(Σ_c α_c S_c) V over the components ``own`` and ``mix``
+    (dense, random, the scaled dot product), under the causal mask; query i sits at position i (bottom-right:
+    i + m − n)."""
+    other = "random" if own == "dense" else "dense"
+
+    def fn(q, k, v, causal, params, mix=(), alpha=None, scale=None, **others):
+        mix = (mix,) if isinstance(mix, str) else tuple(mix)
+        names = (own, *mix)
+        alpha = [1.0 / len(names)] * len(names) if alpha is None else list(alpha)
+        weight = dict(zip(names, alpha, strict=True))
+        found = {own: params, other: others.get(f"{other}_params")}
+        n, m = len(q), len(k)
+        shift = m - n if causal == "bottom-right" else 0
+        bias = np.zeros((n, m))
+        for i in range(n):
+            dense = naive_dense_synthesizer_row(q[i], found["dense"]) if "dense" in weight else None
+            rand = naive_random_synthesizer_row(found["random"], max(i + shift, 0)) if "random" in weight else None
+            for j in range(m):
+                if dense is not None:
+                    bias[i, j] += weight["dense"] * dense[j]
+                if rand is not None:
+                    bias[i, j] += weight["random"] * rand[j]
+        if "dot" in weight:
+            dot_scale = weight["dot"] * (1.0 / math.sqrt(q.shape[1]) if scale is None else scale)
+        else:
+            dot_scale = 0.0
+        return naive_sdpa(q, k, v, allowed=causal_allowed(n, m, causal), bias=bias, scale=dot_scale)[0]
+
+    return fn
+
+
+def _dense_params(rng, d, length):
+    """A dense synthesizer with random, non-zero weights and biases."""
+    return DenseSynthesizer(W1=rng.standard_normal((d, d)) / math.sqrt(d), b1=rng.standard_normal(d),
+                            W2=rng.standard_normal((d, length)) / math.sqrt(d), b2=rng.standard_normal(length))
+
+
+def _random_length(n, m, causal):
+    """A maximum length covering the queries' positions and the keys, plus one unused position."""
+    return 1 + (m if causal == "bottom-right" else max(n, m))
 
 
 @dataclass(frozen=True)
@@ -1285,6 +1491,129 @@ def _lowrank_params(rank, **fixed_options):
         return {"params": LowRankBandParams(rng.standard_normal((d, rank)), rng.standard_normal((d, rank)))} | \
             fixed_options
 
+    return options
+
+
+def _gaussian_params(hidden, **fixed_options):
+    """The centre and window predictors (W_p, v_p, v_d, W_d, u_d; width ``hidden``) drawn at random, and the
+    setting's other options."""
+    def options(rng, n, m, d, causal):
+        return {"params": GaussianPriorParams(rng.standard_normal((d, hidden)), rng.standard_normal(hidden),
+                                              rng.standard_normal(hidden), rng.standard_normal((d, hidden)),
+                                              rng.standard_normal(hidden))} | fixed_options
+
+    return options
+
+
+def _gaussian_transformer_params(w_high=1.0, b_low=-2.0, **fixed_options):
+    """Gaussian Transformer's w ~ U[0, w_high), b ~ U(b_low, 0], and the setting's other options."""
+    def options(rng, n, m, d, causal):
+        return {"params": GaussianTransformerParams(rng.uniform(0, w_high), -rng.uniform(0, -b_low))} | fixed_options
+
+    return options
+
+
+def _camtl_params(extra, block_size, *, embedding=False, **fixed_options):
+    """CA-MTL parameters of unit scale (a trained prior: A, the FiLM and its biases all random), L = m + extra, block
+    width c (None: L, one block), three tasks, task 2 (or z itself with ``embedding``), and the other options."""
+    def options(rng, n, m, d, causal):
+        L, d_z = m + extra, 3
+        c = L if block_size is None else block_size
+        params = CamtlParams(rng.standard_normal((3, d_z)), rng.standard_normal((d_z, d_z)), rng.standard_normal(d_z),
+                             rng.standard_normal((d_z, 2 * c)), rng.standard_normal(2 * c),
+                             rng.standard_normal((L, c)))
+        chosen = {"task_embedding": rng.standard_normal(d_z)} if embedding else {"task_id": 2}
+        return {"params": params} | chosen | fixed_options
+
+    return options
+
+
+# ------------------------------------------------------------------------------ prior from lower layers (§4.5.2)
+
+
+def naive_map_stack(q, k, v, causal, projections, combine, scale=None):
+    """An attention-only stack by loops: layer 1 reads q and k, layer l ≥ 2 reads q W_q⁽ˡ⁾ and k W_k⁽ˡ⁾; its map
+    Â⁽ˡ⁾_ij = combine(l, i, j, s_ij, Â⁽ˡ⁻¹⁾) from its score s_ij = Σ_c q_ic k_jc · scale (Â⁽¹⁾ = S⁽¹⁾); the output
+    is Σ_j softmax_j(Â⁽ᴸ⁾_ij) v_j over the keys row i may see (none: a zero row)."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    allowed = causal_allowed(n, m, causal)
+    below = None
+    for l in range(np.shape(projections.w_q)[0] + 1):
+        if l == 0:
+            ql, kl = q, k
+        else:
+            wq, wk = projections.w_q[l - 1], projections.w_k[l - 1]
+            ql = np.array([[sum(q[i, c] * wq[c, e] for c in range(d)) for e in range(d)] for i in range(n)])
+            kl = np.array([[sum(k[j, c] * wk[c, e] for c in range(d)) for e in range(d)] for j in range(m)])
+        A_hat = np.zeros((n, m))
+        for i in range(n):
+            for j in range(m):
+                s = sum(ql[i, c] * kl[j, c] for c in range(d)) * scale
+                A_hat[i, j] = s if l == 0 else combine(l, i, j, s, below)
+        below = A_hat
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        seen = [j for j in range(m) if allowed is None or allowed[i, j]]
+        for j, a in zip(seen, _softmax_list([below[i, j] for j in seen]), strict=True):
+            for c in range(d_v):
+                out[i, c] += a * v[j, c]
+    return out
+
+
+def naive_realformer(q, k, v, causal, projections, layers=None, scale=None):
+    """RealFormer (He et al. 2021, §3): Â⁽ˡ⁾_ij = s⁽ˡ⁾_ij + Â⁽ˡ⁻¹⁾_ij, the raw scores' residual."""
+    return naive_map_stack(q, k, v, causal, projections, lambda l, i, j, s, below: s + below[i, j], scale)
+
+
+def naive_lazyformer(q, k, v, causal, projections, layers=None, block=2, scale=None):
+    """Lazyformer (Ying et al. 2021): the first layer of each block of ``block`` layers computes its map, the
+    others reuse the map below unchanged."""
+    return naive_map_stack(q, k, v, causal, projections,
+                           lambda l, i, j, s, below: s if l % block == 0 else below[i, j], scale)
+
+
+def naive_conv(A, kernel, bias, i, j, activation="relu"):
+    """Entry (i, j) of a one-channel "same" convolution by its taps: b + Σ_{a,b} K_ab · A[i + a − p, j + b − p] (0
+    outside the map), then ReLU."""
+    n, m = A.shape
+    k_h, k_w = kernel.shape
+    total = bias
+    for a in range(k_h):
+        for b in range(k_w):
+            r, c = i + a - k_h // 2, j + b - k_w // 2
+            if 0 <= r < n and 0 <= c < m:
+                total += kernel[a, b] * A[r, c]
+    return max(total, 0.0) if activation == "relu" else total
+
+
+def naive_predictive(q, k, v, causal, projections, convs, layers=None, alpha=0.5, activation="relu", scale=None):
+    """Predictive Attention (Wang et al. 2021; survey §4.5.2): Â⁽ˡ⁾_ij = α s_ij + (1 − α) conv⁽ˡ⁾(Â⁽ˡ⁻¹⁾)_ij, one
+    channel; no causal form."""
+    assert causal is False, "no causal form"
+
+    def combine(l, i, j, s, below):
+        conv = convs[l - 1]
+        return alpha * s + (1 - alpha) * naive_conv(below, conv.kernel[0, 0], conv.bias[0], i, j, activation)
+    return naive_map_stack(q, k, v, causal, projections, combine, scale)
+
+
+def _predictive(layers, **options):
+    """Random projections and one-channel 3 × 3 convolutions (N(0, 1/3) taps, N(0, 1) biases) for ``layers``."""
+    def draw(rng, n, m, d, causal):
+        convs = tuple(AttentionConv(rng.standard_normal((1, 1, 3, 3)) / math.sqrt(3), rng.standard_normal(1))
+                      for _ in range(layers - 1))
+        return _stack_projections(layers)(rng, n, m, d, causal) | {"convs": convs} | options
+    return draw
+
+
+def _stack_projections(layers, d_scale=1.0):
+    """Random per-layer projections for ``layers`` layers (N(0, 1/d) entries, times ``d_scale``)."""
+    def options(rng, n, m, d, causal):
+        shape = (layers - 1, d, d)
+        return {"projections": StackProjections(d_scale * rng.standard_normal(shape) / math.sqrt(d),
+                                                d_scale * rng.standard_normal(shape) / math.sqrt(d))}
     return options
 
 
@@ -1400,4 +1729,45 @@ NAIVE: dict[str, NaiveCase] = {
     "nystromformer": NaiveCase(naive_nystromformer, (
         DEFAULTS, fixed(num_landmarks=2, pinv="exact"), fixed(num_landmarks=4, init="official", iterations=10),
         lambda rng, n, m, d, causal: {"conv_weights": rng.standard_normal(5)}), lengths=(6, 12)),
+    "gaussian_prior": NaiveCase(naive_gaussian_prior, (
+        _gaussian_params(4), _gaussian_params(3, window="layer"), _gaussian_params(2, window=2.5, scale=0.7),
+        _gaussian_params(4, window=math.inf))),
+    "gaussian_transformer": NaiveCase(naive_gaussian_transformer, (
+        _gaussian_transformer_params(), _gaussian_transformer_params(mask_diagonal=True),
+        _gaussian_transformer_params(w_high=4.0, b_low=-6.0, scale=0.6)),
+        lengths=(1, 4)),
+    "camtl": NaiveCase(naive_camtl, (
+        _camtl_params(2, 4), _camtl_params(0, 2, embedding=True), _camtl_params(0, None, scale=0.6),
+        _camtl_params(3, 1)), lengths=(6,)),
+    "synthesizer_dense": NaiveCase(naive_synthesizer("dense"), (
+        lambda rng, n, m, d, causal: {"params": _dense_params(rng, d, m)},
+        lambda rng, n, m, d, causal: {"params": FactorizedDenseSynthesizer(A=_dense_params(rng, d, 2),
+                                                                           B=_dense_params(rng, d, 4))},
+        lambda rng, n, m, d, causal: {"params": _dense_params(rng, d, m + 2), "mix": ("random", "dot"),
+                                      "alpha": (0.7, 0.5, -0.2), "scale": 0.4,
+                                      "random_params": RandomSynthesizer(
+                                          rng.standard_normal((_random_length(n, m, causal),) * 2))})),
+    "synthesizer_random": NaiveCase(naive_synthesizer("random"), (
+        lambda rng, n, m, d, causal: {"params": RandomSynthesizer(
+            rng.standard_normal((_random_length(n, m, causal),) * 2))},
+        lambda rng, n, m, d, causal: {"params": FactorizedRandomSynthesizer(
+            *rng.standard_normal((2, _random_length(n, m, causal), 2)))},
+        lambda rng, n, m, d, causal: {"params": RandomSynthesizer(
+            rng.standard_normal((_random_length(n, m, causal),) * 2)), "mix": "dot", "alpha": (0.3, 0.7)},
+        lambda rng, n, m, d, causal: {"params": RandomSynthesizer(
+            rng.standard_normal((_random_length(n, m, causal),) * 2)), "mix": ("dense",),
+            "dense_params": FactorizedDenseSynthesizer(A=_dense_params(rng, d, 3), B=_dense_params(rng, d, 3))})),
+    "average_attention": NaiveCase(naive_average, (DEFAULTS, fixed(method="equation"))),
+    "hardcoded_gaussian": NaiveCase(naive_hardcoded_gaussian, (
+        DEFAULTS, fixed(offset=-1, sigma=0.7), fixed(offset=1, sigma=2.0, normalize="density"),
+        fixed(sigma=math.inf), fixed(offset=-1, ratio=1.5))),
+    "realformer": NaiveCase(naive_realformer, (
+        _stack_projections(3), _stack_projections(1),
+        lambda rng, n, m, d, causal: _stack_projections(4, 1.5)(rng, n, m, d, causal) | {"layers": 4, "scale": 0.7})),
+    "lazyformer": NaiveCase(naive_lazyformer, (
+        _stack_projections(4), lambda rng, n, m, d, causal: _stack_projections(4)(rng, n, m, d, causal) | {"block": 1},
+        lambda rng, n, m, d, causal: _stack_projections(5)(rng, n, m, d, causal) | {"block": 3, "scale": 0.7})),
+    "predictive_attention": NaiveCase(naive_predictive, (
+        _predictive(3), _predictive(2, alpha=0.2, activation="none"), _predictive(4, alpha=0.7, scale=0.6),
+        _predictive(1))),
 }
