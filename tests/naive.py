@@ -20,6 +20,7 @@ import numpy as np
 from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression
 from refattn.compressed import PoolingformerParams
+from refattn.heads import MultiQueryParams
 from refattn.lowrank import LowRankBandParams
 from refattn.sparse import SacPredictor, SortNetParams
 
@@ -1179,6 +1180,52 @@ def naive_csalr(q, k, v, causal, pool=2, eps=1.0):
     return naive_nystrom_rows(q, k, v, Q_tilde, K_tilde, middle, scale)
 
 
+# ------------------------------------------------------------------------------ multi-head variants (survey §4.6)
+
+
+def naive_multi_query(q, k, v, causal, params, num_heads=2, num_kv_heads=None, mask=None):
+    """Shazeer 2019 §3, Ainslie et al. 2023 §2.2: head i = Attention(Q W_iᵠ, K W_jᴷ, V W_jⱽ) with j = ⌊i / r⌋,
+    r = h / g, heads concatenated, then Wᴼ and bᴼ. ``num_kv_heads`` (g) only names what the widths say."""
+    h = num_heads
+    d_k, d_v = params.w_q.shape[1] // h, params.w_o.shape[0] // h
+    g = params.w_k.shape[1] // d_k
+    assert num_kv_heads in (None, g)
+    r = h // g
+    allowed = both(causal_allowed(len(q), len(k), causal), mask)
+    heads = []
+    for i in range(h):
+        j = i // r                                                 # the key/value head query head i reads
+        qs, ks, vs = slice(i * d_k, (i + 1) * d_k), slice(j * d_k, (j + 1) * d_k), slice(j * d_v, (j + 1) * d_v)
+        Q_i = q @ params.w_q[:, qs] + params.b_q[qs]
+        K_j = k @ params.w_k[:, ks] + params.b_k[ks]
+        V_j = v @ params.w_v[:, vs] + params.b_v[vs]
+        heads.append(naive_sdpa(Q_i, K_j, V_j, allowed=allowed)[0])
+    return np.concatenate(heads, axis=-1) @ params.w_o + params.b_o
+
+
+def random_gqa_params(rng, d_model, num_heads, num_kv_heads, d_k, d_v):
+    """Grouped-query parameters with random, non-zero weights and biases: h query heads, g key/value heads."""
+    h, g = num_heads, num_kv_heads
+    return MultiQueryParams(
+        w_q=rng.standard_normal((d_model, h * d_k)) / np.sqrt(d_model),
+        w_k=rng.standard_normal((d_model, g * d_k)) / np.sqrt(d_model),
+        w_v=rng.standard_normal((d_model, g * d_v)) / np.sqrt(d_model),
+        w_o=rng.standard_normal((h * d_v, d_model)) / np.sqrt(h * d_v),
+        b_q=rng.standard_normal(h * d_k), b_k=rng.standard_normal(g * d_k), b_v=rng.standard_normal(g * d_v),
+        b_o=rng.standard_normal(d_model),
+    )
+
+
+def _gqa(num_heads, num_kv_heads, mask=False, name_g=False):
+    """Grouped-query settings: random parameters (d_k = 3, d_v = 2 per head), h and g, optionally a shared mask."""
+    def options(rng, n, m, d, causal):
+        drawn = {"params": random_gqa_params(rng, d, num_heads, num_kv_heads, d_k=3, d_v=2), "num_heads": num_heads}
+        drawn |= {"num_kv_heads": num_kv_heads} if name_g else {}
+        return drawn | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -1400,4 +1447,6 @@ NAIVE: dict[str, NaiveCase] = {
     "nystromformer": NaiveCase(naive_nystromformer, (
         DEFAULTS, fixed(num_landmarks=2, pinv="exact"), fixed(num_landmarks=4, init="official", iterations=10),
         lambda rng, n, m, d, causal: {"conv_weights": rng.standard_normal(5)}), lengths=(6, 12)),
+    "multi_query": NaiveCase(naive_multi_query, (_gqa(2, 1), _gqa(4, 2, mask=True, name_g=True), _gqa(3, 3)),
+                             value_width_d=True),
 }
