@@ -1226,6 +1226,24 @@ def _gqa(num_heads, num_kv_heads, mask=False, name_g=False):
     return options
 
 
+def naive_head_size(q, k, v, causal, params, num_heads=2, head_size=None, mask=None):
+    """Bhojanapalli et al. 2020 §4: head_i = softmax(X W_iᵠ (X W_iᴷ)ᵀ / √d_p) X W_iⱽ with W_i of d_model × d_p, d_p
+    free; Concat(head_i) Wᴼ with Wᴼ of h·d_p × d_model. ``head_size`` (d_p) only names what the widths say."""
+    assert head_size in (None, params.w_q.shape[1] // num_heads)
+    allowed = both(causal_allowed(len(q), len(k), causal), mask)
+    return per_head_loop(q, k, params, num_heads, x_v=v, allowed=allowed)[0]
+
+
+def _head_size(num_heads, head_size, mask=False):
+    """Fixed-head-size settings: random parameters with heads of d_p = ``head_size`` (keys and values alike)."""
+    def options(rng, n, m, d, causal):
+        drawn = {"params": random_params(rng, d, num_heads, d_k=head_size), "num_heads": num_heads,
+                 "head_size": head_size}
+        return drawn | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -1449,4 +1467,6 @@ NAIVE: dict[str, NaiveCase] = {
         lambda rng, n, m, d, causal: {"conv_weights": rng.standard_normal(5)}), lengths=(6, 12)),
     "multi_query": NaiveCase(naive_multi_query, (_gqa(2, 1), _gqa(4, 2, mask=True, name_g=True), _gqa(3, 3)),
                              value_width_d=True),
+    "head_size": NaiveCase(naive_head_size, (_head_size(2, 5), _head_size(4, 1, mask=True), _head_size(1, 7)),
+                           value_width_d=True),
 }
