@@ -270,7 +270,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2
 
 RECORD = Mechanism(
     id="head_size", title="Head size independent of the head count", family="heads",
-    section="4.6 (multi-head variants)", paper=BHOJANAPALLI,
+    section="4.6", paper=BHOJANAPALLI,
     equation=r"\operatorname{Concat}_i\Big(\operatorname{softmax}\big(XW_i^Q (XW_i^K)^\top/\sqrt{d_p}\big) "
     r"XW_i^V\Big) W^O,\ W_i \in \mathbb{R}^{d \times d_p}",
     time="O(h·n·m·d_p + (n+m)·d·h·d_p)", memory="O(h·n·m)", kind="attention",

@@ -640,7 +640,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2
 
 RECORD = Mechanism(
     id="multi_query", title="Multi-query and grouped-query attention", family="heads",
-    section="4.6 (multi-head variants)", paper=f"{SHAZEER}; {AINSLIE}",
+    section="4.6", paper=f"{SHAZEER}; {AINSLIE}",
     equation=r"\operatorname{Concat}_i\big(\operatorname{Attention}(QW_i^Q, KW_{\lfloor i/r\rfloor}^K, "
     r"VW_{\lfloor i/r\rfloor}^V)\big) W^O,\ r = h/g",
     time="O(n·m·h·d_k + (n+m)·d·(h+g)·d_k)", memory="O(h·n·m); cache O(g·m·d_k)", kind="attention",
