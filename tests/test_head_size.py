@@ -77,9 +77,9 @@ def test_more_heads_at_a_fixed_width_shrink_the_rank_unless_the_size_is_fixed():
 
 
 def test_a_head_smaller_than_n_cannot_express_attention_to_self():
-    """P = softmax(4·I) needs logits 4·I + c1ᵀ, of rank ≥ n − 1 for every c; a head of size d_p ≤ n − 2 has
-    logits of rank ≤ d_p. So the best it can do (the rank-d_p truncation) misses P by a margin that does not
-    vanish, while d_p = n reaches it."""
+    """P = softmax(4·I) needs logits 4·I + c1ᵀ, of rank ≥ n − 1 for every c, and a head of size d_p ≤ n − 2 has
+    logits of rank ≤ d_p: no such head reaches P. The rank-d_p truncation of P's logits (represent_attention)
+    misses it by a wide margin, while the head of size d_p = n reaches it."""
     n = 6
     rng = np.random.default_rng(2)
     x = rng.standard_normal((n, 10))

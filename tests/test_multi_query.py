@@ -57,6 +57,10 @@ def test_registry_entry_with_g_equal_h_is_the_multi_head_entry():
         want = registry.get("multi_head").apply(q, k, v, causal=causal, rng=4, num_heads=4, return_weights=True)
         np.testing.assert_allclose(got.output, want.output, **TIGHT)
         np.testing.assert_allclose(got.weights, want.weights, **TIGHT)
+        given = registry.get("multi_query").apply(q, k, v, causal=causal, num_heads=4,
+                                                  params=random_params(rng, 8, 4, d_k=3, d_v=2), return_draws=True)
+        same = registry.get("multi_head").apply(q, k, v, causal=causal, num_heads=4, params=given.draws["params"])
+        np.testing.assert_allclose(given.output, same.output, **TIGHT)
 
 
 def test_init_with_g_equal_h_draws_init_multi_head():

@@ -170,7 +170,7 @@ def head_scores(
 
 
 def represent_attention(x: ArrayLike, weights: ArrayLike, head_size: int) -> tuple[NDArray, NDArray]:
-    r"""A head of size d_p whose attention on ``x`` is ``weights`` (d_p ≥ n), or its best rank-d_p logits (d_p < n).
+    r"""A head of size d_p whose attention on ``x`` is ``weights`` (d_p ≥ n), or the best rank-d_p logits (d_p < n).
 
     The construction of the representation theorem: with :math:`X^+` the pseudoinverse of X (n × d_model,
     rank n, so :math:`X X^+ = I_n`) and :math:`L = \sqrt{d_p}\,(\log P - \bar{\ell}\,1^\top)` the logits of
@@ -183,7 +183,8 @@ def represent_attention(x: ArrayLike, weights: ArrayLike, head_size: int) -> tup
 
     from the singular value decomposition :math:`L = U \Sigma V^\top` (padded with zero columns when
     d_p > n). For d_p ≥ n that is L itself and the head's softmax is P exactly; for d_p < n it is the
-    best rank-d_p approximation of L (Eckart–Young), what the bottleneck leaves of P.
+    best rank-d_p approximation of L (Eckart–Young): a head the bottleneck allows, close to P in its
+    logits (not necessarily the closest in its weights).
 
     Parameters
     ----------

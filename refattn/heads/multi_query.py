@@ -7,7 +7,7 @@ FlashAttention, and the one :func:`refattn.oracle.check` takes):
     head_i = Attention(Q W_iᵠ, K W_⌊i/r⌋ᴷ, V W_⌊i/r⌋ⱽ),     i = 0 … h − 1
     MultiQuery(Q, K, V) = Concat(head_0, …, head_{h−1}) Wᴼ
 
-g = 1 is multi-query attention (Shazeer: "the different heads share a single set of keys and values"),
+g = 1 is multi-query attention (Shazeer: one set of keys and values shared by every head),
 1 < g < h grouped-query attention (Ainslie et al. §2.2), g = h multi-head attention. Wᵠ is (d_model × h·d_k)
 and Wᴼ (h·d_v × d_model) as in multi-head attention; Wᴷ and Wⱽ have only g·d_k and g·d_v columns.
 
@@ -315,7 +315,7 @@ def _check_inputs(d_model: int, **inputs: NDArray) -> None:
 
 # --- decoding with a key/value cache ------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class KVCache:
     """The keys and values a decoder keeps for one attention layer: g heads, not h.
 
@@ -607,9 +607,9 @@ def convert_multi_head(
 def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, num_kv_heads=None, params=None,
            mask=None):
     """Grouped-query attention of the layer inputs q, k, v (width d_model) with ``params``: a
-    :class:`MultiQueryParams`, drawn from ``rng`` (:func:`init_multi_query`, ``num_kv_heads`` default 1:
-    multi-query) when omitted, or ``"identity"``: one head whose projections are the identity (no bias),
-    which is scaled dot-product attention itself."""
+    :class:`MultiQueryParams` (or :class:`~refattn.MultiHeadParams`, g = h), drawn from ``rng``
+    (:func:`init_multi_query`, ``num_kv_heads`` default 1: multi-query) when omitted, or ``"identity"``: one
+    head whose projections are the identity (no bias), which is scaled dot-product attention itself."""
     q = as_float("q", q, min_ndim=2)                               # its width sizes the drawn parameters
     if params is None:
         if rng is None:
@@ -623,8 +623,9 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2
                              f"{params!r} with num_heads={num_heads}")
         eye = np.eye(q.shape[-1])
         params = MultiQueryParams(eye, eye, eye, eye)
-    elif not isinstance(params, MultiQueryParams):
-        raise TypeError(f"params must be MultiQueryParams, None or 'identity', got {type(params).__name__}")
+    elif not isinstance(params, (MultiQueryParams, MultiHeadParams)):
+        raise TypeError(f"params must be MultiQueryParams, MultiHeadParams (g = h), None or 'identity', got "
+                        f"{type(params).__name__}")
     g = _head_counts(params, num_heads)[0]
     if num_kv_heads is not None and num_kv_heads != g:
         raise ValueError(f"num_kv_heads={num_kv_heads} but params have g = {g} key/value heads (w_k "
