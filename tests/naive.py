@@ -19,6 +19,7 @@ import numpy as np
 
 from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
+from refattn.heads import MultiQueryParams
 from refattn.lowrank import LowRankBandParams
 from refattn.prior import (
     AttentionConv,
@@ -1317,6 +1318,68 @@ def naive_hardcoded_gaussian(q, k, v, causal, offset=0, sigma=1.0, normalize="ke
             for c in range(d_v):
                 out[i, c] += w[j] / total * v[j, c]
     return out
+# ------------------------------------------------------------------------------ multi-head variants (survey §4.6)
+
+
+def naive_multi_query(q, k, v, causal, params, num_heads=2, num_kv_heads=None, mask=None):
+    """Shazeer 2019 §3, Ainslie et al. 2023 §2.2: head i = Attention(Q W_iᵠ, K W_jᴷ, V W_jⱽ) with j = ⌊i / r⌋,
+    r = h / g, heads concatenated, then Wᴼ and bᴼ. ``num_kv_heads`` (g) only names what the widths say."""
+    h = num_heads
+    d_k, d_v = params.w_q.shape[1] // h, params.w_o.shape[0] // h
+    g = params.w_k.shape[1] // d_k
+    assert num_kv_heads in (None, g)
+    r = h // g
+    allowed = both(causal_allowed(len(q), len(k), causal), mask)
+    heads = []
+    for i in range(h):
+        j = i // r                                                 # the key/value head query head i reads
+        qs, ks, vs = slice(i * d_k, (i + 1) * d_k), slice(j * d_k, (j + 1) * d_k), slice(j * d_v, (j + 1) * d_v)
+        Q_i = q @ params.w_q[:, qs] + params.b_q[qs]
+        K_j = k @ params.w_k[:, ks] + params.b_k[ks]
+        V_j = v @ params.w_v[:, vs] + params.b_v[vs]
+        heads.append(naive_sdpa(Q_i, K_j, V_j, allowed=allowed)[0])
+    return np.concatenate(heads, axis=-1) @ params.w_o + params.b_o
+
+
+def random_gqa_params(rng, d_model, num_heads, num_kv_heads, d_k, d_v):
+    """Grouped-query parameters with random, non-zero weights and biases: h query heads, g key/value heads."""
+    h, g = num_heads, num_kv_heads
+    return MultiQueryParams(
+        w_q=rng.standard_normal((d_model, h * d_k)) / np.sqrt(d_model),
+        w_k=rng.standard_normal((d_model, g * d_k)) / np.sqrt(d_model),
+        w_v=rng.standard_normal((d_model, g * d_v)) / np.sqrt(d_model),
+        w_o=rng.standard_normal((h * d_v, d_model)) / np.sqrt(h * d_v),
+        b_q=rng.standard_normal(h * d_k), b_k=rng.standard_normal(g * d_k), b_v=rng.standard_normal(g * d_v),
+        b_o=rng.standard_normal(d_model),
+    )
+
+
+def _gqa(num_heads, num_kv_heads, mask=False, name_g=False):
+    """Grouped-query settings: random parameters (d_k = 3, d_v = 2 per head), h and g, optionally a shared mask."""
+    def options(rng, n, m, d, causal):
+        drawn = {"params": random_gqa_params(rng, d, num_heads, num_kv_heads, d_k=3, d_v=2), "num_heads": num_heads}
+        drawn |= {"num_kv_heads": num_kv_heads} if name_g else {}
+        return drawn | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
+
+
+def naive_head_size(q, k, v, causal, params, num_heads=2, head_size=None, mask=None):
+    """Bhojanapalli et al. 2020 §4: head_i = softmax(X W_iᵠ (X W_iᴷ)ᵀ / √d_p) X W_iⱽ with W_i of d_model × d_p, d_p
+    free; Concat(head_i) Wᴼ with Wᴼ of h·d_p × d_model. ``head_size`` (d_p) only names what the widths say."""
+    assert head_size in (None, params.w_q.shape[1] // num_heads)
+    allowed = both(causal_allowed(len(q), len(k), causal), mask)
+    return per_head_loop(q, k, params, num_heads, x_v=v, allowed=allowed)[0]
+
+
+def _head_size(num_heads, head_size, mask=False):
+    """Fixed-head-size settings: random parameters with heads of d_p = ``head_size`` (keys and values alike)."""
+    def options(rng, n, m, d, causal):
+        drawn = {"params": random_params(rng, d, num_heads, d_k=head_size), "num_heads": num_heads,
+                 "head_size": head_size}
+        return drawn | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
 
 
 # ------------------------------------------------------------------------------ the table
@@ -1770,4 +1833,8 @@ NAIVE: dict[str, NaiveCase] = {
     "predictive_attention": NaiveCase(naive_predictive, (
         _predictive(3), _predictive(2, alpha=0.2, activation="none"), _predictive(4, alpha=0.7, scale=0.6),
         _predictive(1))),
+    "multi_query": NaiveCase(naive_multi_query, (_gqa(2, 1), _gqa(4, 2, mask=True, name_g=True), _gqa(3, 3)),
+                             value_width_d=True),
+    "head_size": NaiveCase(naive_head_size, (_head_size(2, 5), _head_size(4, 1, mask=True), _head_size(1, 7)),
+                           value_width_d=True),
 }
