@@ -41,8 +41,18 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (as_float, broadcast_batch, causal_alignment, check_bool, check_fits, check_positive_int,
-                      check_scale, check_sizes, default_scale, weighted_values)
+from ..common import (
+    as_float,
+    broadcast_batch,
+    causal_alignment,
+    check_bool,
+    check_fits,
+    check_positive_int,
+    check_scale,
+    check_sizes,
+    default_scale,
+    weighted_values,
+)
 from ..core.multi_head import MultiHeadParams, combine_heads, project_heads, resolve_params
 from ..core.softmax import masked_softmax
 from ..mechanism import AttentionResult, Mechanism
@@ -62,7 +72,8 @@ def _check_span(z, max_span, ramp) -> tuple[NDArray, int, float]:
         raise TypeError(f"ramp must be a real number, got {type(ramp).__name__}")
     if not (np.isfinite(ramp) and ramp > 0):
         raise ValueError(f"ramp must be a finite number > 0 (R, the width of the mask's ramp), got {ramp!r}")
-    z = as_float("z", z)
+    z = np.asarray(z)
+    z = as_float("z", z.astype(np.float64) if z.dtype.kind in "iu" else z)   # spans in positions: ints welcome
     if z.ndim > 1:
         raise ValueError(f"z must be one span per head, a scalar or a 1-D array, got shape {z.shape}")
     if not np.all(np.isfinite(z)) or np.any(z < 0):
@@ -494,7 +505,7 @@ RECORD = Mechanism(
     r"m_z(x) = \min\!\big(\max\!\big(\tfrac{R + z - x}{R}, 0\big), 1\big)",
     time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", function=adaptive_span_attention,
     apply=_apply, noncausal=False, causal=True, position_dependent=True,
-    examples=({"include_current": False}, {"eps": 1e-8}, {"num_heads": 3, "ramp": 1.5, "max_span": 4}),
+    examples=({"include_current": False}, {"eps": 1e-8}, {"num_heads": 4, "ramp": 1.5, "max_span": 4}),
     figure="refattn.figures.adaptive_span:adaptive_span",
     exact_options=lambda n, m: {"num_heads": 1, "params": "identity", "max_span": max(n, m, 1),
                                 "z": [float(max(n, m, 1))]},
