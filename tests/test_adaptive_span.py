@@ -10,8 +10,14 @@ import numpy as np
 import pytest
 
 from refattn import multi_head_attention, scaled_dot_product_attention
-from refattn.heads import (adaptive_span_attention, adaptive_span_grad_z, adaptive_span_heads, adaptive_span_mask,
-                           span_cache_length, span_loss)
+from refattn.heads import (
+    adaptive_span_attention,
+    adaptive_span_grad_z,
+    adaptive_span_heads,
+    adaptive_span_mask,
+    span_cache_length,
+    span_loss,
+)
 
 from .naive import random_params
 
@@ -116,7 +122,10 @@ def _central_difference_check(f, z, analytic, h=1e-5, H=1e-2):
     for i in range(len(z)):
         e = np.zeros(len(z))
         e[i] = 1.0
-        value = lambda dz: f(z + dz * e)[0]                          # noqa: E731
+
+        def value(dz, e=e):
+            return f(z + dz * e)[0]
+
         numeric = (value(h) - value(-h)) / (2 * h)
         third = (value(2 * H) - 2 * value(H) + 2 * value(-H) - value(-2 * H)) / (2 * H**3)
         bound = h**2 / 6 * 2 * abs(third) + 10 * EPS * f(z)[1] / h
