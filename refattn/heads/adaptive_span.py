@@ -287,10 +287,12 @@ def adaptive_span_grad_z(
 
     Parameters
     ----------
-    q, k, v, z, max_span, ramp, causal, scale, include_current, eps
+    q, k, v, z
         As in :func:`adaptive_span_heads`.
     d_out : (..., h, n, d_v) array_like
         :math:`\partial L / \partial y`, the gradient at the output of :func:`adaptive_span_heads`.
+    max_span, ramp, causal, scale, include_current, eps
+        As in :func:`adaptive_span_heads`.
 
     Returns
     -------
