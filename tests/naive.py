@@ -1380,6 +1380,75 @@ def _head_size(num_heads, head_size, mask=False):
         return drawn | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
 
     return options
+# ------------------------------------------------------------------------------ multi-head variants (survey §4.6)
+
+
+def _head_inputs(x_q, x_kv, x_v, params, num_heads, i):
+    """Head i's Q_i = x_q W_iᵠ + b_iᵠ, K_i, V_i, sliced from the side-by-side projections."""
+    d_k, d_v = params.w_q.shape[1] // num_heads, params.w_v.shape[1] // num_heads
+    ks, vs = slice(i * d_k, (i + 1) * d_k), slice(i * d_v, (i + 1) * d_v)
+
+    def bias(b, cols):
+        return 0.0 if b is None else b[cols]
+
+    return (x_q @ params.w_q[:, ks] + bias(params.b_q, ks), x_kv @ params.w_k[:, ks] + bias(params.b_k, ks),
+            x_v @ params.w_v[:, vs] + bias(params.b_v, vs))
+
+
+def _concat_project(heads, params):
+    """Concat(head_1, …, head_h) Wᴼ + bᴼ."""
+    out = np.concatenate(heads, axis=-1) @ params.w_o
+    return out if params.b_o is None else out + params.b_o
+
+
+def naive_adaptive_span(q, k, v, causal, params, num_heads=2, z=None, max_span=None, ramp=2, include_current=True,
+                        eps=0.0, scale=None):
+    """Sukhbaatar et al. 2019, Eq. 1-2, head by head, as the official code computes it: the softmax over the S
+    positions t − S + 1 … t (t − S … t − 1 without the current one, the distance then counted from the nearest),
+    each weight times m_z(x) = min(max((R + z − x)/R, 0), 1), renormalised (+ ε). apply's defaults: z_i = 0.5 + 2i,
+    R = 2, S = max(n, m)."""
+    n, m = len(q), len(k)
+    spans = [0.5 + 2 * i for i in range(num_heads)] if z is None else [float(x) for x in np.atleast_1d(z)]
+    spans = spans * num_heads if len(spans) == 1 else spans
+    S = max(n, m, 1) if max_span is None else max_span
+    delta = m - n if causal == "bottom-right" else 0
+    heads = []
+    for i in range(num_heads):
+        Q, K, V = _head_inputs(q, k, v, params, num_heads, i)
+        sc = 1.0 / math.sqrt(Q.shape[1]) if scale is None else scale
+        head = np.zeros((n, V.shape[1]))
+        for t in range(n):
+            window = {}
+            for r in range(m):
+                x = t + delta - r - (0 if include_current else 1)
+                if 0 <= x < S:
+                    mask = min(max((ramp + spans[i] - x) / ramp, 0.0), 1.0)
+                    window[r] = (mask, sum(Q[t, c] * K[r, c] for c in range(Q.shape[1])) * sc)
+            if not window:
+                continue
+            top = max(s for _, s in window.values())
+            Z = sum(math.exp(s - top) for _, s in window.values())
+            masked = {r: mask * math.exp(s - top) / Z for r, (mask, s) in window.items()}
+            total = sum(masked.values()) + eps
+            for r, w in masked.items():
+                for c in range(V.shape[1]):
+                    head[t, c] += w / total * V[r, c]
+        heads.append(head)
+    return _concat_project(heads, params)
+
+
+def naive_multi_scale(q, k, v, causal, params, num_heads=2, windows=None, scale=None):
+    """Guo et al. 2020: head i attends to C(x_t, ω_i) = [x_{t−ω_i}, …, x_{t+ω_i}] (its past half when causal),
+    then Concat(head_1, …, head_h) Wᴼ; apply's default scales ω_i = 2i + 1."""
+    n, m = len(q), len(k)
+    windows = [2 * i + 1 for i in range(num_heads)] if windows is None else list(windows)
+    delta = m - n if causal == "bottom-right" else 0
+    heads = []
+    for i in range(num_heads):
+        Q, K, V = _head_inputs(q, k, v, params, num_heads, i)
+        allowed = loop_mask(n, m, lambda t, r, w=windows[i]: abs(t + delta - r) <= w and (not causal or r <= t + delta))
+        heads.append(naive_sdpa(Q, K, V, allowed=allowed, scale=scale)[0])
+    return _concat_project(heads, params)
 
 
 # ------------------------------------------------------------------------------ the table
@@ -1837,4 +1906,17 @@ NAIVE: dict[str, NaiveCase] = {
                              value_width_d=True),
     "head_size": NaiveCase(naive_head_size, (_head_size(2, 5), _head_size(4, 1, mask=True), _head_size(1, 7)),
                            value_width_d=True),
+    "adaptive_span": NaiveCase(naive_adaptive_span, (
+        _heads(),
+        lambda rng, n, m, d, causal: _heads()(rng, n, m, d, causal) | {
+            "z": rng.uniform(0.0, 4.0, size=2), "max_span": 4, "ramp": 1.5},
+        lambda rng, n, m, d, causal: _heads()(rng, n, m, d, causal) | {
+            "z": np.array([0.0, 1.3]), "include_current": False, "eps": 1e-8, "scale": 0.7},
+        lambda rng, n, m, d, causal: _heads(num_heads=1)(rng, n, m, d, causal) | {
+            "z": np.array([2.7]), "max_span": 3, "ramp": 3}), value_width_d=True),
+    "multi_scale": NaiveCase(naive_multi_scale, (
+        _heads(), lambda rng, n, m, d, causal: _heads()(rng, n, m, d, causal) | {"windows": [0, 2]},
+        lambda rng, n, m, d, causal: _heads(num_heads=3)(rng, n, m, d, causal) | {"windows": [1, 0, 10],
+                                                                                  "scale": 0.6}),
+        value_width_d=True),
 }

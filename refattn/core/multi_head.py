@@ -270,23 +270,30 @@ def head_shared(mask: ArrayLike | None) -> ArrayLike | None:
     return np.expand_dims(mask, -3) if mask.ndim >= 3 else mask
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, params=None, mask=None):
-    """MultiHead(Q, K, V) with ``params``: a :class:`MultiHeadParams`, drawn from ``rng``
-    (:func:`init_multi_head`, d_model = q's width) when omitted, or ``"identity"``: one head whose
-    four projections are the identity (no bias), which is scaled dot-product attention itself."""
-    q = as_float("q", q, min_ndim=2)                               # its width sizes the drawn parameters
+def resolve_params(params, d_model: int, num_heads: int, rng) -> MultiHeadParams:
+    """The ``params`` option of a multi-head registry entry: a :class:`MultiHeadParams` as given, drawn from
+    ``rng`` (:func:`init_multi_head`, width ``d_model``) when ``None``, or ``"identity"``: one head whose four
+    projections are the identity (no bias), which is scaled dot-product attention itself."""
     if params is None:
         if rng is None:
             raise ValueError("multi-head attention needs params= or rng= to draw them")
-        params = init_multi_head(rng, q.shape[-1], num_heads)
-    elif isinstance(params, str):
+        return init_multi_head(rng, d_model, num_heads)
+    if isinstance(params, str):
         if params != "identity" or num_heads != 1:
             raise ValueError(f"params must be MultiHeadParams, None or 'identity' (with num_heads=1), got {params!r} "
                              f"with num_heads={num_heads}")
-        eye = np.eye(q.shape[-1])
-        params = MultiHeadParams(eye, eye, eye, eye)
-    elif not isinstance(params, MultiHeadParams):
+        eye = np.eye(d_model)
+        return MultiHeadParams(eye, eye, eye, eye)
+    if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be MultiHeadParams, None or 'identity', got {type(params).__name__}")
+    return params
+
+
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, params=None, mask=None):
+    """MultiHead(Q, K, V) with ``params`` (see :func:`resolve_params`: drawn from ``rng`` when omitted, d_model =
+    q's width, or ``"identity"`` with one head: scaled dot-product attention itself)."""
+    q = as_float("q", q, min_ndim=2)                               # its width sizes the drawn parameters
+    params = resolve_params(params, q.shape[-1], num_heads, rng)
     draws = {"params": params}                                     # drawn from rng, or as given
     if not return_weights:
         return AttentionResult(multi_head_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask,
