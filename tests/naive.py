@@ -20,6 +20,7 @@ import numpy as np
 from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression
 from refattn.compressed import PoolingformerParams
+from refattn.heads import TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
 from refattn.sparse import SacPredictor, SortNetParams
 
@@ -1179,6 +1180,37 @@ def naive_csalr(q, k, v, causal, pool=2, eps=1.0):
     return naive_nystrom_rows(q, k, v, Q_tilde, K_tilde, middle, scale)
 
 
+# ------------------------------------------------------------------------------ multi-head variants (survey §4.6)
+
+
+def naive_talking_heads(q, k, v, causal, params, mask=None):
+    """Shazeer et al. 2020, §4's pseudocode one scalar at a time: J = Q_k·K_k/√d_k per key head, L_h = Σ_k J_k P_l[k, h],
+    W_h = softmax of L_h over the keys query i may see (masked after P_l), U_v = Σ_h W_h P_w[h, v], O_v = Σ_j U_v V_v,
+    Y = Concat(O_v) P_o + b_o. q, k, v are the layer inputs X, M, M_v."""
+    proj = params.projections
+    (h_k, h), h_v = params.P_l.shape, params.P_w.shape[1]
+    d_k, d_v = proj.w_q.shape[1] // h_k, proj.w_v.shape[1] // h_v
+    n, m = len(q), len(k)
+    allowed = both(causal_allowed(n, m, causal), mask)
+    Q, K, V = q @ proj.w_q + proj.b_q, k @ proj.w_k + proj.b_k, v @ proj.w_v + proj.b_v
+    concat = np.zeros((n, h_v * d_v))
+    for i in range(n):
+        keys = [j for j in range(m) if allowed is None or allowed[i, j]]
+        J = [[sum(Q[i, a * d_k + c] * K[j, a * d_k + c] for c in range(d_k)) / math.sqrt(d_k) for j in keys]
+             for a in range(h_k)]
+        W = []
+        for b in range(h):
+            L = [sum(J[a][t] * params.P_l[a, b] for a in range(h_k)) for t in range(len(keys))]
+            top = max(L, default=0.0)
+            total = sum(math.exp(x - top) for x in L)
+            W.append([math.exp(x - top) / total for x in L])
+        for e in range(h_v):
+            U = [sum(W[b][t] * params.P_w[b, e] for b in range(h)) for t in range(len(keys))]
+            for c in range(d_v):
+                concat[i, e * d_v + c] = sum(U[t] * V[j, e * d_v + c] for t, j in enumerate(keys))
+    return concat @ proj.w_o + proj.b_o
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -1284,6 +1316,18 @@ def _lowrank_params(rank, **fixed_options):
     def options(rng, n, m, d, causal):
         return {"params": LowRankBandParams(rng.standard_normal((d, rank)), rng.standard_normal((d, rank)))} | \
             fixed_options
+
+    return options
+
+
+def _talking(key_heads, num_heads, value_heads, mask=False):
+    """Talking-heads parameters: random projections with biases (d_k = 3, d_v = 2 per head), P_l (h_k × h) and
+    P_w (h × h_v) standard normal; with ``mask``, a random boolean mask shared by the heads."""
+    def options(rng, n, m, d, causal):
+        proj = random_params(rng, d, 1, d_k=3 * key_heads, d_v=2 * value_heads)
+        params = TalkingHeadsParams(proj, rng.standard_normal((key_heads, num_heads)),
+                                    rng.standard_normal((num_heads, value_heads)))
+        return {"params": params} | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
 
     return options
 
@@ -1400,4 +1444,6 @@ NAIVE: dict[str, NaiveCase] = {
     "nystromformer": NaiveCase(naive_nystromformer, (
         DEFAULTS, fixed(num_landmarks=2, pinv="exact"), fixed(num_landmarks=4, init="official", iterations=10),
         lambda rng, n, m, d, causal: {"conv_weights": rng.standard_normal(5)}), lengths=(6, 12)),
+    "talking_heads": NaiveCase(naive_talking_heads, (_talking(2, 3, 2), _talking(3, 1, 4, mask=True),
+                                                     _talking(2, 2, 2)), value_width_d=True),
 }
