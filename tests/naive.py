@@ -20,7 +20,7 @@ import numpy as np
 from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression
 from refattn.compressed import PoolingformerParams
-from refattn.heads import TalkingHeadsParams
+from refattn.heads import CollaborativeParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
 from refattn.sparse import SacPredictor, SortNetParams
 
@@ -1211,6 +1211,28 @@ def naive_talking_heads(q, k, v, causal, params, mask=None):
     return concat @ proj.w_o + proj.b_o
 
 
+def naive_collaborative(q, k, v, causal, params, mask=None):
+    """Cordonnier et al. 2020, §3, head by head: scores x_i W̃_Q diag(m_i) W̃_Kᵀ y_jᵀ + y_j·c_i, times √(h/D̃_k) (the
+    official layer's 1/√(D̃_k/h)), softmax over the keys query i may see, values Y W_V^i + b_V^i, Concat W_O + b_O."""
+    h, shared = params.mixing.shape
+    d_v = params.w_v.shape[1] // h
+    n, m = len(q), len(k)
+    scale = math.sqrt(h / shared)
+    allowed = both(causal_allowed(n, m, causal), mask)
+    Q_shared, K_shared = q @ params.w_q, k @ params.w_k
+    heads = []
+    for i in range(h):
+        Q_i = np.array([[Q_shared[t, r] * params.mixing[i, r] for r in range(shared)] for t in range(n)])
+        Q_i = Q_i.reshape(n, shared)
+        content = [0.0 if params.content_bias is None else
+                   sum(k[j, c] * params.content_bias[c, i] for c in range(k.shape[1])) for j in range(m)]
+        bias = np.array([[content[j] * scale for j in range(m)] for _ in range(n)]).reshape(n, m)
+        V_i = v @ params.w_v[:, i * d_v:(i + 1) * d_v] + (0.0 if params.b_v is None else
+                                                           params.b_v[i * d_v:(i + 1) * d_v])
+        heads.append(naive_sdpa(Q_i, K_shared, V_i, allowed=allowed, bias=bias, scale=scale)[0])
+    return np.concatenate(heads, axis=-1) @ params.w_o + (0.0 if params.b_o is None else params.b_o)
+
+
 # ------------------------------------------------------------------------------ the table
 
 
@@ -1332,6 +1354,21 @@ def _talking(key_heads, num_heads, value_heads, mask=False):
     return options
 
 
+def _collaborative(num_heads, shared_dim, mask=False, content=True):
+    """Collaborative parameters: W̃_Q, W̃_K (d × D̃_k), mixing (h × D̃_k), values (d_v = 2 per head), output and biases
+    standard normal; ``content``: a content bias too; ``mask``: a random boolean mask shared by the heads."""
+    def options(rng, n, m, d, causal):
+        h = num_heads
+        params = CollaborativeParams(
+            rng.standard_normal((d, shared_dim)) / 2, rng.standard_normal((d, shared_dim)) / 2,
+            rng.standard_normal((h, shared_dim)), rng.standard_normal((d, 2 * h)) / 2,
+            rng.standard_normal((2 * h, d)) / 2, rng.standard_normal((d, h)) if content else None,
+            rng.standard_normal(2 * h), rng.standard_normal(d))
+        return {"params": params} | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -1446,4 +1483,6 @@ NAIVE: dict[str, NaiveCase] = {
         lambda rng, n, m, d, causal: {"conv_weights": rng.standard_normal(5)}), lengths=(6, 12)),
     "talking_heads": NaiveCase(naive_talking_heads, (_talking(2, 3, 2), _talking(3, 1, 4, mask=True),
                                                      _talking(2, 2, 2)), value_width_d=True),
+    "collaborative_heads": NaiveCase(naive_collaborative, (
+        _collaborative(2, 3), _collaborative(3, 5, mask=True), _collaborative(1, 2, content=False)), value_width_d=True),
 }
