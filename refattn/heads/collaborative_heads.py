@@ -28,7 +28,10 @@ T has CP rank ≤ D̃_k. For generic heads (random, or trained ones without redu
 mode-1 unfolding of T, [W_Q^1 W_K^1ᵀ … W_Q^h W_K^hᵀ] = [W_Q^1 … W_Q^h] · blockdiag(W_K^iᵀ), has rank h·d_k, and a CP
 rank is at least the rank of every unfolding: no D̃_k < h·d_k is exact, and the error grows as D̃_k falls.
 Heads that share query/key directions (the redundancy the paper measures in trained models, §2) have a lower
-CP rank, and their product tensor is reproduced exactly at that rank.
+CP rank, and their product tensor is reproduced exactly at that rank, once ALS has converged: the official
+stopping rule (1e-6, 100 sweeps) can stop several digits short, ALS from a random start can stall in a local
+minimum, and with more terms than the CP rank it converges slowly (tests/test_collaborative_heads.py and the
+figure measure these).
 
 Scale: the official layer divides the scores by √(D̃_k / h) (``attention_head_size = dim_key_query_all /
 num_attention_heads``), which is multi-head attention's √d_k when D̃_k = h·d_k; a layer re-parameterised to a
