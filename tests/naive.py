@@ -1184,9 +1184,9 @@ def naive_csalr(q, k, v, causal, pool=2, eps=1.0):
 
 
 def naive_talking_heads(q, k, v, causal, params, mask=None):
-    """Shazeer et al. 2020, §4's pseudocode one scalar at a time: J = Q_k·K_k/√d_k per key head, L_h = Σ_k J_k P_l[k, h],
-    W_h = softmax of L_h over the keys query i may see (masked after P_l), U_v = Σ_h W_h P_w[h, v], O_v = Σ_j U_v V_v,
-    Y = Concat(O_v) P_o + b_o. q, k, v are the layer inputs X, M, M_v."""
+    """Shazeer et al. 2020, §4's pseudocode one scalar at a time: J = Q_k·K_k/√d_k per key head,
+    L_h = Σ_k J_k P_l[k, h], W_h = softmax of L_h over the keys query i may see (masked after P_l),
+    U_v = Σ_h W_h P_w[h, v], O_v = Σ_j U_v V_v, Y = Concat(O_v) P_o + b_o. q, k, v are the layer inputs X, M, M_v."""
     proj = params.projections
     (h_k, h), h_v = params.P_l.shape, params.P_w.shape[1]
     d_k, d_v = proj.w_q.shape[1] // h_k, proj.w_v.shape[1] // h_v
@@ -1484,5 +1484,6 @@ NAIVE: dict[str, NaiveCase] = {
     "talking_heads": NaiveCase(naive_talking_heads, (_talking(2, 3, 2), _talking(3, 1, 4, mask=True),
                                                      _talking(2, 2, 2)), value_width_d=True),
     "collaborative_heads": NaiveCase(naive_collaborative, (
-        _collaborative(2, 3), _collaborative(3, 5, mask=True), _collaborative(1, 2, content=False)), value_width_d=True),
+        _collaborative(2, 3), _collaborative(3, 5, mask=True), _collaborative(1, 2, content=False)),
+        value_width_d=True),
 }

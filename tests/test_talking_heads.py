@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from refattn import MultiHeadParams, init_multi_head, multi_head_attention, registry, scaled_dot_product_attention
+from refattn.common import MemoryBudgetError, temporary_memory_budget
 from refattn.heads import TalkingHeadsParams, init_talking_heads, talking_heads_attention
 
 from .naive import random_params
@@ -40,7 +41,7 @@ def test_a_permutation_undone_by_p_w_is_multi_head(rng):
     np.testing.assert_allclose(out, ref, **TIGHT)
     np.testing.assert_allclose(U, A, **TIGHT)
     W = talking_heads_attention(x_q, x_kv, TalkingHeadsParams(params, perm, np.eye(3)), return_weights=True)[1]
-    np.testing.assert_allclose(W, A[..., [1, 2, 0], :, :], **TIGHT)   # P_w = I shows W: softmax heads 0, 1, 2 = J_1, J_2, J_0
+    np.testing.assert_allclose(W, A[..., [1, 2, 0], :, :], **TIGHT)   # P_w = I shows W: softmax heads = J_1, J_2, J_0
 
 
 def test_weights_are_the_softmax_of_mixed_logits_mixed_again(rng):
@@ -152,3 +153,11 @@ def test_identity_params_must_be_square_identities_of_the_input_width():
     np.testing.assert_array_equal(
         talking_heads_attention(q, k, by_hand, x_v=v),
         registry.get("talking_heads").apply(q, k, v, num_heads=1, params="identity").output)
+
+
+def test_logits_beyond_the_memory_budget_are_refused_before_allocating(rng):
+    """Every head's logits at (i, j) are needed together: (h, n, m) = 4·64·64 float64 = 128 KiB > a 64 KiB budget."""
+    params = init_talking_heads(rng, 8, 4, key_heads=2, value_heads=2)
+    x = rng.standard_normal((64, 8))
+    with temporary_memory_budget(64 * 1024), pytest.raises(MemoryBudgetError, match="logits of every head"):
+        talking_heads_attention(x, x, params)

@@ -51,7 +51,8 @@ def talking_heads() -> Figure:
     fig = figure((14.0, 7.4))
     top, bottom = fig.subfigures(2, 1)
     for row, (before, mix, after) in zip((top, bottom), (
-            ((J, "J", "key head", None), (params.P_l, "P_l (h_k × h)", "h_k", "h"), (L, "L = J P_l", "softmax head", allowed)),
+            ((J, "J", "key head", None), (params.P_l, "P_l (h_k × h)", "h_k", "h"),
+             (L, "L = J P_l", "softmax head", allowed)),
             ((W, "W = softmax(L)", "softmax head", allowed), (params.P_w, "P_w (h × h_v)", "h", "h_v"),
              (U, "U = W P_w", "value head", allowed))), strict=True):
         left, middle, right = row.subfigures(1, 3, width_ratios=[len(before[0]), 1.2, len(after[0])])

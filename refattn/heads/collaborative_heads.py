@@ -400,8 +400,9 @@ def cp_decomposition(T: ArrayLike, rank: int, *, rng=None, max_sweeps: int = 100
     I, J, K = T.shape
     A, B, C = rng.random((I, R)), rng.random((J, R)), rng.random((K, R))
     norm = np.linalg.norm(T)
-    error, previous = np.inf, np.inf
-    for sweep in range(1, max_sweeps + 1):
+    error, previous, sweeps = np.inf, np.inf, 0
+    while sweeps < max_sweeps:
+        sweeps += 1
         A = _solve(np.einsum("abc,br,cr->ar", T, B, C), (B.T @ B) * (C.T @ C))   # T_(1) (C ⊙ B) (BᵀB * CᵀC)⁺
         B = _solve(np.einsum("abc,ar,cr->br", T, A, C), (A.T @ A) * (C.T @ C))
         C = _solve(np.einsum("abc,ar,br->cr", T, A, B), (A.T @ A) * (B.T @ B))
@@ -409,7 +410,7 @@ def cp_decomposition(T: ArrayLike, rank: int, *, rng=None, max_sweeps: int = 100
         if abs(previous - error) < tol:
             break
         previous = error
-    return CPDecomposition(A, B, C, float(error), sweep)
+    return CPDecomposition(A, B, C, float(error), sweeps)
 
 
 def _solve(mttkrp: NDArray, gram: NDArray) -> NDArray:
