@@ -19,7 +19,7 @@ import numpy as np
 
 from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
-from refattn.heads import MultiQueryParams
+from refattn.heads import CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
 from refattn.prior import (
     AttentionConv,
@@ -1449,6 +1449,57 @@ def naive_multi_scale(q, k, v, causal, params, num_heads=2, windows=None, scale=
         allowed = loop_mask(n, m, lambda t, r, w=windows[i]: abs(t + delta - r) <= w and (not causal or r <= t + delta))
         heads.append(naive_sdpa(Q, K, V, allowed=allowed, scale=scale)[0])
     return _concat_project(heads, params)
+# ------------------------------------------------------------------------------ multi-head variants (survey §4.6)
+
+
+def naive_talking_heads(q, k, v, causal, params, mask=None):
+    """Shazeer et al. 2020, §4's pseudocode one scalar at a time: J = Q_k·K_k/√d_k per key head,
+    L_h = Σ_k J_k P_l[k, h], W_h = softmax of L_h over the keys query i may see (masked after P_l),
+    U_v = Σ_h W_h P_w[h, v], O_v = Σ_j U_v V_v, Y = Concat(O_v) P_o + b_o. q, k, v are the layer inputs X, M, M_v."""
+    proj = params.projections
+    (h_k, h), h_v = params.P_l.shape, params.P_w.shape[1]
+    d_k, d_v = proj.w_q.shape[1] // h_k, proj.w_v.shape[1] // h_v
+    n, m = len(q), len(k)
+    allowed = both(causal_allowed(n, m, causal), mask)
+    Q, K, V = q @ proj.w_q + proj.b_q, k @ proj.w_k + proj.b_k, v @ proj.w_v + proj.b_v
+    concat = np.zeros((n, h_v * d_v))
+    for i in range(n):
+        keys = [j for j in range(m) if allowed is None or allowed[i, j]]
+        J = [[sum(Q[i, a * d_k + c] * K[j, a * d_k + c] for c in range(d_k)) / math.sqrt(d_k) for j in keys]
+             for a in range(h_k)]
+        W = []
+        for b in range(h):
+            L = [sum(J[a][t] * params.P_l[a, b] for a in range(h_k)) for t in range(len(keys))]
+            top = max(L, default=0.0)
+            total = sum(math.exp(x - top) for x in L)
+            W.append([math.exp(x - top) / total for x in L])
+        for e in range(h_v):
+            U = [sum(W[b][t] * params.P_w[b, e] for b in range(h)) for t in range(len(keys))]
+            for c in range(d_v):
+                concat[i, e * d_v + c] = sum(U[t] * V[j, e * d_v + c] for t, j in enumerate(keys))
+    return concat @ proj.w_o + proj.b_o
+
+
+def naive_collaborative(q, k, v, causal, params, mask=None):
+    """Cordonnier et al. 2020, §3, head by head: scores x_i W̃_Q diag(m_i) W̃_Kᵀ y_jᵀ + y_j·c_i, times √(h/D̃_k) (the
+    official layer's 1/√(D̃_k/h)), softmax over the keys query i may see, values Y W_V^i + b_V^i, Concat W_O + b_O."""
+    h, shared = params.mixing.shape
+    d_v = params.w_v.shape[1] // h
+    n, m = len(q), len(k)
+    scale = math.sqrt(h / shared)
+    allowed = both(causal_allowed(n, m, causal), mask)
+    Q_shared, K_shared = q @ params.w_q, k @ params.w_k
+    heads = []
+    for i in range(h):
+        Q_i = np.array([[Q_shared[t, r] * params.mixing[i, r] for r in range(shared)] for t in range(n)])
+        Q_i = Q_i.reshape(n, shared)
+        content = [0.0 if params.content_bias is None else
+                   sum(k[j, c] * params.content_bias[c, i] for c in range(k.shape[1])) for j in range(m)]
+        bias = np.array([[content[j] * scale for j in range(m)] for _ in range(n)]).reshape(n, m)
+        V_i = v @ params.w_v[:, i * d_v:(i + 1) * d_v] + (0.0 if params.b_v is None else
+                                                           params.b_v[i * d_v:(i + 1) * d_v])
+        heads.append(naive_sdpa(Q_i, K_shared, V_i, allowed=allowed, bias=bias, scale=scale)[0])
+    return np.concatenate(heads, axis=-1) @ params.w_o + (0.0 if params.b_o is None else params.b_o)
 
 
 # ------------------------------------------------------------------------------ the table
@@ -1637,10 +1688,37 @@ def _gaussian_params(hidden, **fixed_options):
     return options
 
 
+def _talking(key_heads, num_heads, value_heads, mask=False):
+    """Talking-heads parameters: random projections with biases (d_k = 3, d_v = 2 per head), P_l (h_k × h) and
+    P_w (h × h_v) standard normal; with ``mask``, a random boolean mask shared by the heads."""
+    def options(rng, n, m, d, causal):
+        proj = random_params(rng, d, 1, d_k=3 * key_heads, d_v=2 * value_heads)
+        params = TalkingHeadsParams(proj, rng.standard_normal((key_heads, num_heads)),
+                                    rng.standard_normal((num_heads, value_heads)))
+        return {"params": params} | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
+
+
 def _gaussian_transformer_params(w_high=1.0, b_low=-2.0, **fixed_options):
     """Gaussian Transformer's w ~ U[0, w_high), b ~ U(b_low, 0], and the setting's other options."""
     def options(rng, n, m, d, causal):
         return {"params": GaussianTransformerParams(rng.uniform(0, w_high), -rng.uniform(0, -b_low))} | fixed_options
+
+    return options
+
+
+def _collaborative(num_heads, shared_dim, mask=False, content=True):
+    """Collaborative parameters: W̃_Q, W̃_K (d × D̃_k), mixing (h × D̃_k), values (d_v = 2 per head), output and biases
+    standard normal; ``content``: a content bias too; ``mask``: a random boolean mask shared by the heads."""
+    def options(rng, n, m, d, causal):
+        h = num_heads
+        params = CollaborativeParams(
+            rng.standard_normal((d, shared_dim)) / 2, rng.standard_normal((d, shared_dim)) / 2,
+            rng.standard_normal((h, shared_dim)), rng.standard_normal((d, 2 * h)) / 2,
+            rng.standard_normal((2 * h, d)) / 2, rng.standard_normal((d, h)) if content else None,
+            rng.standard_normal(2 * h), rng.standard_normal(d))
+        return {"params": params} | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
 
     return options
 
@@ -1918,5 +1996,10 @@ NAIVE: dict[str, NaiveCase] = {
         _heads(), lambda rng, n, m, d, causal: _heads()(rng, n, m, d, causal) | {"windows": [0, 2]},
         lambda rng, n, m, d, causal: _heads(num_heads=3)(rng, n, m, d, causal) | {"windows": [1, 0, 10],
                                                                                   "scale": 0.6}),
+        value_width_d=True),
+    "talking_heads": NaiveCase(naive_talking_heads, (_talking(2, 3, 2), _talking(3, 1, 4, mask=True),
+                                                     _talking(2, 2, 2)), value_width_d=True),
+    "collaborative_heads": NaiveCase(naive_collaborative, (
+        _collaborative(2, 3), _collaborative(3, 5, mask=True), _collaborative(1, 2, content=False)),
         value_width_d=True),
 }

@@ -205,17 +205,7 @@ def multi_head_attention(
     check_positive_int("num_heads", num_heads)
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be MultiHeadParams (see init_multi_head), got {type(params).__name__}")
-    x_q = as_float("x_q", x_q, dtype, min_ndim=2)
-    x_kv = as_float("x_kv", x_kv, dtype, min_ndim=2)
-    x_v = x_kv if x_v is None else as_float("x_v", x_v, dtype, min_ndim=2)
-    d_model = params.d_model
-    for name, x in (("x_q", x_q), ("x_kv", x_kv), ("x_v", x_v)):
-        if x.shape[-1] != d_model:
-            raise ValueError(f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but params have d_model={d_model}")
-    if x_v.shape[-2] != x_kv.shape[-2]:
-        raise ValueError(f"x_v has m={x_v.shape[-2]} but x_kv has m={x_kv.shape[-2]}")
-    broadcast_batch({"x_q": x_q.shape[:-2], "x_kv": x_kv.shape[:-2], "x_v": x_v.shape[:-2]})
-
+    x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model, dtype)
     if mask is not None:
         mask = check_mask_shape(mask, x_q.shape[-2], x_kv.shape[-2])   # as given, before the head axis
     Q = project_heads(x_q, params.w_q, params.b_q, num_heads)      # (..., h, n, d_k)  Q W_iᵠ
@@ -228,6 +218,26 @@ def multi_head_attention(
     heads, A = result if return_weights else (result, None)
     out = combine_heads(heads, params.w_o, params.b_o)             # (..., n, d_model)  Concat(·) Wᴼ
     return (out, A) if return_weights else out
+
+
+def layer_inputs(x_q: ArrayLike, x_kv: ArrayLike, x_v: ArrayLike | None, d_model: int,
+                 dtype=np.float64) -> tuple[NDArray, NDArray, NDArray]:
+    """A layer's inputs checked and converted: (x_q, x_kv, x_v), x_v = x_kv when None.
+
+    Each is a float array of at least 2 dimensions with ``d_model`` columns; x_v has x_kv's m
+    rows; the leading (batch) dims broadcast. ``ValueError``/``TypeError`` naming the argument and
+    the shapes seen otherwise.
+    """
+    x_q = as_float("x_q", x_q, dtype, min_ndim=2)
+    x_kv = as_float("x_kv", x_kv, dtype, min_ndim=2)
+    x_v = x_kv if x_v is None else as_float("x_v", x_v, dtype, min_ndim=2)
+    for name, x in (("x_q", x_q), ("x_kv", x_kv), ("x_v", x_v)):
+        if x.shape[-1] != d_model:
+            raise ValueError(f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but params have d_model={d_model}")
+    if x_v.shape[-2] != x_kv.shape[-2]:
+        raise ValueError(f"x_v has m={x_v.shape[-2]} but x_kv has m={x_kv.shape[-2]}")
+    broadcast_batch({"x_q": x_q.shape[:-2], "x_kv": x_kv.shape[:-2], "x_v": x_v.shape[:-2]})
+    return x_q, x_kv, x_v
 
 
 def project_heads(x: NDArray, w: NDArray, b: NDArray | None, num_heads: int) -> NDArray:

@@ -10,6 +10,17 @@ from .adaptive_span import (
     span_cache_length,
     span_loss,
 )
+from .collaborative_heads import RECORD as COLLABORATIVE_HEADS
+from .collaborative_heads import (
+    CollaborativeParams,
+    CPDecomposition,
+    block_mixing,
+    collaborative_attention,
+    collaborative_from_multi_head,
+    cp_decomposition,
+    head_products,
+    init_collaborative,
+)
 from .head_size import RECORD as HEAD_SIZE
 from .head_size import head_scores, head_size_attention, represent_attention
 from .multi_query import RECORD as MULTI_QUERY
@@ -25,9 +36,13 @@ from .multi_query import (
 )
 from .multi_scale import RECORD as MULTI_SCALE
 from .multi_scale import layer_windows, multi_scale_attention, multi_scale_mask
+from .talking_heads import RECORD as TALKING_HEADS
+from .talking_heads import TalkingHeadsParams, init_talking_heads, talking_heads_attention
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
+    TALKING_HEADS,
+    COLLABORATIVE_HEADS,
     ADAPTIVE_SPAN,
     MULTI_SCALE,
     MULTI_QUERY,
@@ -35,16 +50,26 @@ RECORDS = (
 )
 
 __all__ = [
+    "CPDecomposition",
+    "CollaborativeParams",
     "KVCache",
     "MultiQueryParams",
+    "TalkingHeadsParams",
     "adaptive_span_attention",
     "adaptive_span_grad_z",
     "adaptive_span_heads",
     "adaptive_span_mask",
+    "block_mixing",
+    "collaborative_attention",
+    "collaborative_from_multi_head",
     "convert_multi_head",
+    "cp_decomposition",
+    "head_products",
     "head_scores",
     "head_size_attention",
+    "init_collaborative",
     "init_multi_query",
+    "init_talking_heads",
     "kv_cache_bytes",
     "kv_cache_summary",
     "layer_windows",
@@ -55,4 +80,5 @@ __all__ = [
     "represent_attention",
     "span_cache_length",
     "span_loss",
+    "talking_heads_attention",
 ]
