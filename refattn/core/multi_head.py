@@ -287,6 +287,8 @@ def resolve_params(params, d_model: int, num_heads: int, rng) -> MultiHeadParams
     if params is None:
         if rng is None:
             raise ValueError("multi-head attention needs params= or rng= to draw them")
+        if d_model == 0:
+            raise ValueError("q has width d_model = 0: there are no projections to draw")
         return init_multi_head(rng, d_model, num_heads)
     if isinstance(params, str):
         if params != "identity" or num_heads != 1:
