@@ -49,11 +49,7 @@ class MultiHeadParams:
     b_o: NDArray | None = None
 
     def __post_init__(self) -> None:
-        for name in ("w_q", "w_k", "w_v", "w_o"):
-            w = getattr(self, name)
-            if np.ndim(w) != 2:
-                raise ValueError(f"{name} must be a 2-D matrix, got shape {np.shape(w)}")
-        d_model = self.w_q.shape[0]
+        d_model = check_matrices(self)
         if self.w_k.shape != self.w_q.shape:
             raise ValueError(f"w_k has shape {self.w_k.shape} but w_q has shape {self.w_q.shape}")
         if self.w_v.shape[0] != d_model:
@@ -63,18 +59,30 @@ class MultiHeadParams:
                 f"w_o has shape {self.w_o.shape}; expected (h·d_v, d_model) = "
                 f"({self.w_v.shape[1]}, {d_model})"
             )
-        for b, w in (("b_q", "w_q"), ("b_k", "w_k"), ("b_v", "w_v"), ("b_o", "w_o")):
-            bias = getattr(self, b)
-            if bias is not None and np.shape(bias) != (getattr(self, w).shape[1],):
-                raise ValueError(
-                    f"{b} has shape {np.shape(bias)}; expected ({getattr(self, w).shape[1]},) "
-                    f"to match {w} {getattr(self, w).shape}"
-                )
+        check_biases(self)
 
     @property
     def d_model(self) -> int:
         """Model width: rows of ``w_q``."""
         return self.w_q.shape[0]
+
+
+def check_matrices(params) -> int:
+    """The projections ``w_q``, ``w_k``, ``w_v``, ``w_o`` of a parameter record are 2-D; returns d_model (w_q's rows)."""
+    for name in ("w_q", "w_k", "w_v", "w_o"):
+        w = getattr(params, name)
+        if np.ndim(w) != 2:
+            raise ValueError(f"{name} must be a 2-D matrix, got shape {np.shape(w)}")
+    return params.w_q.shape[0]
+
+
+def check_biases(params) -> None:
+    """Each bias ``b_q``, ``b_k``, ``b_v``, ``b_o`` of a parameter record is None or as wide as its projection."""
+    for b, w in (("b_q", "w_q"), ("b_k", "w_k"), ("b_v", "w_v"), ("b_o", "w_o")):
+        bias = getattr(params, b)
+        if bias is not None and np.shape(bias) != (getattr(params, w).shape[1],):
+            raise ValueError(f"{b} has shape {np.shape(bias)}; expected ({getattr(params, w).shape[1]},) to match "
+                             f"{w} {getattr(params, w).shape}")
 
 
 def init_multi_head(

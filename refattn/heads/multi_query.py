@@ -34,7 +34,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_float, as_rng, broadcast_batch, check_choice, check_positive_int, glorot
 from ..core.masks import check_mask_shape
-from ..core.multi_head import MultiHeadParams, combine_heads, head_shared, project_heads
+from ..core.multi_head import (
+    MultiHeadParams,
+    check_biases,
+    check_matrices,
+    combine_heads,
+    head_shared,
+    project_heads,
+)
 from ..core.sdpa import allowed_pairs, scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 
@@ -90,11 +97,7 @@ class MultiQueryParams:
     b_o: NDArray | None = None
 
     def __post_init__(self) -> None:
-        for name in ("w_q", "w_k", "w_v", "w_o"):
-            w = getattr(self, name)
-            if np.ndim(w) != 2:
-                raise ValueError(f"{name} must be a 2-D matrix, got shape {np.shape(w)}")
-        d_model = self.w_q.shape[0]
+        d_model = check_matrices(self)
         for name in ("w_k", "w_v"):
             if getattr(self, name).shape[0] != d_model:
                 raise ValueError(f"{name} has shape {getattr(self, name).shape}; expected {d_model} rows as w_q "
@@ -106,11 +109,7 @@ class MultiQueryParams:
                 f"w_q {self.w_q.shape} and w_k {self.w_k.shape} give h·d_k : g·d_k, but w_o {self.w_o.shape} and "
                 f"w_v {self.w_v.shape} give h·d_v : g·d_v in another ratio h / g"
             )
-        for b, w in (("b_q", "w_q"), ("b_k", "w_k"), ("b_v", "w_v"), ("b_o", "w_o")):
-            bias = getattr(self, b)
-            if bias is not None and np.shape(bias) != (getattr(self, w).shape[1],):
-                raise ValueError(f"{b} has shape {np.shape(bias)}; expected ({getattr(self, w).shape[1]},) to match "
-                                 f"{w} {getattr(self, w).shape}")
+        check_biases(self)
 
     @property
     def d_model(self) -> int:
