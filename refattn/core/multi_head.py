@@ -68,7 +68,7 @@ class MultiHeadParams:
 
 
 def check_matrices(params) -> int:
-    """The projections ``w_q``, ``w_k``, ``w_v``, ``w_o`` of a parameter record are 2-D; returns d_model (w_q's rows)."""
+    """``w_q``, ``w_k``, ``w_v`` and ``w_o`` of a parameter record are 2-D matrices; returns d_model (rows of w_q)."""
     for name in ("w_q", "w_k", "w_v", "w_o"):
         w = getattr(params, name)
         if np.ndim(w) != 2:
