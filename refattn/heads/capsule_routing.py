@@ -337,10 +337,11 @@ def em_routing(
     for name, beta in (("beta_u", beta_u), ("beta_a", beta_a)):
         if beta.shape != (N,):
             raise ValueError(f"{name} has shape {beta.shape}; expected (N,) = ({N},) for votes of shape {votes.shape}")
-    lam = np.broadcast_to(as_float("inverse_temperature", inverse_temperature), (T,)) \
-        if np.ndim(inverse_temperature) == 0 else as_float("inverse_temperature", inverse_temperature)
-    if lam.shape != (T,):
-        raise ValueError(f"inverse_temperature has shape {lam.shape}; expected a number or ({T},) for iterations={T}")
+    lam = np.asarray(inverse_temperature, dtype=np.float64)
+    lam = np.broadcast_to(lam, (T,)) if lam.ndim == 0 else lam
+    if lam.shape != (T,) or not np.all(np.isfinite(lam)):
+        raise ValueError(f"inverse_temperature must be a finite number or {T} of them (iterations={T}), got "
+                         f"shape {lam.shape}")
     if not (np.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
     R = np.full(votes.shape[:-1], 1.0 / N)                                 # (..., h, N)  R_ij = 1/N
