@@ -1,4 +1,4 @@
-r"""Multi-head attention aggregated by routing-by-agreement (Li et al., 2019, arXiv:1904.03100v1, §3).
+r"""Multi-head attention aggregated by routing-by-agreement (Li et al., 2019, arXiv:1904.03100v1).
 
 The h heads of multi-head attention are the input capsules of one position; each votes for every one of
 N output capsules through its own learned transform, and an iterative routing decides how much of each
@@ -14,7 +14,7 @@ Dynamic routing (Sabour et al., 2017, Procedure 1), T iterations:
 
     b_ij = 0;  repeat T times:  c_ij = exp(b_ij) / Σ_k exp(b_ik)       (softmax over output capsules j)
                                 s_j = Σ_i c_ij û_{j|i},  v_j = squash(s_j) = ‖s_j‖² / (1 + ‖s_j‖²) · s_j / ‖s_j‖
-                                b_ij ← b_ij + û_{j|i} · v_j
+                                b_ij ← b_ij + û_{j|i} · v_j      (squash(0) = 0)
     Ω_j^out = v_j
 
 EM routing (Hinton et al., 2018, Procedure 1), T iterations, each output capsule a Gaussian of mean μ_j,
@@ -27,20 +27,22 @@ per-dimension variance σ_j² and activation a_j:
                  p_ij = Π_d N(û_{j|i,d}; μ_jd, σ_jd²),   R_ij = a_j p_ij / Σ_k a_k p_ik
     Ω_j^out = a_j μ_j
 
-What was followed where. The paper's own text (§3) was not available while this module was written;
-the form above is the one the paper builds on: heads as input capsules, a learned transform per
-(head, output capsule) pair, the two routing procedures of Sabour et al. (Procedure 1) and Hinton et
-al. (Procedure 1) with the output capsules concatenated and linearly projected (the survey §4.6
-summary of Li et al.: "output capsules are concatenated to serve as the final output"). Details taken
-from the routing papers rather than Li et al.: heads carry no activation of their own, so every input
-capsule's activation is 1 (Hinton et al.'s R_ij · a_i is R_ij); the E-step is skipped after the last
-M-step (its result would be unused); Hinton et al. state a fixed schedule of the inverse temperature
-λ without its values, so ``inverse_temperature`` is an option (a constant, default 1, or one value per
-iteration); the variance floor ε (default 1e-8) is the guard every EM-routing implementation adds so
-that identical votes (one head, or a query that sees no key) give a finite log σ. Sizes: N = h
-output capsules of width d_cap = d_v by default, so the final projection Wᴼ has multi-head
-attention's shape (h·d_v, d_model); T = 3 iterations (Sabour et al.'s choice); the vote transforms are
-Glorot-uniform per pair and β_u = β_a = 0 at initialisation (neither paper states them).
+Sources of each detail. Li et al. name the two procedures they aggregate the heads with, Sabour et
+al.'s dynamic routing and Hinton et al.'s EM routing, applied to the heads of each position as input
+capsules with a learned transform per (head, output capsule) pair; the survey (§4.6.3) summarises the
+result as output capsules "concatenated to serve as the final output". Li et al.'s own equations were not
+at hand for this module, so the following details come from the routing papers and are marked as such:
+the heads carry no activation of their own, so every input capsule's activation is 1 (Hinton et al.'s
+R_ij · a_i is R_ij); the E-step is skipped after the last M-step (its result would be unused); Hinton
+et al. use a fixed schedule of the inverse temperature λ without stating it, so ``inverse_temperature``
+is an option (a constant, default 1, or one value per iteration); the variance floor ε (default 1e-8)
+is the guard EM-routing implementations add so that identical votes (one head, or a query that sees no
+key) give a finite ln σ. Sizes: N = h output capsules of width d_cap = d_v by default, so the final
+projection Wᴼ has multi-head attention's shape (h·d_v, d_model); T = 3 iterations (Sabour et al.'s
+choice); the vote transforms are Glorot-uniform per pair and β_u = β_a = 0 at initialisation (neither
+routing paper states them). With N ≥ h, EM routing can give each head a capsule of its own, whose
+variance is then ε: such singleton clusters dominate the E-step, and the coupling can swing between
+assignments from one iteration to the next; N < h makes the heads share capsules.
 
 Routing is per position: it mixes the h heads of one query and nothing else, so every property of
 the heads' attention (its weights, its causal mask, which keys a query sees) carries over unchanged;
@@ -423,7 +425,7 @@ def capsule_routing_attention(
     References
     ----------
     .. [1] J. Li, B. Yang, Z.-Y. Dou, X. Wang, M. R. Lyu, Z. Tu, "Information Aggregation for Multi-Head
-       Attention with Routing-by-Agreement", NAACL 2019, arXiv:1904.03100v1, §3.
+       Attention with Routing-by-Agreement", NAACL 2019, arXiv:1904.03100v1.
     .. [2] S. Sabour, N. Frosst, G. E. Hinton, "Dynamic Routing Between Capsules", NeurIPS 2017, arXiv:1710.09829v2.
     .. [3] G. E. Hinton, S. Sabour, N. Frosst, "Matrix Capsules with EM Routing", ICLR 2018.
 
@@ -495,7 +497,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2
 
 
 RECORD = Mechanism(
-    id="capsule_routing", title="Routing-by-agreement of heads", family="heads", section="4.6 (Li et al. §3)",
+    id="capsule_routing", title="Routing-by-agreement of heads", family="heads", section="4.6.3",
     paper=LI_ROUTING,
     equation=r"\hat u_{j|i} = \mathrm{head}_i W_{ij},\ \operatorname{Concat}(\operatorname{Routing}(\hat u, T))W^O",
     time="O(n·m·d + n·h·N·d²·T)", memory="O(h·n·m + n·h·N·d)", kind="attention",
