@@ -222,7 +222,20 @@ def squash(s: ArrayLike) -> NDArray:
 
 
 def head_votes(heads: ArrayLike, w_votes: ArrayLike) -> NDArray:
-    """The votes û_{j|i} = head_i W_ij: (..., h, n, d_v) heads → (..., n, h, N, d_cap), one set per position."""
+    r"""The votes û_{j|i} = head_i W_ij of every head for every output capsule, one set per position.
+
+    Parameters
+    ----------
+    heads : (..., h, n, d_v) array_like
+        The heads' outputs, the input capsules.
+    w_votes : (h, N, d_v, d_cap) array_like
+        ``w_votes[i, j]`` is W_ij.
+
+    Returns
+    -------
+    votes : (..., n, h, N, d_cap) ndarray
+        ``votes[..., t, i, j, :]`` is head *i*'s vote for output capsule *j* at position *t*.
+    """
     heads = as_float("heads", heads, min_ndim=3)
     w_votes = as_float("w_votes", w_votes, min_ndim=4)
     if heads.shape[-3] != w_votes.shape[0] or heads.shape[-1] != w_votes.shape[2]:
