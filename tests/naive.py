@@ -19,7 +19,7 @@ import numpy as np
 
 from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
-from refattn.heads import CollaborativeParams, MultiQueryParams, TalkingHeadsParams
+from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
 from refattn.prior import (
     AttentionConv,
@@ -1827,6 +1827,97 @@ def _stack_projections(layers, d_scale=1.0):
     return options
 
 
+# ------------------------------------------------------------------------------ multi-head variants (survey §4.6)
+
+
+def naive_squash(s):
+    """Sabour et al. Eq. (1): ‖s‖² / (1 + ‖s‖²) · s / ‖s‖, one coordinate at a time (0 for s = 0)."""
+    norm2 = sum(x * x for x in s)
+    if norm2 == 0.0:
+        return [0.0 for _ in s]
+    return [norm2 / (1.0 + norm2) * x / math.sqrt(norm2) for x in s]
+
+
+def naive_dynamic_routing(u, iterations):
+    """Sabour et al. Procedure 1 for one position; u[i][j] is the vote (a list) of input i for output j."""
+    h, N, d = len(u), len(u[0]), len(u[0][0])
+    b = [[0.0] * N for _ in range(h)]
+    for _ in range(iterations):
+        c = []
+        for i in range(h):
+            z = sum(math.exp(b[i][j]) for j in range(N))
+            c.append([math.exp(b[i][j]) / z for j in range(N)])
+        v = [naive_squash([sum(c[i][j] * u[i][j][e] for i in range(h)) for e in range(d)]) for j in range(N)]
+        for i in range(h):
+            for j in range(N):
+                b[i][j] += sum(u[i][j][e] * v[j][e] for e in range(d))
+    return v
+
+
+def naive_em_routing(u, beta_u, beta_a, iterations, inverse_temperature=1.0, eps=1e-8):
+    """Hinton et al. Procedure 1 for one position, every input activation 1, no E-step after the last M-step."""
+    h, N, d = len(u), len(u[0]), len(u[0][0])
+    R = [[1.0 / N] * N for _ in range(h)]
+    for t in range(iterations):
+        mu, var, a = [], [], []
+        for j in range(N):
+            r = sum(R[i][j] for i in range(h))
+            mu_j = [sum(R[i][j] * u[i][j][e] for i in range(h)) / r for e in range(d)]
+            var_j = [sum(R[i][j] * (u[i][j][e] - mu_j[e]) ** 2 for i in range(h)) / r + eps for e in range(d)]
+            cost = sum((beta_u[j] + math.log(math.sqrt(var_j[e]))) * r for e in range(d))
+            a.append(1.0 / (1.0 + math.exp(-inverse_temperature * (beta_a[j] - cost))))
+            mu.append(mu_j)
+            var.append(var_j)
+        if t == iterations - 1:
+            break
+        for i in range(h):
+            p = [a[j] * math.prod(math.exp(-(u[i][j][e] - mu[j][e]) ** 2 / (2 * var[j][e]))
+                                  / math.sqrt(2 * math.pi * var[j][e]) for e in range(d)) for j in range(N)]
+            R[i] = [p[j] / sum(p) for j in range(N)]
+    return [[a[j] * x for x in mu[j]] for j in range(N)]
+
+
+def capsule_routing(q, k, v, causal, params, num_heads=2, routing="dynamic", iterations=3, mask=None):
+    """Li et al. §3: heads (naive_sdpa per head) as input capsules, votes head_i W_ij, routed per position,
+    output capsules concatenated and projected: Concat(Ω_1, …, Ω_N) Wᴼ + bᴼ."""
+    allowed = both(causal_allowed(len(q), len(k), causal), mask)
+    h, N, d_v, d_cap = params.w_votes.shape
+    d_k = params.w_q.shape[1] // h
+    heads = []
+    for i in range(h):
+        ks, vs = slice(i * d_k, (i + 1) * d_k), slice(i * d_v, (i + 1) * d_v)
+        heads.append(naive_sdpa(q @ params.w_q[:, ks] + params.b_q[ks], k @ params.w_k[:, ks] + params.b_k[ks],
+                                v @ params.w_v[:, vs] + params.b_v[vs], allowed=allowed)[0])
+    out = np.zeros((len(q), params.w_o.shape[1]))
+    for t in range(len(q)):
+        u = [[[sum(heads[i][t, c] * params.w_votes[i, j, c, e] for c in range(d_v)) for e in range(d_cap)]
+              for j in range(N)] for i in range(h)]
+        if routing == "dynamic":
+            capsules = naive_dynamic_routing(u, iterations)
+        else:
+            capsules = naive_em_routing(u, params.beta_u, params.beta_a, iterations)
+        concat = [x for capsule in capsules for x in capsule]
+        for c in range(params.w_o.shape[1]):
+            out[t, c] = sum(concat[r] * params.w_o[r, c] for r in range(len(concat))) + params.b_o[c]
+    return out
+
+
+def _capsules(num_heads=2, num_capsules=3, d_capsule=2, mask=False, **fixed_options):
+    """Capsule routing settings: random projections, vote transforms and β with biases (d_k = 3, d_v = 2),
+    N output capsules of width d_capsule, and with ``mask`` a random boolean mask shared by the heads."""
+    def options(rng, n, m, d, causal):
+        h, N = num_heads, num_capsules
+        heads = random_params(rng, d, h, d_k=3, d_v=2)
+        params = CapsuleRoutingParams(
+            heads.w_q, heads.w_k, heads.w_v, rng.standard_normal((h, N, 2, d_capsule)),
+            rng.standard_normal((N * d_capsule, d)) / math.sqrt(N * d_capsule), rng.standard_normal(N),
+            rng.standard_normal(N), heads.b_q, heads.b_k, heads.b_v, rng.standard_normal(d))
+        drawn = {"params": params, "num_heads": h} | fixed_options
+        return drawn | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -2002,4 +2093,8 @@ NAIVE: dict[str, NaiveCase] = {
     "collaborative_heads": NaiveCase(naive_collaborative, (
         _collaborative(2, 3), _collaborative(3, 5, mask=True), _collaborative(1, 2, content=False)),
         value_width_d=True),
+    "capsule_routing": NaiveCase(capsule_routing, (
+        _capsules(), _capsules(routing="em"),
+        _capsules(num_heads=3, num_capsules=2, routing="em", iterations=5, mask=True),
+        _capsules(num_heads=1, num_capsules=2, iterations=1, mask=True)), value_width_d=True),
 }

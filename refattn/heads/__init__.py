@@ -10,6 +10,16 @@ from .adaptive_span import (
     span_cache_length,
     span_loss,
 )
+from .capsule_routing import RECORD as CAPSULE_ROUTING
+from .capsule_routing import (
+    CapsuleRoutingParams,
+    capsule_routing_attention,
+    dynamic_routing,
+    em_routing,
+    head_votes,
+    init_capsule_routing,
+    squash,
+)
 from .collaborative_heads import RECORD as COLLABORATIVE_HEADS
 from .collaborative_heads import (
     CollaborativeParams,
@@ -45,12 +55,14 @@ RECORDS = (
     COLLABORATIVE_HEADS,
     ADAPTIVE_SPAN,
     MULTI_SCALE,
+    CAPSULE_ROUTING,
     MULTI_QUERY,
     HEAD_SIZE,
 )
 
 __all__ = [
     "CPDecomposition",
+    "CapsuleRoutingParams",
     "CollaborativeParams",
     "KVCache",
     "MultiQueryParams",
@@ -60,13 +72,18 @@ __all__ = [
     "adaptive_span_heads",
     "adaptive_span_mask",
     "block_mixing",
+    "capsule_routing_attention",
     "collaborative_attention",
     "collaborative_from_multi_head",
     "convert_multi_head",
     "cp_decomposition",
+    "dynamic_routing",
+    "em_routing",
     "head_products",
     "head_scores",
     "head_size_attention",
+    "head_votes",
+    "init_capsule_routing",
     "init_collaborative",
     "init_multi_query",
     "init_talking_heads",
@@ -80,5 +97,6 @@ __all__ = [
     "represent_attention",
     "span_cache_length",
     "span_loss",
+    "squash",
     "talking_heads_attention",
 ]
