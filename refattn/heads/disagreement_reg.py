@@ -45,8 +45,8 @@ from ..mechanism import Mechanism
 __all__ = ["DISAGREEMENT_TERMS", "cosine_disagreement", "cosine_disagreement_grad", "subspace_disagreement",
            "output_disagreement", "position_disagreement", "position_disagreement_grad", "disagreement"]
 
-PAPER = ("J. Li, Z. Tu, B. Yang, M. R. Lyu, T. Zhang (2018), Multi-Head Attention with Disagreement "
-         "Regularization, EMNLP, arXiv:1810.10183")
+PAPER = ('J. Li, Z. Tu, B. Yang, M. R. Lyu, T. Zhang, 2018, "Multi-Head Attention with Disagreement '
+         'Regularization", EMNLP, arXiv:1810.10183')
 
 #: The three terms, in the paper's order.
 DISAGREEMENT_TERMS = ("subspace", "position", "output")
@@ -118,6 +118,7 @@ def cosine_disagreement_grad(x: ArrayLike) -> NDArray:
     Parameters
     ----------
     x : (..., h, n, d) array_like of float
+        Each head's vector at each position.
 
     Returns
     -------
@@ -222,6 +223,7 @@ def position_disagreement_grad(weights: ArrayLike) -> NDArray:
     Parameters
     ----------
     weights : (..., h, n, m) array_like of float
+        Each head's attention matrix.
 
     Returns
     -------
@@ -266,7 +268,7 @@ def disagreement(*, values: ArrayLike | None = None, weights: ArrayLike | None =
 
 RECORD = Mechanism(
     id="disagreement_reg", title="Disagreement regularisation of heads", family="heads",
-    section="4.6 (Li et al. 2018, §3)", paper=PAPER,
+    section="4.6.1", paper=PAPER,
     equation=r"D = -\frac{1}{H^2}\sum_{i,j}\cos(V^i, V^j),\ -\frac{1}{H^2}\sum_{i,j}|A^i \odot A^j|,"
              r"\ -\frac{1}{H^2}\sum_{i,j}\cos(O^i, O^j)",
     time="O(h·n·d + h·n·m)", memory="O(n·d + n·m)", kind="component", function=disagreement, causal=False,

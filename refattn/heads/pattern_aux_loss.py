@@ -21,7 +21,7 @@ Every pattern row sums to 1, so a row-stochastic head can reach it. The gradient
 scores S (A = softmax(S)) through :func:`refattn.oracle.softmax_vjp`.
 
 What was followed: no copy of the paper's text or official code (ameet-1997/AttentionGuidanceOfficial)
-was at hand when this was written, so the form above is the one the survey (§4.6) and this
+was at hand when this was written, so the form above is the one the survey (§4.6.1) and this
 project's issue give, ‖A − P‖_F squared and summed over the guided heads with one weight λ; which
 head gets which pattern is the caller's choice (``patterns`` names one per head, ``None`` leaves
 a head free). The edge rows of "next"/"previous" (looking at themselves) are this module's choice.
@@ -41,8 +41,8 @@ from ..oracle.vjp import softmax_vjp
 __all__ = ["PATTERNS", "guide_pattern", "guide_patterns", "pattern_loss", "pattern_loss_grad",
            "pattern_loss_score_grad"]
 
-PAPER = ("A. Deshpande, K. Narasimhan (2020), Guiding Attention for Self-Supervised Learning with "
-         "Transformers, Findings of EMNLP, arXiv:2010.02399")
+PAPER = ('A. Deshpande, K. Narasimhan, 2020, "Guiding Attention for Self-Supervised Learning with '
+         'Transformers", Findings of EMNLP, arXiv:2010.02399')
 
 #: The predefined patterns, by name.
 PATTERNS = ("next", "previous", "first", "delimiter", "uniform")
@@ -101,6 +101,15 @@ def guide_pattern(name: str, n: int, *, delimiters: Sequence[int] | None = None)
 def guide_patterns(names: Sequence[str | None], n: int, *,
                    delimiters: Sequence[int] | None = None) -> tuple[NDArray, NDArray]:
     """The patterns of h heads, ``names[h]`` for head h (``None``: the head is not guided).
+
+    Parameters
+    ----------
+    names : sequence of str or None
+        One pattern name (see :data:`PATTERNS`) or ``None`` per head.
+    n : int
+        Sequence length.
+    delimiters : sequence of int, optional
+        Delimiter positions, used by the heads named "delimiter" (default the last position).
 
     Returns
     -------
@@ -175,6 +184,17 @@ def pattern_loss_grad(weights: ArrayLike, patterns: ArrayLike, *, guided: ArrayL
                       lam: float = 1.0) -> NDArray:
     """Gradient of :func:`pattern_loss` with respect to the weights: 2λ(A_h − P_h), 0 on unguided heads.
 
+    Parameters
+    ----------
+    weights : (..., h, n, m) array_like of float
+        Each head's attention matrix.
+    patterns : (..., h, n, m) array_like of float
+        The target of each head, as for :func:`pattern_loss`.
+    guided : (h,) array_like of bool, optional
+        Which heads the loss guides; default all.
+    lam : float, default 1.0
+        The loss weight λ ≥ 0.
+
     Returns
     -------
     grad : (..., h, n, m) ndarray
@@ -191,6 +211,12 @@ def pattern_loss_score_grad(scores: ArrayLike, patterns: ArrayLike, *, guided: A
     ----------
     scores : (..., h, n, m) array_like of float
         The pre-softmax scores of each head, A = softmax(scores) along the keys.
+    patterns : (..., h, n, m) array_like of float
+        The target of each head, as for :func:`pattern_loss`.
+    guided : (h,) array_like of bool, optional
+        Which heads the loss guides; default all.
+    lam : float, default 1.0
+        The loss weight λ ≥ 0.
 
     Returns
     -------
@@ -203,7 +229,7 @@ def pattern_loss_score_grad(scores: ArrayLike, patterns: ArrayLike, *, guided: A
 
 RECORD = Mechanism(
     id="pattern_aux_loss", title="Attention guidance by predefined patterns", family="heads",
-    section="4.6 (Deshpande & Narasimhan 2020)", paper=PAPER,
+    section="4.6.1", paper=PAPER,
     equation=r"\lambda \sum_h \lVert A_h - P_h \rVert_F^2",
     time="O(h·n·m)", memory="O(h·n·m)", kind="component", function=pattern_loss, causal=False,
     figure="refattn.figures.pattern_aux_loss:pattern_aux_loss", exact_options=None,
