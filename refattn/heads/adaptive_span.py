@@ -53,7 +53,7 @@ from ..common import (
     default_scale,
     weighted_values,
 )
-from ..core.multi_head import MultiHeadParams, combine_heads, project_heads, resolve_params
+from ..core.multi_head import MultiHeadParams, combine_heads, layer_inputs, project_heads, resolve_params
 from ..core.softmax import masked_softmax
 from ..mechanism import AttentionResult, Mechanism
 
@@ -456,15 +456,7 @@ def adaptive_span_attention(
     check_positive_int("num_heads", num_heads)
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be MultiHeadParams (see init_multi_head), got {type(params).__name__}")
-    x_q = as_float("x_q", x_q, min_ndim=2)
-    x_kv = as_float("x_kv", x_kv, min_ndim=2)
-    x_v = x_kv if x_v is None else as_float("x_v", x_v, min_ndim=2)
-    for name, x in (("x_q", x_q), ("x_kv", x_kv), ("x_v", x_v)):
-        if x.shape[-1] != params.d_model:
-            raise ValueError(f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but params have "
-                             f"d_model={params.d_model}")
-    if x_v.shape[-2] != x_kv.shape[-2]:
-        raise ValueError(f"x_v has m={x_v.shape[-2]} but x_kv has m={x_kv.shape[-2]}")
+    x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model)
     Q = project_heads(x_q, params.w_q, params.b_q, num_heads)      # (..., h, n, d_k)  Q W_iᵠ
     K = project_heads(x_kv, params.w_k, params.b_k, num_heads)     # (..., h, m, d_k)  K W_iᴷ
     V = project_heads(x_v, params.w_v, params.b_v, num_heads)      # (..., h, m, d_v)  V W_iⱽ

@@ -58,9 +58,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, broadcast_batch, check_choice, check_positive_int, glorot
+from ..common import as_float, as_rng, check_choice, check_positive_int, glorot
 from ..core.masks import check_mask_shape
-from ..core.multi_head import combine_heads, head_shared, project_heads
+from ..core.multi_head import combine_heads, head_shared, layer_inputs, project_heads
 from ..core.sdpa import allowed_pairs, scaled_dot_product_attention
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
@@ -456,16 +456,7 @@ def capsule_routing_attention(
         raise TypeError(f"params must be CapsuleRoutingParams (see init_capsule_routing), got {type(params).__name__}")
     check_choice("routing", routing, ROUTINGS)
     check_positive_int("iterations", iterations)
-    x_q = as_float("x_q", x_q, min_ndim=2)
-    x_kv = as_float("x_kv", x_kv, min_ndim=2)
-    x_v = x_kv if x_v is None else as_float("x_v", x_v, min_ndim=2)
-    for name, x in (("x_q", x_q), ("x_kv", x_kv), ("x_v", x_v)):
-        if x.shape[-1] != params.d_model:
-            raise ValueError(f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but params have "
-                             f"d_model={params.d_model}")
-    if x_v.shape[-2] != x_kv.shape[-2]:
-        raise ValueError(f"x_v has m={x_v.shape[-2]} but x_kv has m={x_kv.shape[-2]}")
-    broadcast_batch({"x_q": x_q.shape[:-2], "x_kv": x_kv.shape[:-2], "x_v": x_v.shape[:-2]})
+    x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model)
     if mask is not None:
         mask = check_mask_shape(mask, x_q.shape[-2], x_kv.shape[-2])
     h = params.num_heads

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import as_float, causal_alignment, check_positive_int, check_sizes
-from ..core.multi_head import MultiHeadParams, combine_heads, project_heads, resolve_params
+from ..core.multi_head import MultiHeadParams, combine_heads, layer_inputs, project_heads, resolve_params
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 
@@ -151,15 +151,7 @@ def multi_scale_attention(
     windows = _check_windows(windows)
     if windows.size != num_heads:
         raise ValueError(f"windows has {windows.size} scales but num_heads={num_heads}")
-    x_q = as_float("x_q", x_q, min_ndim=2)
-    x_kv = as_float("x_kv", x_kv, min_ndim=2)
-    x_v = x_kv if x_v is None else as_float("x_v", x_v, min_ndim=2)
-    for name, x in (("x_q", x_q), ("x_kv", x_kv), ("x_v", x_v)):
-        if x.shape[-1] != params.d_model:
-            raise ValueError(f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but params have "
-                             f"d_model={params.d_model}")
-    if x_v.shape[-2] != x_kv.shape[-2]:
-        raise ValueError(f"x_v has m={x_v.shape[-2]} but x_kv has m={x_kv.shape[-2]}")
+    x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model)
     mask = multi_scale_mask(windows, x_q.shape[-2], x_kv.shape[-2], causal=causal)   # (h, n, m)
     Q = project_heads(x_q, params.w_q, params.b_q, num_heads)      # (..., h, n, d_k)  Q W_iᵠ
     K = project_heads(x_kv, params.w_k, params.b_k, num_heads)     # (..., h, m, d_k)  K W_iᴷ
