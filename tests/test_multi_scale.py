@@ -97,3 +97,10 @@ def test_bad_windows_are_refused(rng, windows, match):
     x = rng.standard_normal((5, 8))
     with pytest.raises(ValueError, match=match):
         multi_scale_attention(x, x, params, num_heads=2, windows=windows)
+
+
+def test_window_masks_beyond_the_memory_budget_are_refused_before_allocating():
+    from refattn.common import MemoryBudgetError, temporary_memory_budget
+
+    with temporary_memory_budget(2**20), pytest.raises(MemoryBudgetError, match="window masks"):
+        multi_scale_mask([1, 2], 65536)                            # 2 × 65536² entries: far beyond 1 MiB

@@ -28,7 +28,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, causal_alignment, check_positive_int, check_sizes
+from ..common import as_float, causal_alignment, check_fits, check_positive_int, check_sizes
 from ..core.multi_head import MultiHeadParams, combine_heads, layer_inputs, project_heads, resolve_params
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
@@ -83,6 +83,7 @@ def multi_scale_mask(windows: ArrayLike, n: int, m: int | None = None, *, causal
     windows = _check_windows(windows)
     n, m = check_sizes(n, m)
     alignment = causal_alignment(causal)
+    check_fits("the heads' window masks", (windows.size, n, m), 8)  # the int (n, m) distances and the bool masks
     t = np.arange(n)[:, None] + (m - n if alignment == "bottom-right" else 0)   # (n, 1)  query positions
     x = t - np.arange(m)[None, :]                                  # (n, m)  t − r
     near = np.abs(x)[None] <= windows[:, None, None]               # (h, n, m)  |t − r| ≤ ω_i
