@@ -145,3 +145,12 @@ def test_apply_default_head_size_is_the_key_count(rng):
         registry.get("head_size").apply(q, k, k, params=result.draws["params"], head_size=3)
     with pytest.raises(ValueError, match="head_size=2 but params"):
         registry.get("head_size").apply(q, k, k, num_heads=1, params="identity", head_size=2)
+
+
+def test_drawn_heads_beyond_the_memory_budget_are_refused_before_allocating():
+    from refattn import registry
+    from refattn.common import MemoryBudgetError, temporary_memory_budget
+
+    x = np.zeros((4096, 8))                                        # default head_size = m = 4096: heads of 4096 × 4096
+    with temporary_memory_budget(2**24), pytest.raises(MemoryBudgetError, match="head_size=4096"):
+        registry.get("head_size").apply(x, x, x, rng=0)

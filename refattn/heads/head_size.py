@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_positive_int, check_scale, default_scale
+from ..common import as_float, check_fits, check_positive_int, check_scale, default_scale
 from ..core.multi_head import MultiHeadParams, head_shared, init_multi_head, multi_head_attention, project_heads
 from ..core.sdpa import allowed_pairs
 from ..mechanism import AttentionResult, Mechanism
@@ -253,7 +253,11 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2
         if q.shape[-1] == 0:
             raise ValueError(f"q has width d_model = 0 (shape {q.shape}): there are no projections to draw")
         d_p = max(np.shape(k)[-2], 1) if head_size is None else check_positive_int("head_size", head_size)
-        params = init_multi_head(rng, q.shape[-1], check_positive_int("num_heads", num_heads), d_k=d_p)
+        h = check_positive_int("num_heads", num_heads)
+        n, m = q.shape[-2], np.shape(k)[-2]                        # d_p = m makes the heads grow as n·m
+        check_fits(f"the projections of head_size={d_p} (d_model = {q.shape[-1]}, h = {h})", (4, q.shape[-1], h * d_p))
+        check_fits(f"the projected queries, keys and values of head_size={d_p} (h = {h})", (h, n + 2 * m, d_p))
+        params = init_multi_head(rng, q.shape[-1], h, d_k=d_p)
     elif isinstance(params, str):
         if params != "identity" or num_heads != 1:
             raise ValueError(f"params must be MultiHeadParams, None or 'identity' (with num_heads=1), got "
