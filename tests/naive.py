@@ -19,6 +19,7 @@ import numpy as np
 
 from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
+from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
 from refattn.prior import (
     AttentionConv,
@@ -1317,6 +1318,188 @@ def naive_hardcoded_gaussian(q, k, v, causal, offset=0, sigma=1.0, normalize="ke
             for c in range(d_v):
                 out[i, c] += w[j] / total * v[j, c]
     return out
+# ------------------------------------------------------------------------------ multi-head variants (survey §4.6)
+
+
+def naive_multi_query(q, k, v, causal, params, num_heads=2, num_kv_heads=None, mask=None):
+    """Shazeer 2019 §3, Ainslie et al. 2023 §2.2: head i = Attention(Q W_iᵠ, K W_jᴷ, V W_jⱽ) with j = ⌊i / r⌋,
+    r = h / g, heads concatenated, then Wᴼ and bᴼ. ``num_kv_heads`` (g) only names what the widths say."""
+    h = num_heads
+    d_k, d_v = params.w_q.shape[1] // h, params.w_o.shape[0] // h
+    g = params.w_k.shape[1] // d_k
+    assert num_kv_heads in (None, g)
+    r = h // g
+    allowed = both(causal_allowed(len(q), len(k), causal), mask)
+    heads = []
+    for i in range(h):
+        j = i // r                                                 # the key/value head query head i reads
+        qs, ks, vs = slice(i * d_k, (i + 1) * d_k), slice(j * d_k, (j + 1) * d_k), slice(j * d_v, (j + 1) * d_v)
+        Q_i = q @ params.w_q[:, qs] + params.b_q[qs]
+        K_j = k @ params.w_k[:, ks] + params.b_k[ks]
+        V_j = v @ params.w_v[:, vs] + params.b_v[vs]
+        heads.append(naive_sdpa(Q_i, K_j, V_j, allowed=allowed)[0])
+    return np.concatenate(heads, axis=-1) @ params.w_o + params.b_o
+
+
+def random_gqa_params(rng, d_model, num_heads, num_kv_heads, d_k, d_v):
+    """Grouped-query parameters with random, non-zero weights and biases: h query heads, g key/value heads."""
+    h, g = num_heads, num_kv_heads
+    return MultiQueryParams(
+        w_q=rng.standard_normal((d_model, h * d_k)) / np.sqrt(d_model),
+        w_k=rng.standard_normal((d_model, g * d_k)) / np.sqrt(d_model),
+        w_v=rng.standard_normal((d_model, g * d_v)) / np.sqrt(d_model),
+        w_o=rng.standard_normal((h * d_v, d_model)) / np.sqrt(h * d_v),
+        b_q=rng.standard_normal(h * d_k), b_k=rng.standard_normal(g * d_k), b_v=rng.standard_normal(g * d_v),
+        b_o=rng.standard_normal(d_model),
+    )
+
+
+def _gqa(num_heads, num_kv_heads, mask=False, name_g=False):
+    """Grouped-query settings: random parameters (d_k = 3, d_v = 2 per head), h and g, optionally a shared mask."""
+    def options(rng, n, m, d, causal):
+        drawn = {"params": random_gqa_params(rng, d, num_heads, num_kv_heads, d_k=3, d_v=2), "num_heads": num_heads}
+        drawn |= {"num_kv_heads": num_kv_heads} if name_g else {}
+        return drawn | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
+
+
+def naive_head_size(q, k, v, causal, params, num_heads=2, head_size=None, mask=None):
+    """Bhojanapalli et al. 2020 §4: head_i = softmax(X W_iᵠ (X W_iᴷ)ᵀ / √d_p) X W_iⱽ with W_i of d_model × d_p, d_p
+    free; Concat(head_i) Wᴼ with Wᴼ of h·d_p × d_model. ``head_size`` (d_p) only names what the widths say."""
+    assert head_size in (None, params.w_q.shape[1] // num_heads)
+    allowed = both(causal_allowed(len(q), len(k), causal), mask)
+    return per_head_loop(q, k, params, num_heads, x_v=v, allowed=allowed)[0]
+
+
+def _head_size(num_heads, head_size, mask=False):
+    """Fixed-head-size settings: random parameters with heads of d_p = ``head_size`` (keys and values alike)."""
+    def options(rng, n, m, d, causal):
+        drawn = {"params": random_params(rng, d, num_heads, d_k=head_size), "num_heads": num_heads,
+                 "head_size": head_size}
+        return drawn | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
+# ------------------------------------------------------------------------------ multi-head variants (survey §4.6)
+
+
+def _head_inputs(x_q, x_kv, x_v, params, num_heads, i):
+    """Head i's Q_i = x_q W_iᵠ + b_iᵠ, K_i, V_i, sliced from the side-by-side projections."""
+    d_k, d_v = params.w_q.shape[1] // num_heads, params.w_v.shape[1] // num_heads
+    ks, vs = slice(i * d_k, (i + 1) * d_k), slice(i * d_v, (i + 1) * d_v)
+
+    def bias(b, cols):
+        return 0.0 if b is None else b[cols]
+
+    return (x_q @ params.w_q[:, ks] + bias(params.b_q, ks), x_kv @ params.w_k[:, ks] + bias(params.b_k, ks),
+            x_v @ params.w_v[:, vs] + bias(params.b_v, vs))
+
+
+def _concat_project(heads, params):
+    """Concat(head_1, …, head_h) Wᴼ + bᴼ."""
+    out = np.concatenate(heads, axis=-1) @ params.w_o
+    return out if params.b_o is None else out + params.b_o
+
+
+def naive_adaptive_span(q, k, v, causal, params, num_heads=2, z=None, max_span=None, ramp=2, include_current=True,
+                        eps=0.0, scale=None):
+    """Sukhbaatar et al. 2019, Eq. 1-2, head by head, as the official code computes it: the softmax over the S
+    positions t − S + 1 … t (t − S … t − 1 without the current one, the distance then counted from the nearest),
+    each weight times m_z(x) = min(max((R + z − x)/R, 0), 1), renormalised (+ ε). apply's defaults: z_i = 0.5 + 2i,
+    R = 2, S = max(n, m)."""
+    n, m = len(q), len(k)
+    spans = [0.5 + 2 * i for i in range(num_heads)] if z is None else [float(x) for x in np.atleast_1d(z)]
+    spans = spans * num_heads if len(spans) == 1 else spans
+    S = max(n, m, 1) if max_span is None else max_span
+    delta = m - n if causal == "bottom-right" else 0
+    heads = []
+    for i in range(num_heads):
+        Q, K, V = _head_inputs(q, k, v, params, num_heads, i)
+        sc = 1.0 / math.sqrt(Q.shape[1]) if scale is None else scale
+        head = np.zeros((n, V.shape[1]))
+        for t in range(n):
+            window = {}
+            for r in range(m):
+                x = t + delta - r - (0 if include_current else 1)
+                if 0 <= x < S:
+                    mask = min(max((ramp + spans[i] - x) / ramp, 0.0), 1.0)
+                    window[r] = (mask, sum(Q[t, c] * K[r, c] for c in range(Q.shape[1])) * sc)
+            if not window:
+                continue
+            top = max(s for _, s in window.values())
+            Z = sum(math.exp(s - top) for _, s in window.values())
+            masked = {r: mask * math.exp(s - top) / Z for r, (mask, s) in window.items()}
+            total = sum(masked.values()) + eps
+            for r, w in masked.items():
+                for c in range(V.shape[1]):
+                    head[t, c] += w / total * V[r, c]
+        heads.append(head)
+    return _concat_project(heads, params)
+
+
+def naive_multi_scale(q, k, v, causal, params, num_heads=2, windows=None, scale=None):
+    """Guo et al. 2020: head i attends to C(x_t, ω_i) = [x_{t−ω_i}, …, x_{t+ω_i}] (its past half when causal),
+    then Concat(head_1, …, head_h) Wᴼ; apply's default scales ω_i = 2i + 1."""
+    n, m = len(q), len(k)
+    windows = [2 * i + 1 for i in range(num_heads)] if windows is None else list(windows)
+    delta = m - n if causal == "bottom-right" else 0
+    heads = []
+    for i in range(num_heads):
+        Q, K, V = _head_inputs(q, k, v, params, num_heads, i)
+        allowed = loop_mask(n, m, lambda t, r, w=windows[i]: abs(t + delta - r) <= w and (not causal or r <= t + delta))
+        heads.append(naive_sdpa(Q, K, V, allowed=allowed, scale=scale)[0])
+    return _concat_project(heads, params)
+# ------------------------------------------------------------------------------ multi-head variants (survey §4.6)
+
+
+def naive_talking_heads(q, k, v, causal, params, mask=None):
+    """Shazeer et al. 2020, §4's pseudocode one scalar at a time: J = Q_k·K_k/√d_k per key head,
+    L_h = Σ_k J_k P_l[k, h], W_h = softmax of L_h over the keys query i may see (masked after P_l),
+    U_v = Σ_h W_h P_w[h, v], O_v = Σ_j U_v V_v, Y = Concat(O_v) P_o + b_o. q, k, v are the layer inputs X, M, M_v."""
+    proj = params.projections
+    (h_k, h), h_v = params.P_l.shape, params.P_w.shape[1]
+    d_k, d_v = proj.w_q.shape[1] // h_k, proj.w_v.shape[1] // h_v
+    n, m = len(q), len(k)
+    allowed = both(causal_allowed(n, m, causal), mask)
+    Q, K, V = q @ proj.w_q + proj.b_q, k @ proj.w_k + proj.b_k, v @ proj.w_v + proj.b_v
+    concat = np.zeros((n, h_v * d_v))
+    for i in range(n):
+        keys = [j for j in range(m) if allowed is None or allowed[i, j]]
+        J = [[sum(Q[i, a * d_k + c] * K[j, a * d_k + c] for c in range(d_k)) / math.sqrt(d_k) for j in keys]
+             for a in range(h_k)]
+        W = []
+        for b in range(h):
+            L = [sum(J[a][t] * params.P_l[a, b] for a in range(h_k)) for t in range(len(keys))]
+            top = max(L, default=0.0)
+            total = sum(math.exp(x - top) for x in L)
+            W.append([math.exp(x - top) / total for x in L])
+        for e in range(h_v):
+            U = [sum(W[b][t] * params.P_w[b, e] for b in range(h)) for t in range(len(keys))]
+            for c in range(d_v):
+                concat[i, e * d_v + c] = sum(U[t] * V[j, e * d_v + c] for t, j in enumerate(keys))
+    return concat @ proj.w_o + proj.b_o
+
+
+def naive_collaborative(q, k, v, causal, params, mask=None):
+    """Cordonnier et al. 2020, §3, head by head: scores x_i W̃_Q diag(m_i) W̃_Kᵀ y_jᵀ + y_j·c_i, times √(h/D̃_k) (the
+    official layer's 1/√(D̃_k/h)), softmax over the keys query i may see, values Y W_V^i + b_V^i, Concat W_O + b_O."""
+    h, shared = params.mixing.shape
+    d_v = params.w_v.shape[1] // h
+    n, m = len(q), len(k)
+    scale = math.sqrt(h / shared)
+    allowed = both(causal_allowed(n, m, causal), mask)
+    Q_shared, K_shared = q @ params.w_q, k @ params.w_k
+    heads = []
+    for i in range(h):
+        Q_i = np.array([[Q_shared[t, r] * params.mixing[i, r] for r in range(shared)] for t in range(n)])
+        Q_i = Q_i.reshape(n, shared)
+        content = [0.0 if params.content_bias is None else
+                   sum(k[j, c] * params.content_bias[c, i] for c in range(k.shape[1])) for j in range(m)]
+        bias = np.array([[content[j] * scale for j in range(m)] for _ in range(n)]).reshape(n, m)
+        V_i = v @ params.w_v[:, i * d_v:(i + 1) * d_v] + (0.0 if params.b_v is None else
+                                                           params.b_v[i * d_v:(i + 1) * d_v])
+        heads.append(naive_sdpa(Q_i, K_shared, V_i, allowed=allowed, bias=bias, scale=scale)[0])
+    return np.concatenate(heads, axis=-1) @ params.w_o + (0.0 if params.b_o is None else params.b_o)
 
 
 # ------------------------------------------------------------------------------ the table
@@ -1505,10 +1688,37 @@ def _gaussian_params(hidden, **fixed_options):
     return options
 
 
+def _talking(key_heads, num_heads, value_heads, mask=False):
+    """Talking-heads parameters: random projections with biases (d_k = 3, d_v = 2 per head), P_l (h_k × h) and
+    P_w (h × h_v) standard normal; with ``mask``, a random boolean mask shared by the heads."""
+    def options(rng, n, m, d, causal):
+        proj = random_params(rng, d, 1, d_k=3 * key_heads, d_v=2 * value_heads)
+        params = TalkingHeadsParams(proj, rng.standard_normal((key_heads, num_heads)),
+                                    rng.standard_normal((num_heads, value_heads)))
+        return {"params": params} | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
+    return options
+
+
 def _gaussian_transformer_params(w_high=1.0, b_low=-2.0, **fixed_options):
     """Gaussian Transformer's w ~ U[0, w_high), b ~ U(b_low, 0], and the setting's other options."""
     def options(rng, n, m, d, causal):
         return {"params": GaussianTransformerParams(rng.uniform(0, w_high), -rng.uniform(0, -b_low))} | fixed_options
+
+    return options
+
+
+def _collaborative(num_heads, shared_dim, mask=False, content=True):
+    """Collaborative parameters: W̃_Q, W̃_K (d × D̃_k), mixing (h × D̃_k), values (d_v = 2 per head), output and biases
+    standard normal; ``content``: a content bias too; ``mask``: a random boolean mask shared by the heads."""
+    def options(rng, n, m, d, causal):
+        h = num_heads
+        params = CollaborativeParams(
+            rng.standard_normal((d, shared_dim)) / 2, rng.standard_normal((d, shared_dim)) / 2,
+            rng.standard_normal((h, shared_dim)), rng.standard_normal((d, 2 * h)) / 2,
+            rng.standard_normal((2 * h, d)) / 2, rng.standard_normal((d, h)) if content else None,
+            rng.standard_normal(2 * h), rng.standard_normal(d))
+        return {"params": params} | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
 
     return options
 
@@ -1614,6 +1824,97 @@ def _stack_projections(layers, d_scale=1.0):
         shape = (layers - 1, d, d)
         return {"projections": StackProjections(d_scale * rng.standard_normal(shape) / math.sqrt(d),
                                                 d_scale * rng.standard_normal(shape) / math.sqrt(d))}
+    return options
+
+
+# ------------------------------------------------------------------------------ multi-head variants (survey §4.6)
+
+
+def naive_squash(s):
+    """Sabour et al. Eq. (1): ‖s‖² / (1 + ‖s‖²) · s / ‖s‖, one coordinate at a time (0 for s = 0)."""
+    norm2 = sum(x * x for x in s)
+    if norm2 == 0.0:
+        return [0.0 for _ in s]
+    return [norm2 / (1.0 + norm2) * x / math.sqrt(norm2) for x in s]
+
+
+def naive_dynamic_routing(u, iterations):
+    """Sabour et al. Procedure 1 for one position; u[i][j] is the vote (a list) of input i for output j."""
+    h, N, d = len(u), len(u[0]), len(u[0][0])
+    b = [[0.0] * N for _ in range(h)]
+    for _ in range(iterations):
+        c = []
+        for i in range(h):
+            z = sum(math.exp(b[i][j]) for j in range(N))
+            c.append([math.exp(b[i][j]) / z for j in range(N)])
+        v = [naive_squash([sum(c[i][j] * u[i][j][e] for i in range(h)) for e in range(d)]) for j in range(N)]
+        for i in range(h):
+            for j in range(N):
+                b[i][j] += sum(u[i][j][e] * v[j][e] for e in range(d))
+    return v
+
+
+def naive_em_routing(u, beta_u, beta_a, iterations, inverse_temperature=1.0, eps=1e-8):
+    """Hinton et al. Procedure 1 for one position, every input activation 1, no E-step after the last M-step."""
+    h, N, d = len(u), len(u[0]), len(u[0][0])
+    R = [[1.0 / N] * N for _ in range(h)]
+    for t in range(iterations):
+        mu, var, a = [], [], []
+        for j in range(N):
+            r = sum(R[i][j] for i in range(h))
+            mu_j = [sum(R[i][j] * u[i][j][e] for i in range(h)) / r for e in range(d)]
+            var_j = [sum(R[i][j] * (u[i][j][e] - mu_j[e]) ** 2 for i in range(h)) / r + eps for e in range(d)]
+            cost = sum((beta_u[j] + math.log(math.sqrt(var_j[e]))) * r for e in range(d))
+            a.append(1.0 / (1.0 + math.exp(-inverse_temperature * (beta_a[j] - cost))))
+            mu.append(mu_j)
+            var.append(var_j)
+        if t == iterations - 1:
+            break
+        for i in range(h):
+            p = [a[j] * math.prod(math.exp(-(u[i][j][e] - mu[j][e]) ** 2 / (2 * var[j][e]))
+                                  / math.sqrt(2 * math.pi * var[j][e]) for e in range(d)) for j in range(N)]
+            R[i] = [p[j] / sum(p) for j in range(N)]
+    return [[a[j] * x for x in mu[j]] for j in range(N)]
+
+
+def capsule_routing(q, k, v, causal, params, num_heads=2, routing="dynamic", iterations=3, mask=None):
+    """Li et al. §3: heads (naive_sdpa per head) as input capsules, votes head_i W_ij, routed per position,
+    output capsules concatenated and projected: Concat(Ω_1, …, Ω_N) Wᴼ + bᴼ."""
+    allowed = both(causal_allowed(len(q), len(k), causal), mask)
+    h, N, d_v, d_cap = params.w_votes.shape
+    d_k = params.w_q.shape[1] // h
+    heads = []
+    for i in range(h):
+        ks, vs = slice(i * d_k, (i + 1) * d_k), slice(i * d_v, (i + 1) * d_v)
+        heads.append(naive_sdpa(q @ params.w_q[:, ks] + params.b_q[ks], k @ params.w_k[:, ks] + params.b_k[ks],
+                                v @ params.w_v[:, vs] + params.b_v[vs], allowed=allowed)[0])
+    out = np.zeros((len(q), params.w_o.shape[1]))
+    for t in range(len(q)):
+        u = [[[sum(heads[i][t, c] * params.w_votes[i, j, c, e] for c in range(d_v)) for e in range(d_cap)]
+              for j in range(N)] for i in range(h)]
+        if routing == "dynamic":
+            capsules = naive_dynamic_routing(u, iterations)
+        else:
+            capsules = naive_em_routing(u, params.beta_u, params.beta_a, iterations)
+        concat = [x for capsule in capsules for x in capsule]
+        for c in range(params.w_o.shape[1]):
+            out[t, c] = sum(concat[r] * params.w_o[r, c] for r in range(len(concat))) + params.b_o[c]
+    return out
+
+
+def _capsules(num_heads=2, num_capsules=3, d_capsule=2, mask=False, **fixed_options):
+    """Capsule routing settings: random projections, vote transforms and β with biases (d_k = 3, d_v = 2),
+    N output capsules of width d_capsule, and with ``mask`` a random boolean mask shared by the heads."""
+    def options(rng, n, m, d, causal):
+        h, N = num_heads, num_capsules
+        heads = random_params(rng, d, h, d_k=3, d_v=2)
+        params = CapsuleRoutingParams(
+            heads.w_q, heads.w_k, heads.w_v, rng.standard_normal((h, N, 2, d_capsule)),
+            rng.standard_normal((N * d_capsule, d)) / math.sqrt(N * d_capsule), rng.standard_normal(N),
+            rng.standard_normal(N), heads.b_q, heads.b_k, heads.b_v, rng.standard_normal(d))
+        drawn = {"params": params, "num_heads": h} | fixed_options
+        return drawn | ({"mask": rng.random((n, m)) < 0.7} if mask else {})
+
     return options
 
 
@@ -1770,4 +2071,30 @@ NAIVE: dict[str, NaiveCase] = {
     "predictive_attention": NaiveCase(naive_predictive, (
         _predictive(3), _predictive(2, alpha=0.2, activation="none"), _predictive(4, alpha=0.7, scale=0.6),
         _predictive(1))),
+    "multi_query": NaiveCase(naive_multi_query, (_gqa(2, 1), _gqa(4, 2, mask=True, name_g=True), _gqa(3, 3)),
+                             value_width_d=True),
+    "head_size": NaiveCase(naive_head_size, (_head_size(2, 5), _head_size(4, 1, mask=True), _head_size(1, 7)),
+                           value_width_d=True),
+    "adaptive_span": NaiveCase(naive_adaptive_span, (
+        _heads(),
+        lambda rng, n, m, d, causal: _heads()(rng, n, m, d, causal) | {
+            "z": rng.uniform(0.0, 4.0, size=2), "max_span": 4, "ramp": 1.5},
+        lambda rng, n, m, d, causal: _heads()(rng, n, m, d, causal) | {
+            "z": np.array([0.0, 1.3]), "include_current": False, "eps": 1e-8, "scale": 0.7},
+        lambda rng, n, m, d, causal: _heads(num_heads=1)(rng, n, m, d, causal) | {
+            "z": np.array([2.7]), "max_span": 3, "ramp": 3}), value_width_d=True),
+    "multi_scale": NaiveCase(naive_multi_scale, (
+        _heads(), lambda rng, n, m, d, causal: _heads()(rng, n, m, d, causal) | {"windows": [0, 2]},
+        lambda rng, n, m, d, causal: _heads(num_heads=3)(rng, n, m, d, causal) | {"windows": [1, 0, 10],
+                                                                                  "scale": 0.6}),
+        value_width_d=True),
+    "talking_heads": NaiveCase(naive_talking_heads, (_talking(2, 3, 2), _talking(3, 1, 4, mask=True),
+                                                     _talking(2, 2, 2)), value_width_d=True),
+    "collaborative_heads": NaiveCase(naive_collaborative, (
+        _collaborative(2, 3), _collaborative(3, 5, mask=True), _collaborative(1, 2, content=False)),
+        value_width_d=True),
+    "capsule_routing": NaiveCase(capsule_routing, (
+        _capsules(), _capsules(routing="em"),
+        _capsules(num_heads=3, num_capsules=2, routing="em", iterations=5, mask=True),
+        _capsules(num_heads=1, num_capsules=2, iterations=1, mask=True)), value_width_d=True),
 }

@@ -313,3 +313,11 @@ def test_apply_names_a_query_without_length_and_width(q, error, match, natural, 
         registry.get("multi_head").apply(q, kv, kv, rng=0, params=params, num_heads=num_heads)
     with pytest.raises(error, match=natural):                      # the natural function names its x_q
         multi_head_attention(q, kv, init_multi_head(0, 4, 2), num_heads=2)
+
+
+def test_apply_names_a_query_of_width_zero_when_drawing():
+    from refattn import registry
+
+    empty = np.zeros((3, 0))
+    with pytest.raises(ValueError, match=r"q has width d_model = 0"):
+        registry.get("multi_head").apply(empty, empty, empty, rng=0)

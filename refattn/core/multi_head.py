@@ -49,11 +49,7 @@ class MultiHeadParams:
     b_o: NDArray | None = None
 
     def __post_init__(self) -> None:
-        for name in ("w_q", "w_k", "w_v", "w_o"):
-            w = getattr(self, name)
-            if np.ndim(w) != 2:
-                raise ValueError(f"{name} must be a 2-D matrix, got shape {np.shape(w)}")
-        d_model = self.w_q.shape[0]
+        d_model = check_matrices(self)
         if self.w_k.shape != self.w_q.shape:
             raise ValueError(f"w_k has shape {self.w_k.shape} but w_q has shape {self.w_q.shape}")
         if self.w_v.shape[0] != d_model:
@@ -63,18 +59,30 @@ class MultiHeadParams:
                 f"w_o has shape {self.w_o.shape}; expected (h·d_v, d_model) = "
                 f"({self.w_v.shape[1]}, {d_model})"
             )
-        for b, w in (("b_q", "w_q"), ("b_k", "w_k"), ("b_v", "w_v"), ("b_o", "w_o")):
-            bias = getattr(self, b)
-            if bias is not None and np.shape(bias) != (getattr(self, w).shape[1],):
-                raise ValueError(
-                    f"{b} has shape {np.shape(bias)}; expected ({getattr(self, w).shape[1]},) "
-                    f"to match {w} {getattr(self, w).shape}"
-                )
+        check_biases(self)
 
     @property
     def d_model(self) -> int:
         """Model width: rows of ``w_q``."""
         return self.w_q.shape[0]
+
+
+def check_matrices(params) -> int:
+    """``w_q``, ``w_k``, ``w_v`` and ``w_o`` of a parameter record are 2-D matrices; returns d_model (rows of w_q)."""
+    for name in ("w_q", "w_k", "w_v", "w_o"):
+        w = getattr(params, name)
+        if np.ndim(w) != 2:
+            raise ValueError(f"{name} must be a 2-D matrix, got shape {np.shape(w)}")
+    return params.w_q.shape[0]
+
+
+def check_biases(params) -> None:
+    """Each bias ``b_q``, ``b_k``, ``b_v``, ``b_o`` of a parameter record is None or as wide as its projection."""
+    for b, w in (("b_q", "w_q"), ("b_k", "w_k"), ("b_v", "w_v"), ("b_o", "w_o")):
+        bias = getattr(params, b)
+        if bias is not None and np.shape(bias) != (getattr(params, w).shape[1],):
+            raise ValueError(f"{b} has shape {np.shape(bias)}; expected ({getattr(params, w).shape[1]},) to match "
+                             f"{w} {getattr(params, w).shape}")
 
 
 def init_multi_head(
@@ -205,17 +213,7 @@ def multi_head_attention(
     check_positive_int("num_heads", num_heads)
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be MultiHeadParams (see init_multi_head), got {type(params).__name__}")
-    x_q = as_float("x_q", x_q, dtype, min_ndim=2)
-    x_kv = as_float("x_kv", x_kv, dtype, min_ndim=2)
-    x_v = x_kv if x_v is None else as_float("x_v", x_v, dtype, min_ndim=2)
-    d_model = params.d_model
-    for name, x in (("x_q", x_q), ("x_kv", x_kv), ("x_v", x_v)):
-        if x.shape[-1] != d_model:
-            raise ValueError(f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but params have d_model={d_model}")
-    if x_v.shape[-2] != x_kv.shape[-2]:
-        raise ValueError(f"x_v has m={x_v.shape[-2]} but x_kv has m={x_kv.shape[-2]}")
-    broadcast_batch({"x_q": x_q.shape[:-2], "x_kv": x_kv.shape[:-2], "x_v": x_v.shape[:-2]})
-
+    x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model, dtype)
     if mask is not None:
         mask = check_mask_shape(mask, x_q.shape[-2], x_kv.shape[-2])   # as given, before the head axis
     Q = project_heads(x_q, params.w_q, params.b_q, num_heads)      # (..., h, n, d_k)  Q W_iᵠ
@@ -228,6 +226,26 @@ def multi_head_attention(
     heads, A = result if return_weights else (result, None)
     out = combine_heads(heads, params.w_o, params.b_o)             # (..., n, d_model)  Concat(·) Wᴼ
     return (out, A) if return_weights else out
+
+
+def layer_inputs(x_q: ArrayLike, x_kv: ArrayLike, x_v: ArrayLike | None, d_model: int,
+                 dtype=np.float64) -> tuple[NDArray, NDArray, NDArray]:
+    """A layer's inputs checked and converted: (x_q, x_kv, x_v), x_v = x_kv when None.
+
+    Each is a float array of at least 2 dimensions with ``d_model`` columns; x_v has x_kv's m
+    rows; the leading (batch) dims broadcast. ``ValueError``/``TypeError`` naming the argument and
+    the shapes seen otherwise.
+    """
+    x_q = as_float("x_q", x_q, dtype, min_ndim=2)
+    x_kv = as_float("x_kv", x_kv, dtype, min_ndim=2)
+    x_v = x_kv if x_v is None else as_float("x_v", x_v, dtype, min_ndim=2)
+    for name, x in (("x_q", x_q), ("x_kv", x_kv), ("x_v", x_v)):
+        if x.shape[-1] != d_model:
+            raise ValueError(f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but params have d_model={d_model}")
+    if x_v.shape[-2] != x_kv.shape[-2]:
+        raise ValueError(f"x_v has m={x_v.shape[-2]} but x_kv has m={x_kv.shape[-2]}")
+    broadcast_batch({"x_q": x_q.shape[:-2], "x_kv": x_kv.shape[:-2], "x_v": x_v.shape[:-2]})
+    return x_q, x_kv, x_v
 
 
 def project_heads(x: NDArray, w: NDArray, b: NDArray | None, num_heads: int) -> NDArray:
@@ -270,23 +288,32 @@ def head_shared(mask: ArrayLike | None) -> ArrayLike | None:
     return np.expand_dims(mask, -3) if mask.ndim >= 3 else mask
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, params=None, mask=None):
-    """MultiHead(Q, K, V) with ``params``: a :class:`MultiHeadParams`, drawn from ``rng``
-    (:func:`init_multi_head`, d_model = q's width) when omitted, or ``"identity"``: one head whose
-    four projections are the identity (no bias), which is scaled dot-product attention itself."""
-    q = as_float("q", q, min_ndim=2)                               # its width sizes the drawn parameters
+def resolve_params(params, d_model: int, num_heads: int, rng) -> MultiHeadParams:
+    """The ``params`` option of a multi-head registry entry: a :class:`MultiHeadParams` as given, drawn from
+    ``rng`` (:func:`init_multi_head`, width ``d_model``) when ``None``, or ``"identity"``: one head whose four
+    projections are the identity (no bias), which is scaled dot-product attention itself."""
     if params is None:
         if rng is None:
             raise ValueError("multi-head attention needs params= or rng= to draw them")
-        params = init_multi_head(rng, q.shape[-1], num_heads)
-    elif isinstance(params, str):
+        if d_model == 0:
+            raise ValueError("q has width d_model = 0: there are no projections to draw")
+        return init_multi_head(rng, d_model, num_heads)
+    if isinstance(params, str):
         if params != "identity" or num_heads != 1:
             raise ValueError(f"params must be MultiHeadParams, None or 'identity' (with num_heads=1), got {params!r} "
                              f"with num_heads={num_heads}")
-        eye = np.eye(q.shape[-1])
-        params = MultiHeadParams(eye, eye, eye, eye)
-    elif not isinstance(params, MultiHeadParams):
+        eye = np.eye(d_model)
+        return MultiHeadParams(eye, eye, eye, eye)
+    if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be MultiHeadParams, None or 'identity', got {type(params).__name__}")
+    return params
+
+
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, params=None, mask=None):
+    """MultiHead(Q, K, V) with ``params`` (see :func:`resolve_params`: drawn from ``rng`` when omitted, d_model =
+    q's width, or ``"identity"`` with one head: scaled dot-product attention itself)."""
+    q = as_float("q", q, min_ndim=2)                               # its width sizes the drawn parameters
+    params = resolve_params(params, q.shape[-1], num_heads, rng)
     draws = {"params": params}                                     # drawn from rng, or as given
     if not return_weights:
         return AttentionResult(multi_head_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask,
