@@ -1,9 +1,9 @@
 """The catalogue's ids, family by family, in catalogue order: what the registry grows into.
 
 The registry must hold only these ids, each under its family, in this order. The ids of the survey's families
-follow its taxonomy (T. Lin et al., "A Survey of Transformers", arXiv:2106.04554, §2 and §4.1-§4.6); "beyond"
-holds the positional encodings and attention-free or hybrid mechanisms outside the survey, whose families are
-settled when they are implemented.
+follow its taxonomy (T. Lin et al., "A Survey of Transformers", arXiv:2106.04554, §2 and §4.1-§4.6);
+"positional" holds the positional encodings that replaced the sinusoids, and "beyond" the attention-free and
+hybrid mechanisms outside the survey.
 """
 
 CATALOGUE = {
@@ -34,8 +34,10 @@ CATALOGUE = {
         "disagreement_reg", "pattern_aux_loss", "talking_heads", "collaborative_heads", "adaptive_span",
         "multi_scale", "capsule_routing", "multi_query", "head_size",
     ),
+    "positional": (
+        "learned_pe", "relative_pe", "transformer_xl", "t5_bias", "alibi", "rope", "kerple", "deberta",
+    ),
     "beyond": (
-        "learned_pe", "relative_pe", "transformer_xl", "t5_bias", "alibi", "rope", "kerple", "deberta", "fnet",
-        "aft", "gmlp", "topk", "sinkformer", "xcit", "skyformer", "scatterbrain", "long_short", "gau",
+        "fnet", "aft", "gmlp", "topk", "sinkformer", "xcit", "skyformer", "scatterbrain", "long_short", "gau",
     ),
 }
