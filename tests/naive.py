@@ -1571,6 +1571,50 @@ def _random_length(n, m, causal):
     return 1 + (m if causal == "bottom-right" else max(n, m))
 
 
+# ------------------------------------------------------------------------------ positional encodings
+
+
+def naive_query_position(i, n, m, causal):
+    """Query i sits at position i, or i + m − n when the n queries are the last n of m (bottom-right)."""
+    return i + (m - n if causal == "bottom-right" else 0)
+
+
+def naive_alibi(q, k, v, causal, slope=0.5, form="causal", scale=None):
+    """Press et al. (2022), §3: s_ij = q_i·k_j·scale − slope·(p_i − j), or − slope·|p_i − j| (symmetric)."""
+    n, m = len(q), len(k)
+    bias = np.zeros((n, m))
+    for i in range(n):
+        for j in range(m):
+            distance = naive_query_position(i, n, m, causal) - j
+            bias[i, j] = -slope * (abs(distance) if form == "symmetric" else distance)
+    allowed = None if causal is False else naive_causal_allowed(n, m, "top-left" if causal is True else causal)
+    return naive_sdpa(q, k, v, allowed, bias, scale)[0]
+
+
+def naive_rotate(x, positions, base, pairing, rotary_dim, scaling):
+    """Su et al. (2021), Eq. 34: pair t of dimensions turned by (p/s)·base^(−2t/r), one scalar at a time."""
+    rows, d = x.shape
+    r = d if rotary_dim is None else rotary_dim
+    out = x.copy()
+    for row in range(rows):
+        for t in range(r // 2):
+            a, b = (2 * t, 2 * t + 1) if pairing == "interleaved" else (t, t + r // 2)
+            angle = positions[row] / scaling * base ** (-2 * t / r)
+            out[row, a] = x[row, a] * math.cos(angle) - x[row, b] * math.sin(angle)
+            out[row, b] = x[row, a] * math.sin(angle) + x[row, b] * math.cos(angle)
+    return out
+
+
+def naive_rope(q, k, v, causal, base=10000.0, pairing="interleaved", rotary_dim=None, scaling=1.0, scale=None):
+    """RoFormer: softmax attention of q_i and k_j rotated by their positions p_i and j."""
+    n, m = len(q), len(k)
+    q_rot = naive_rotate(q, [naive_query_position(i, n, m, causal) for i in range(n)], base, pairing, rotary_dim,
+                         scaling)
+    k_rot = naive_rotate(k, list(range(m)), base, pairing, rotary_dim, scaling)
+    allowed = None if causal is False else naive_causal_allowed(n, m, "top-left" if causal is True else causal)
+    return naive_sdpa(q_rot, k_rot, v, allowed, None, scale)[0]
+
+
 @dataclass(frozen=True)
 class NaiveCase:
     """The naive twin of one registered mechanism.
@@ -2097,4 +2141,9 @@ NAIVE: dict[str, NaiveCase] = {
         _capsules(), _capsules(routing="em"),
         _capsules(num_heads=3, num_capsules=2, routing="em", iterations=5, mask=True),
         _capsules(num_heads=1, num_capsules=2, iterations=1, mask=True)), value_width_d=True),
+    "alibi": NaiveCase(naive_alibi, (
+        DEFAULTS, fixed(form="symmetric"), fixed(slope=2.0, scale=0.6), fixed(slope=0.3, form="symmetric"))),
+    "rope": NaiveCase(naive_rope, (
+        DEFAULTS, fixed(pairing="half"), fixed(rotary_dim=2, base=100.0), fixed(pairing="half", base=10.0, scaling=2.5),
+        fixed(scaling=0.5, base=3.0, scale=0.7))),
 }
