@@ -202,7 +202,9 @@ def _check_slope(slope) -> float:
     """One finite slope >= 0."""
     if isinstance(slope, bool) or not isinstance(slope, (int, float, np.integer, np.floating)):
         raise TypeError(f"slope must be a real number, got {type(slope).__name__}")
-    return float(_check_slopes([float(slope)])[0])
+    if not (np.isfinite(slope) and slope >= 0):
+        raise ValueError(f"slope must be a finite number >= 0, got {slope!r}")
+    return float(slope)
 
 
 def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, slope=DEFAULT_SLOPE, form="causal", scale=None):

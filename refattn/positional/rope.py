@@ -107,7 +107,7 @@ def rotate(x: ArrayLike, positions: ArrayLike, *, base: float = ROPE_BASE, pairi
     ----------
     x : (..., T, d) array_like
         Queries or keys, one row per position.
-    positions : (T,) array_like of float
+    positions : (T,) array_like of int or float
         p, the position of each row (any finite reals; 0 leaves the row unchanged).
     base : float, default 10000
         The base of θ_i.
@@ -137,7 +137,8 @@ def rotate(x: ArrayLike, positions: ArrayLike, *, base: float = ROPE_BASE, pairi
     array([[0., 1., 0., 1.]])
     """
     x = as_float("x", x, min_ndim=2)
-    positions = as_float("positions", positions)
+    positions = np.asarray(positions)
+    positions = positions.astype(np.float64) if positions.dtype.kind in "iu" else as_float("positions", positions)
     if positions.shape != (x.shape[-2],):
         raise ValueError(f"positions must have shape (T,) = ({x.shape[-2]},) for x of shape {x.shape} "
                          f"(..., T, d), got {positions.shape}")
