@@ -10,6 +10,9 @@ with fixed slopes m_h. For h a power of two they are the geometric sequence 2^(�
 ofirpress/attention_with_linear_biases) takes the slopes of the closest power of two below, h' = 2^⌊log₂ h⌋,
 then every other slope of 2h' (2^(−8/2h'·1), 2^(−8/2h'·3), …) until there are h.
 
+ALiBi appeared after the survey (its §5.1 covers positional representations up to mid-2021); it is
+filed under that section.
+
 Positions: query i sits at position i (bottom-right: i + m − n, the n queries being the last n of
 the m positions), key j at position j; the relative distance is i − j.
 
@@ -222,7 +225,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, slope=DEFAU
 
 
 RECORD = Mechanism(
-    id="alibi", title="Attention with linear biases (ALiBi)", family="positional", section="5.1 (after the survey)",
+    id="alibi", title="Attention with linear biases (ALiBi)", family="positional", section="5.1",
     paper=PRESS,
     equation=r"\operatorname{softmax}\big(q_i^\top k_j/\sqrt{d_k} - m_h\,(i - j)\big),\quad m_t = 2^{-8t/h}",
     time="O(h·n·m·d)", memory="O(h·n·m)", kind="attention", function=alibi_attention, apply=_apply, causal=True,
