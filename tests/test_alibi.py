@@ -13,10 +13,10 @@ TIGHT = {"rtol": 1e-12, "atol": 1e-12}
 APPLY = registry.get("alibi").apply
 
 # The slopes of get_slopes(n) in TransformerDecoder.__init__ of fairseq/models/transformer.py, official code
-# github.com/ofirpress/attention_with_linear_biases (commit 3b7c2eca): for a power of two n, start = 2^(−2^−(log2 n − 3))
-# = 2^(−8/n) and start·start^i; otherwise the slopes of the closest power of two below, then
-# get_slopes(2·closest)[0::2][:n − closest]. Written out by hand from that rule: 2^−k as exact binary fractions,
-# 2^−(k + 1/2) to 16 digits.
+# github.com/ofirpress/attention_with_linear_biases (commit 3b7c2eca): for a power of two n,
+# start = 2^(−2^−(log2 n − 3)) = 2^(−8/n) and start·start^i; otherwise the slopes of the closest power of two
+# below, then get_slopes(2·closest)[0::2][:n − closest]. Written out by hand from that rule: 2^−k as exact binary
+# fractions, 2^−(k + 1/2) to 16 digits.
 OFFICIAL_SLOPES = {
     8: [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625],
     12: [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625,                       # h' = 8
@@ -109,8 +109,10 @@ def test_extrapolation_far_keys_fade_with_the_slope(rng):
     (lambda: alibi_bias(3, slopes=[0.5], form="encoder"), "form"),
     (lambda: alibi_attention(np.ones((2, 3, 4)), np.ones((2, 3, 4)), np.ones((2, 3, 4)), slopes=[0.5]),
      r"slopes has 1 entries but q has 2 heads \(shape \(2, 3, 4\)"),
-    (lambda: alibi_attention(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4))), "q must have at least 3 dimensions"),
-    (lambda: APPLY(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4)), slope=np.inf), "slope must be a finite number >= 0"),
+    (lambda: alibi_attention(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4))),
+     "q must have at least 3 dimensions"),
+    (lambda: APPLY(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4)), slope=np.inf),
+     "slope must be a finite number >= 0"),
     (lambda: APPLY(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4)), slope="1"), "slope must be a real number"),
 ])
 def test_bad_input_is_refused_naming_the_argument(call, match):

@@ -3,8 +3,8 @@ RoPE, KERPLE and DeBERTa's disentangled attention, each with the details that si
 named options.
 """
 
-from .alibi import RECORD as ALIBI
 from .alibi import ALIBI_FORMS, alibi_attention, alibi_bias, alibi_slopes
+from .alibi import RECORD as ALIBI
 from .rope import RECORD as ROPE
 from .rope import ROPE_BASE, ROPE_PAIRINGS, rope_attention, rope_frequencies, rotate
 
