@@ -157,7 +157,7 @@ def rotate(x: ArrayLike, positions: ArrayLike, *, base: float = ROPE_BASE, pairi
     return out
 
 
-def default_positions(n: int, m: int, causal) -> tuple[NDArray, NDArray]:
+def _default_positions(n: int, m: int, causal) -> tuple[NDArray, NDArray]:
     """Query positions i (bottom-right: i + m − n) and key positions j, as floats."""
     shift = m - n if causal_alignment(causal) == "bottom-right" else 0
     return np.arange(n, dtype=np.float64) + shift, np.arange(m, dtype=np.float64)
@@ -220,7 +220,7 @@ def rope_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool | s
     return_weights = check_bool("return_weights", return_weights)
     q, k, v = as_float("q", q, min_ndim=2), as_float("k", k, min_ndim=2), as_float("v", v, min_ndim=2)
     check_qkv(q, k, v)
-    p_q, p_k = default_positions(q.shape[-2], k.shape[-2], causal)
+    p_q, p_k = _default_positions(q.shape[-2], k.shape[-2], causal)
     options = {"base": base, "pairing": pairing, "rotary_dim": rotary_dim, "scaling": scaling}
     q_rot = rotate(q, p_q if q_positions is None else q_positions, **options)  # R_{p_i} q_i
     k_rot = rotate(k, p_k if k_positions is None else k_positions, **options)  # R_{p_j} k_j
