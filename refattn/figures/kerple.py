@@ -3,7 +3,7 @@ r"""Figure of KERPLE (Chi et al., 2022): the log and power biases over (i, j) at
 Top row: the log variant B_ij = −r1·log(1 + r2|i − j|) at three (r1, r2), with the causal mask of
 the paper's language models (future keys grey), and B against the distance |i − j|. Bottom row:
 the power variant −r1·|i − j|^r2, r2 ∈ (0, 2] (r2 = 1 is ALiBi's linear bias). n = m = 24; the
-colour scale stops at −8 (the biases reach about −30).
+colour scale stops at −8 (the power variant at r2 = 2 reaches about −11).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def kerple() -> Figure:
     -------
     fig : matplotlib.figure.Figure
     """
-    fig = figure((15.0, 8.6))
+    fig = figure((14.0, 8.6))
     rows = fig.subfigures(2, 1)
     distance = np.arange(N)
     for row, (variant, settings) in zip(rows, SETTINGS.items(), strict=True):

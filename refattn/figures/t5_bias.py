@@ -46,7 +46,7 @@ def t5_bias() -> Figure:
     weights = scaled_dot_product_attention(q, k, v, B[0], return_weights=True)[1]
     softmax = scaled_dot_product_attention(q, k, v, return_weights=True)[1]
 
-    fig = figure((15.0, 9.6))
+    fig = figure((14.0, 9.6))
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.0, 1.0])
     maps_panel, line_panel = top.subfigures(1, 2, width_ratios=[2.0, 1.1])
     draw_attention(maps_panel, maps, allowed=allowed, vmin=0.0, vmax=31.0, cmap="turbo", annotate=False,
