@@ -1952,7 +1952,7 @@ def naive_t5_bias(q, k, v, causal, params, bidirectional=None, max_distance=128,
 
 
 def naive_kerple(q, k, v, causal, params, variant="log", scale=None):
-    """Chi et al. (2022) §3.2: s_ij = q_i·k_j·scale − r1·log(1 + r2|p_i − j|) ("log") or − r1·|p_i − j|^r2
+    """Chi et al. (2022) §3: s_ij = q_i·k_j·scale − r1·log(1 + r2|p_i − j|) ("log") or − r1·|p_i − j|^r2
     ("power"), p_i = i (+ m − n bottom-right)."""
     n, m = len(q), len(k)
     offset = m - n if causal == "bottom-right" else 0

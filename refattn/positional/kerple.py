@@ -9,7 +9,7 @@ softmax cancels:
     power variant    B_ij = −r1 · |i − j|^r2                 r1 > 0, 0 < r2 ≤ 2
 
 (r1, r2) are learned, one pair per head. The constraints are the paper's: they keep −|i − j|^r2
-(power, 0 < r2 ≤ 2) and −log(1 + r2|i − j|) CPD (§3, Eqs. 5-6). Both biases are 0 on the
+(power, 0 < r2 ≤ 2) and −log(1 + r2|i − j|) CPD (§3). Both biases are 0 on the
 diagonal and fall as keys recede, so each head's attention decays with distance, slowly
 (logarithmically) or at a learned power. ALiBi is the power variant with r2 = 1.
 
@@ -47,7 +47,7 @@ __all__ = ["KERPLE_VARIANTS", "KerpleParams", "init_kerple", "kerple_attention",
 
 CHI = ('T.-C. Chi, T.-H. Fan, P. J. Ramadge, A. I. Rudnicky, 2022, "KERPLE: Kernelized Relative Positional Embedding '
        'for Length Extrapolation", NeurIPS 2022, arXiv:2205.09921')
-#: The two kernels of the paper (§3.2): the logarithmic and the power CPD kernel.
+#: The two kernels of the paper (§3): the logarithmic and the power CPD kernel.
 KERPLE_VARIANTS = ("log", "power")
 METHODS = ("equation", "blocked", "auto")
 
@@ -218,7 +218,7 @@ def kerple_attention(
     Notes
     -----
     **Constraints.** r1 > 0 and r2 > 0 for both kernels, r2 ≤ 2 for the power kernel (the paper,
-    §3.2); a bad value raises ValueError. **Exact limit.** r1 = 0 gives B = −0.0: softmax attention
+    §3); a bad value raises ValueError. **Exact limit.** r1 = 0 gives B = −0.0: softmax attention
     exactly. (In the power variant r2 → 0 only shifts every score by −r1, which the softmax also
     cancels, up to rounding.)
 
