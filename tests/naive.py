@@ -21,6 +21,7 @@ from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
+from refattn.positional import KerpleParams, T5BiasParams
 from refattn.prior import (
     AttentionConv,
     CamtlParams,
@@ -1962,6 +1963,61 @@ def _capsules(num_heads=2, num_capsules=3, d_capsule=2, mask=False, **fixed_opti
     return options
 
 
+# ------------------------------------------------------------------------------ positional encodings
+
+
+def naive_t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    """mesh_tensorflow's ``_relative_position_bucket`` (transformer/transformer_layers.py) for one integer
+    r = memory position − query position, in scalar Python."""
+    ret, n = 0, -relative_position
+    if bidirectional:
+        num_buckets //= 2
+        ret += num_buckets if n < 0 else 0
+        n = abs(n)
+    else:
+        n = max(n, 0)
+    max_exact = num_buckets // 2
+    if n < max_exact:
+        return ret + n
+    large = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact))
+    return ret + min(large, num_buckets - 1)
+
+
+def naive_t5_bias(q, k, v, causal, params, bidirectional=None, max_distance=128, scale=None):
+    """Raffel et al. (2020) §2.1: s_ij = q_i·k_j·scale + b[bucket(j − p_i)], p_i = i (+ m − n bottom-right),
+    bidirectional buckets without a causal mask unless told."""
+    n, m = len(q), len(k)
+    offset = m - n if causal == "bottom-right" else 0
+    bidirectional = causal is False if bidirectional is None else bidirectional
+    table = [float(x) for x in params.table]
+    bias = np.array([[table[naive_t5_bucket(j - (i + offset), bidirectional, len(table), max_distance)]
+                      for j in range(m)] for i in range(n)]).reshape(n, m)
+    return naive_sdpa(q, k, v, allowed=causal_allowed(n, m, causal), bias=bias, scale=scale)[0]
+
+
+def naive_kerple(q, k, v, causal, params, variant="log", scale=None):
+    """Chi et al. (2022) §3: s_ij = q_i·k_j·scale − r1·log(1 + r2|p_i − j|) ("log") or − r1·|p_i − j|^r2
+    ("power"), p_i = i (+ m − n bottom-right)."""
+    n, m = len(q), len(k)
+    offset = m - n if causal == "bottom-right" else 0
+    r1, r2 = float(params.r1), float(params.r2)
+    kernel = (lambda t: -r1 * math.log(1 + r2 * t)) if variant == "log" else (lambda t: -r1 * t ** r2)
+    bias = np.array([[kernel(abs(i + offset - j)) for j in range(m)] for i in range(n)]).reshape(n, m)
+    return naive_sdpa(q, k, v, allowed=causal_allowed(n, m, causal), bias=bias, scale=scale)[0]
+
+
+def _t5_table(num_buckets=32, **fixed_options):
+    """A random one-head table of ``num_buckets`` scalars, wide enough (±3) to move the weights."""
+    return lambda rng, n, m, d, causal: {"params": T5BiasParams(rng.uniform(-3.0, 3.0, num_buckets))} | fixed_options
+
+
+def _kerple(variant="log", r1_high=2.0, r2_high=1.0, **fixed_options):
+    """Random one-head r1 ∈ (0, r1_high), r2 ∈ (0, r2_high) for ``variant``."""
+    return lambda rng, n, m, d, causal: {
+        "params": KerpleParams(rng.uniform(0.01, r1_high), rng.uniform(0.01, r2_high)), "variant": variant,
+    } | fixed_options
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -2146,4 +2202,10 @@ NAIVE: dict[str, NaiveCase] = {
     "rope": NaiveCase(naive_rope, (
         DEFAULTS, fixed(pairing="half"), fixed(rotary_dim=2, base=100.0), fixed(pairing="half", base=10.0, scaling=2.5),
         fixed(scaling=0.5, base=3.0, scale=0.7))),
+    "t5_bias": NaiveCase(naive_t5_bias, (
+        _t5_table(), _t5_table(bidirectional=True), _t5_table(num_buckets=8, max_distance=6, scale=0.7),
+        _t5_table(num_buckets=6, bidirectional=False, max_distance=5))),
+    "kerple": NaiveCase(naive_kerple, (
+        _kerple(), _kerple("power", r2_high=2.0), _kerple("log", r1_high=5.0, r2_high=3.0, scale=0.6),
+        _kerple("power", r1_high=3.0, r2_high=0.5))),
 }
