@@ -159,7 +159,7 @@ def relative_attention(
 
     Notes
     -----
-    Time O(n·m·d + n·k·d), memory O(n·m). With every embedding zero, softmax attention exactly.
+    Time O(n·m·(d + k)), memory O(n·m) (the value term sums α over each clipped distance in turn). With every embedding zero, softmax attention exactly.
 
     References
     ----------
@@ -197,8 +197,8 @@ def relative_attention(
     qa = (q @ w_K.T) * scale                                       # (..., n, 2k+1)  q_i·w^K_r/√d
     bias = np.take_along_axis(qa, np.broadcast_to(idx, (*qa.shape[:-2], n, m)), axis=-1)  # (..., n, m)  q_i·a^K_ij/√d
     out, A = scaled_dot_product_attention(q, k, v, mask=bias, causal=causal, scale=scale, return_weights=True)
-    onehot = idx[..., None] == np.arange(w_K.shape[0])             # (n, m, 2k+1)
-    per_distance = np.einsum("...ij,ijr->...ir", A, onehot)        # (..., n, 2k+1)  Σ_{j: idx_ij = r} α_ij
+    per_distance = np.stack([np.where(idx == r, A, 0.0).sum(axis=-1) for r in range(w_K.shape[0])],
+                            axis=-1)                               # (..., n, 2k+1)  Σ_{j: idx_ij = r} α_ij
     out = out + per_distance @ w_V                                 # (..., n, d_v)  + Σ_j α_ij a^V_ij
     return (out, A) if return_weights else out
 
@@ -232,7 +232,7 @@ RECORD = Mechanism(
     section="5.1.2", paper=SHAW,
     equation=r"e_{ij} = \frac{q_i (k_j + a^K_{ij})^\top}{\sqrt{d}},\quad z_i = \sum_j \alpha_{ij}(v_j + a^V_{ij}),"
              r"\quad a_{ij} = w_{\operatorname{clip}(j-i,\,k)}",
-    time="O(n·m·d)", memory="O(n·m)", kind="attention", function=relative_attention, apply=_apply,
+    time="O(n·m·(d + k))", memory="O(n·m)", kind="attention", function=relative_attention, apply=_apply,
     causal=True, position_dependent=True, figure="refattn.figures.relative_pe:relative_pe",
     examples=({"max_distance": 1}, {"max_distance": 0}),
     exact_options={"embeddings": "zero"}, exact_limit="every relative embedding zero (a^K = a^V = 0)",

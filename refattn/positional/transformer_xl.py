@@ -327,11 +327,12 @@ def transformer_xl_attention(
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], params.u.shape[:-1])
     check_fits("Transformer-XL's four (..., n, m) score terms", (4, *batch, n, m))
-    a, b, c, d_term = transformer_xl_terms(q, k, params, causal=causal, clamp_len=clamp_len, method=method)
-    S = (a + b + c + d_term) * scale                               # (..., n, m)  A^rel / √d
     offset = _offset(causal, n, m)
     allowed = np.arange(m)[None, :] <= np.arange(n)[:, None] + offset   # (n, m)  j ≤ i + mlen
-    A = softmax(S, mask=allowed)                                   # (..., n, m)  by selection
+    with np.errstate(invalid="ignore", over="ignore"):             # NaN/Inf inputs: IEEE in the rows that see them
+        a, b, c, d_term = transformer_xl_terms(q, k, params, causal=causal, clamp_len=clamp_len, method=method)
+        S = (a + b + c + d_term) * scale                           # (..., n, m)  A^rel / √d
+        A = softmax(S, mask=allowed)                               # (..., n, m)  by selection
     empty = np.broadcast_to(~allowed.any(axis=-1, keepdims=True), (*A.shape[:-1], 1))
     out = weighted_values(A, v, allowed, empty, "zero")            # (..., n, d_v)
     return (out, A) if return_weights else out
