@@ -75,7 +75,7 @@ def test_shift_terms_equal_direct_terms_on_every_visible_pair(rng, causal, n, m)
     for clamp_len in (None, 2):
         direct = transformer_xl_terms(q, k, params, causal=causal, clamp_len=clamp_len)
         shift = transformer_xl_terms(q, k, params, causal=causal, clamp_len=clamp_len, method="shift")
-        for name, x, y in zip("abcd", direct, shift):
+        for name, x, y in zip("abcd", direct, shift, strict=True):
             np.testing.assert_allclose(x[..., visible], y[..., visible], **TIGHT, err_msg=f"term ({name})")
 
 

@@ -3,10 +3,10 @@ r"""Figure of Transformer-XL (Dai et al., 2019; survey §5.1.2): the four score 
 Top: the terms (a) q_iᵀk_j, (b) q_iᵀW_k,R R_{i−j}, (c) uᵀk_j and (d) vᵀW_k,R R_{i−j} (each /√d) of one
 segment of 8 queries over a memory of 8 positions and its own 8 (seeded input, d = 8, seed 4;
 u, v, W_k,R from N(0, 1) so the position terms show: the official 0.02 makes them faint), with
-the pairs the causal mask removes (j > i + mlen) in grey; (c) is constant down each column, (d) along
-each diagonal i − j, (b) along no line (it reads q_i). Bottom: one attention-only layer decoding 16 states in two segments of 8
-with mem_len = 8 (:func:`~refattn.positional.transformer_xl_step`), the keys on absolute positions:
-segment 1 has no memory (plain relative attention), segment 2 reads the cached states of segment 1
+the pairs the causal mask removes (j > i + mlen) in grey; (c) is constant down each column, (d)
+along each diagonal i − j, (b) along no line (it reads q_i). Bottom: one attention-only layer
+decoding 16 states in two segments of 8 with mem_len = 8
+(:func:`~refattn.positional.transformer_xl_step`), the keys on absolute positions: segment 1 has no memory (plain relative attention), segment 2 reads the cached states of segment 1
 (no gradient flows into them) before its own.
 """
 from __future__ import annotations

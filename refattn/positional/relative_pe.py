@@ -31,8 +31,8 @@ from ..common import (
     check_fits,
     check_non_negative_int,
     check_qkv,
-    default_scale,
     check_scale,
+    default_scale,
     glorot,
 )
 from ..core.sdpa import scaled_dot_product_attention
@@ -159,7 +159,8 @@ def relative_attention(
 
     Notes
     -----
-    Time O(n·m·(d + k)), memory O(n·m) (the value term sums α over each clipped distance in turn). With every embedding zero, softmax attention exactly.
+    Time O(n·m·(d + k)), memory O(n·m) (the value term sums α over each clipped distance in turn).
+    With every embedding zero, softmax attention exactly.
 
     References
     ----------

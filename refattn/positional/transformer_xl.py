@@ -415,7 +415,7 @@ def transformer_xl_step(
     if len(memories) != len(layers):
         raise ValueError(f"memories has {len(memories)} entries for {len(layers)} layers")
     new_memories, weights = [], []
-    for layer, memory in zip(layers, memories):
+    for layer, memory in zip(layers, memories, strict=True):
         h_tilde = np.concatenate([np.broadcast_to(memory, (*h.shape[:-2], *memory.shape[-2:])), h], axis=-2)
         q, k, v = h @ layer.W_q, h_tilde @ layer.W_k, h_tilde @ layer.W_v
         out, A = transformer_xl_attention(q, k, v, layer.params, causal="bottom-right", clamp_len=clamp_len,
