@@ -6,8 +6,9 @@ u, v, W_k,R from N(0, 1) so the position terms show: the official 0.02 makes the
 the pairs the causal mask removes (j > i + mlen) in grey; (c) is constant down each column, (d)
 along each diagonal i − j, (b) along no line (it reads q_i). Bottom: one attention-only layer
 decoding 16 states in two segments of 8 with mem_len = 8
-(:func:`~refattn.positional.transformer_xl_step`), the keys on absolute positions: segment 1 has no memory (plain relative attention), segment 2 reads the cached states of segment 1
-(no gradient flows into them) before its own.
+(:func:`~refattn.positional.transformer_xl_step`), the keys on absolute positions: segment 1 has
+no memory (plain relative attention), segment 2 reads the cached states of segment 1 (no gradient
+flows into them) before its own.
 """
 from __future__ import annotations
 
