@@ -22,6 +22,7 @@ from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
 from refattn.positional import KerpleParams, T5BiasParams
+from refattn.positional import RelativeEmbeddings, TransformerXLParams
 from refattn.prior import (
     AttentionConv,
     CamtlParams,
@@ -2016,6 +2017,87 @@ def _kerple(variant="log", r1_high=2.0, r2_high=1.0, **fixed_options):
     return lambda rng, n, m, d, causal: {
         "params": KerpleParams(rng.uniform(0.01, r1_high), rng.uniform(0.01, r2_high)), "variant": variant,
     } | fixed_options
+# ------------------------------------------------------------------------------ positional (survey §5.1)
+
+
+def _query_position(i, n, m, causal):
+    """Position of query i: i, or i + m − n for the last n of m positions."""
+    return i + (m - n if causal == "bottom-right" else 0)
+
+
+def naive_relative_pe(q, k, v, causal, embeddings, max_distance=None):
+    """Shaw et al. 2018, Eqs. (3)-(6): e_ij = q_i(k_j + a^K_ij)ᵀ/√d, z_i = Σ_j α_ij (v_j + a^V_ij),
+    a_ij = w_clip(j − i, k), one pair at a time."""
+    n, d = q.shape
+    m, d_v = v.shape
+    w_K, w_V = np.asarray(embeddings.keys), np.asarray(embeddings.values)
+    K = (w_K.shape[0] - 1) // 2
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        pos = _query_position(i, n, m, causal)
+        scores = {}
+        for j in range(m):
+            if causal is not False and j > pos:
+                continue
+            r = max(-K, min(K, j - pos)) + K
+            scores[j] = sum(q[i, c] * (k[j, c] + w_K[r, c]) for c in range(d)) / math.sqrt(d)
+        if not scores:
+            continue
+        top = max(scores.values())
+        total = sum(math.exp(s - top) for s in scores.values())
+        for j, s in scores.items():
+            r = max(-K, min(K, j - pos)) + K
+            for c in range(d_v):
+                out[i, c] += math.exp(s - top) / total * (v[j, c] + w_V[r, c])
+    return out
+
+
+def _shaw(max_distance):
+    def options(rng, n, m, d, causal):
+        size = 2 * max_distance + 1
+        return {"embeddings": RelativeEmbeddings(rng.standard_normal((size, d)), rng.standard_normal((size, 3)))}
+    return options
+
+
+def naive_sinusoid(p, d_r):
+    """Transformer-XL's R_p: [sin(p f_0), …, sin(p f_{d_r/2−1}), cos(p f_0), …], f_c = 10000^(−2c/d_r)."""
+    freqs = [10000.0 ** (-(2 * c) / d_r) for c in range(d_r // 2)]
+    return [math.sin(p * f) for f in freqs] + [math.cos(p * f) for f in freqs]
+
+
+def naive_transformer_xl(q, k, v, causal, params, clamp_len=None, method="direct", scale=None):
+    """Dai et al. 2019, §3.3: A_ij = q_iᵀk_j + q_iᵀW_R R_{i−j} + uᵀk_j + vᵀW_R R_{i−j} (distance i + mlen − j,
+    clamped at clamp_len), softmax over j ≤ i + mlen, one pair at a time (``method`` is the same maths)."""
+    n, d = q.shape
+    m, d_v = v.shape
+    u, vb, W_r = (np.asarray(x) for x in (params.u, params.v, params.W_r))
+    d_r = W_r.shape[0]
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        pos = _query_position(i, n, m, causal)
+        scores = {}
+        for j in range(pos + 1 if pos + 1 < m else m):
+            p = pos - j if clamp_len is None else min(pos - j, clamp_len)
+            R = naive_sinusoid(p, d_r)
+            r = [sum(R[t] * W_r[t, c] for t in range(d_r)) for c in range(d)]
+            s = sum((q[i, c] + u[c]) * k[j, c] + (q[i, c] + vb[c]) * r[c] for c in range(d))
+            scores[j] = s / math.sqrt(d)
+        if not scores:
+            continue
+        top = max(scores.values())
+        total = sum(math.exp(s - top) for s in scores.values())
+        for j, s in scores.items():
+            for c in range(d_v):
+                out[i, c] += math.exp(s - top) / total * v[j, c]
+    return out
+
+
+def _xl(**fixed_options):
+    def options(rng, n, m, d, causal):
+        d_r = d + d % 2 + 2                                        # R wider than the heads: W_R is not square
+        return {"params": TransformerXLParams(rng.standard_normal(d), rng.standard_normal(d),
+                                              rng.standard_normal((d_r, d))), **fixed_options}
+    return options
 
 
 NAIVE: dict[str, NaiveCase] = {
@@ -2208,4 +2290,7 @@ NAIVE: dict[str, NaiveCase] = {
     "kerple": NaiveCase(naive_kerple, (
         _kerple(), _kerple("power", r2_high=2.0), _kerple("log", r1_high=5.0, r2_high=3.0, scale=0.6),
         _kerple("power", r1_high=3.0, r2_high=0.5))),
+    "relative_pe": NaiveCase(naive_relative_pe, (_shaw(1), _shaw(0), _shaw(8))),
+    "transformer_xl": NaiveCase(naive_transformer_xl, (_xl(), _xl(method="shift"), _xl(clamp_len=2),
+                                                       _xl(clamp_len=1, method="shift"))),
 }

@@ -6,6 +6,8 @@ from .alibi import RECORD as ALIBI
 from .alibi import ALIBI_FORMS, alibi_attention, alibi_bias, alibi_slopes
 from .kerple import RECORD as KERPLE
 from .kerple import KERPLE_VARIANTS, KerpleParams, init_kerple, kerple_attention, kerple_bias
+from .relative_pe import RECORD as RELATIVE_PE
+from .relative_pe import RelativeEmbeddings, init_relative_embeddings, relative_attention, relative_index
 from .rope import RECORD as ROPE
 from .rope import ROPE_BASE, ROPE_PAIRINGS, rope_attention, rope_frequencies, rotate
 from .t5_bias import RECORD as T5_BIAS
@@ -19,9 +21,24 @@ from .t5_bias import (
     t5_bias_attention,
     t5_relative_position_bucket,
 )
+from .transformer_xl import RECORD as TRANSFORMER_XL
+from .transformer_xl import (
+    TransformerXLLayer,
+    TransformerXLParams,
+    init_transformer_xl,
+    init_transformer_xl_layer,
+    rel_shift,
+    relative_sinusoids,
+    transformer_xl_attention,
+    transformer_xl_segments,
+    transformer_xl_step,
+    transformer_xl_terms,
+)
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
+    RELATIVE_PE,
+    TRANSFORMER_XL,
     T5_BIAS,
     ALIBI,
     ROPE,
@@ -34,21 +51,35 @@ __all__ = [
     "KerpleParams",
     "ROPE_BASE",
     "ROPE_PAIRINGS",
+    "RelativeEmbeddings",
     "T5BiasParams",
     "T5_MAX_DISTANCE",
     "T5_NUM_BUCKETS",
+    "TransformerXLLayer",
+    "TransformerXLParams",
     "alibi_attention",
     "alibi_bias",
     "alibi_slopes",
     "init_kerple",
+    "init_relative_embeddings",
     "init_t5_bias",
+    "init_transformer_xl",
+    "init_transformer_xl_layer",
     "kerple_attention",
     "kerple_bias",
+    "rel_shift",
+    "relative_attention",
+    "relative_index",
     "relative_positions",
+    "relative_sinusoids",
     "rope_attention",
     "rope_frequencies",
     "rotate",
     "t5_bias",
     "t5_bias_attention",
     "t5_relative_position_bucket",
+    "transformer_xl_attention",
+    "transformer_xl_segments",
+    "transformer_xl_step",
+    "transformer_xl_terms",
 ]
