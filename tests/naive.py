@@ -21,6 +21,7 @@ from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
+from refattn.positional import DebertaParams
 from refattn.prior import (
     AttentionConv,
     CamtlParams,
@@ -1571,6 +1572,61 @@ def _random_length(n, m, causal):
     return 1 + (m if causal == "bottom-right" else max(n, m))
 
 
+# ------------------------------------------------------------------------------ positional encodings
+
+
+def naive_deberta_delta(r, k, position_buckets=None, max_position=None):
+    """The paper's δ for a distance r = i − j: 0 if r ≤ −k, 2k − 1 if r ≥ k, else r + k; with log buckets r is
+    first replaced by its bucket (microsoft/DeBERTa da_utils.make_log_bucket_dict, written out: |r| ≤ mid
+    stays, beyond it sign(r)·(⌈log(|r|/mid)/log((max_position − 1)/mid)·(mid − 1)⌉ + mid), r clipped to
+    ±(max_position − 1)) and k is position_buckets."""
+    if position_buckets is not None:
+        k = position_buckets
+        r = max(-(max_position - 1), min(max_position - 1, r))
+        mid = position_buckets // 2
+        if abs(r) > mid:
+            size = math.ceil(math.log(abs(r) / mid) / math.log((max_position - 1) / mid) * (mid - 1)) + mid
+            r = size if r > 0 else -size
+    if r <= -k:
+        return 0
+    if r >= k:
+        return 2 * k - 1
+    return r + k
+
+
+def naive_deberta(q, k, v, causal, params, terms=("c2p", "p2c"), p2c_index="paper", position_buckets=None,
+                  max_position=None, scale=None):
+    """He et al. (2021) Eq. 4 pair by pair: Ã_ij = q_i·k_j + q_i·K^r[δ(i, j)] + k_j·Q^r[δ(j, i)] (δ(i, j) with the
+    official code's p2c index), all over √((1 + #terms)·d); query i at position i (+ m − n bottom-right)."""
+    n, d = q.shape
+    m = k.shape[0]
+    span = params.pos_key.shape[0] // 2
+    shift = m - n if causal == "bottom-right" else 0
+    scale = 1.0 / math.sqrt((1 + len(terms)) * d) if scale is None else scale
+    bias = np.zeros((n, m))
+    for i in range(n):
+        for j in range(m):
+            r = i + shift - j
+            s = 0.0
+            if "c2p" in terms:
+                row = naive_deberta_delta(r, span, position_buckets, max_position)
+                s += sum(q[i, c] * params.pos_key[row, c] for c in range(d))
+            if "p2c" in terms:
+                row = naive_deberta_delta(r if p2c_index == "official" else -r, span, position_buckets, max_position)
+                s += sum(k[j, c] * params.pos_query[row, c] for c in range(d))
+            bias[i, j] = s * scale
+    return naive_sdpa(q, k, v, causal_allowed(n, m, causal), bias, scale)[0]
+
+
+def _deberta_params(span, **fixed_options):
+    """K^r and Q^r (2·span rows) drawn at random, and the setting's other options."""
+    def options(rng, n, m, d, causal):
+        return {"params": DebertaParams(rng.standard_normal((2 * span, d)), rng.standard_normal((2 * span, d)))} \
+            | fixed_options
+
+    return options
+
+
 @dataclass(frozen=True)
 class NaiveCase:
     """The naive twin of one registered mechanism.
@@ -2097,4 +2153,7 @@ NAIVE: dict[str, NaiveCase] = {
         _capsules(), _capsules(routing="em"),
         _capsules(num_heads=3, num_capsules=2, routing="em", iterations=5, mask=True),
         _capsules(num_heads=1, num_capsules=2, iterations=1, mask=True)), value_width_d=True),
+    "deberta": NaiveCase(naive_deberta, (
+        _deberta_params(2), _deberta_params(3, p2c_index="official"), _deberta_params(1, terms=("p2c",), scale=0.7),
+        _deberta_params(4, position_buckets=4, max_position=6), _deberta_params(2, terms=()))),
 }

@@ -2,8 +2,18 @@
 RoPE, KERPLE and DeBERTa's disentangled attention, each with the details that silently change results as
 named options.
 """
+from .deberta import RECORD as DEBERTA
+from .deberta import (
+    DebertaParams,
+    deberta_attention,
+    disentangled_scores,
+    init_deberta,
+    log_bucket_position,
+    relative_index,
+)
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = ()
+RECORDS = (DEBERTA,)
 
-__all__ = []
+__all__ = ["DebertaParams", "deberta_attention", "disentangled_scores", "init_deberta", "log_bucket_position",
+           "relative_index"]
