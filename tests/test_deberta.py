@@ -96,6 +96,7 @@ def test_p2c_index_paper_and_official():
     got_paper = disentangled_scores(q, k, params)["p2c"]
     np.testing.assert_allclose(got_official, official, rtol=TOL, atol=TOL)
     np.testing.assert_allclose(got_paper, paper, rtol=TOL, atol=TOL)
+    np.testing.assert_array_equal(relative_index(6, 4, 2, offset=-1).T, clip(-(r + 1)))   # δ(j, i), query at i + 1
     assert np.max(np.abs(got_paper - got_official)) > 0.1          # the two readings are different models
     c2p = np.einsum("ic,ijc->ij", q, params.pos_key[clip(r)]) * s  # q_i · K^r[δ(i, j)]
     np.testing.assert_allclose(disentangled_scores(q, k, params)["c2p"], c2p, rtol=TOL, atol=TOL)

@@ -446,11 +446,10 @@ def _deberta(q, k, v, params, *, terms, position_buckets, max_position, p2c_inde
     terms = _check_terms(terms)
     buckets = _check_buckets(position_buckets, max_position)
     span = _check_params(params, q.shape[-1], buckets)
-    broadcast_batch({"q, k, v": batch, "params": params.pos_key.shape[:-2]})
+    lead = broadcast_batch({"q, k, v": batch, "params": params.pos_key.shape[:-2]})
     n, m = q.shape[-2], k.shape[-2]
     scale = _scale(q.shape[-1], terms, scale)
-    check_fits("the position terms of the scores", (*broadcast_batch({"q": batch, "p": params.pos_key.shape[:-2]}),
-                                                      n, m))
+    check_fits("the position terms of the scores", (*lead, n, m))
     S = _scores(q, k, params, terms, buckets, p2c_index, alignment, scale, span)
     bias = sum((S[t] for t in terms), np.zeros((n, m)))            # (..., n, m)  the position terms, scaled
     draws = {"params": params}
