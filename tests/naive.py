@@ -23,6 +23,7 @@ from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryP
 from refattn.lowrank import LowRankBandParams
 from refattn.positional import KerpleParams, T5BiasParams
 from refattn.positional import RelativeEmbeddings, TransformerXLParams
+from refattn.positional import DebertaParams
 from refattn.prior import (
     AttentionConv,
     CamtlParams,
@@ -1615,6 +1616,56 @@ def naive_rope(q, k, v, causal, base=10000.0, pairing="interleaved", rotary_dim=
     k_rot = naive_rotate(k, list(range(m)), base, pairing, rotary_dim, scaling)
     allowed = None if causal is False else naive_causal_allowed(n, m, "top-left" if causal is True else causal)
     return naive_sdpa(q_rot, k_rot, v, allowed, None, scale)[0]
+def naive_deberta_delta(r, k, position_buckets=None, max_position=None):
+    """The paper's δ for a distance r = i − j: 0 if r ≤ −k, 2k − 1 if r ≥ k, else r + k; with log buckets r is
+    first replaced by its bucket (microsoft/DeBERTa da_utils.make_log_bucket_dict, written out: |r| ≤ mid
+    stays, beyond it sign(r)·(⌈log(|r|/mid)/log((max_position − 1)/mid)·(mid − 1)⌉ + mid), r clipped to
+    ±(max_position − 1)) and k is position_buckets."""
+    if position_buckets is not None:
+        k = position_buckets
+        r = max(-(max_position - 1), min(max_position - 1, r))
+        mid = position_buckets // 2
+        if abs(r) > mid:
+            size = math.ceil(math.log(abs(r) / mid) / math.log((max_position - 1) / mid) * (mid - 1)) + mid
+            r = size if r > 0 else -size
+    if r <= -k:
+        return 0
+    if r >= k:
+        return 2 * k - 1
+    return r + k
+
+
+def naive_deberta(q, k, v, causal, params, terms=("c2p", "p2c"), p2c_index="paper", position_buckets=None,
+                  max_position=None, scale=None):
+    """He et al. (2021) Eq. 4 pair by pair: Ã_ij = q_i·k_j + q_i·K^r[δ(i, j)] + k_j·Q^r[δ(j, i)] (δ(i, j) with the
+    official code's p2c index), all over √((1 + #terms)·d); query i at position i (+ m − n bottom-right)."""
+    n, d = q.shape
+    m = k.shape[0]
+    span = params.pos_key.shape[0] // 2
+    shift = m - n if causal == "bottom-right" else 0
+    scale = 1.0 / math.sqrt((1 + len(terms)) * d) if scale is None else scale
+    bias = np.zeros((n, m))
+    for i in range(n):
+        for j in range(m):
+            r = i + shift - j
+            s = 0.0
+            if "c2p" in terms:
+                row = naive_deberta_delta(r, span, position_buckets, max_position)
+                s += sum(q[i, c] * params.pos_key[row, c] for c in range(d))
+            if "p2c" in terms:
+                row = naive_deberta_delta(r if p2c_index == "official" else -r, span, position_buckets, max_position)
+                s += sum(k[j, c] * params.pos_query[row, c] for c in range(d))
+            bias[i, j] = s * scale
+    return naive_sdpa(q, k, v, causal_allowed(n, m, causal), bias, scale)[0]
+
+
+def _deberta_params(span, **fixed_options):
+    """K^r and Q^r (2·span rows) drawn at random, and the setting's other options."""
+    def options(rng, n, m, d, causal):
+        return {"params": DebertaParams(rng.standard_normal((2 * span, d)), rng.standard_normal((2 * span, d)))} \
+            | fixed_options
+
+    return options
 
 
 @dataclass(frozen=True)
@@ -2293,4 +2344,7 @@ NAIVE: dict[str, NaiveCase] = {
     "relative_pe": NaiveCase(naive_relative_pe, (_shaw(1), _shaw(0), _shaw(8))),
     "transformer_xl": NaiveCase(naive_transformer_xl, (_xl(), _xl(method="shift"), _xl(clamp_len=2),
                                                        _xl(clamp_len=1, method="shift"))),
+    "deberta": NaiveCase(naive_deberta, (
+        _deberta_params(2), _deberta_params(3, p2c_index="official"), _deberta_params(1, terms=("p2c",), scale=0.7),
+        _deberta_params(4, position_buckets=4, max_position=6), _deberta_params(2, terms=()))),
 }

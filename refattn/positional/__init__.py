@@ -4,8 +4,19 @@ named options.
 """
 from .alibi import RECORD as ALIBI
 from .alibi import ALIBI_FORMS, alibi_attention, alibi_bias, alibi_slopes
+from .deberta import RECORD as DEBERTA
+from .deberta import (
+    DebertaParams,
+    deberta_attention,
+    disentangled_scores,
+    init_deberta,
+    log_bucket_position,
+    relative_index,
+)
 from .kerple import RECORD as KERPLE
 from .kerple import KERPLE_VARIANTS, KerpleParams, init_kerple, kerple_attention, kerple_bias
+from .learned_pe import RECORD as LEARNED_PE
+from .learned_pe import init_learned_pe, learned_positional_encoding
 from .relative_pe import RECORD as RELATIVE_PE
 from .relative_pe import RelativeEmbeddings, init_relative_embeddings, relative_attention, relative_index
 from .rope import RECORD as ROPE
@@ -37,16 +48,19 @@ from .transformer_xl import (
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
+    LEARNED_PE,
     RELATIVE_PE,
     TRANSFORMER_XL,
     T5_BIAS,
     ALIBI,
     ROPE,
     KERPLE,
+    DEBERTA,
 )
 
 __all__ = [
     "ALIBI_FORMS",
+    "DebertaParams",
     "KERPLE_VARIANTS",
     "KerpleParams",
     "ROPE_BASE",
@@ -60,13 +74,19 @@ __all__ = [
     "alibi_attention",
     "alibi_bias",
     "alibi_slopes",
+    "deberta_attention",
+    "disentangled_scores",
+    "init_deberta",
     "init_kerple",
+    "init_learned_pe",
     "init_relative_embeddings",
     "init_t5_bias",
     "init_transformer_xl",
     "init_transformer_xl_layer",
     "kerple_attention",
     "kerple_bias",
+    "learned_positional_encoding",
+    "log_bucket_position",
     "rel_shift",
     "relative_attention",
     "relative_index",
