@@ -21,9 +21,7 @@ from refattn import MultiHeadParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
-from refattn.positional import KerpleParams, T5BiasParams
-from refattn.positional import RelativeEmbeddings, TransformerXLParams
-from refattn.positional import DebertaParams
+from refattn.positional import DebertaParams, KerpleParams, RelativeEmbeddings, T5BiasParams, TransformerXLParams
 from refattn.prior import (
     AttentionConv,
     CamtlParams,

@@ -11,10 +11,10 @@ from refattn import scaled_dot_product_attention
 from refattn.positional import (
     DebertaParams,
     deberta_attention,
+    deberta_delta,
     disentangled_scores,
     init_deberta,
     log_bucket_position,
-    relative_index,
 )
 
 TOL = 1e-12
@@ -50,9 +50,9 @@ def test_relative_index_is_the_papers_delta():
                          [3, 2, 1, 0, 0, 0],
                          [3, 3, 2, 1, 0, 0],
                          [3, 3, 3, 2, 1, 0]])
-    np.testing.assert_array_equal(relative_index(4, 6, 2), expected)
+    np.testing.assert_array_equal(deberta_delta(4, 6, 2), expected)
     # the last 4 of 6 positions (bottom-right): query i at i + 2
-    np.testing.assert_array_equal(relative_index(4, 6, 2, offset=2), np.array([[3, 3, 2, 1, 0, 0],
+    np.testing.assert_array_equal(deberta_delta(4, 6, 2, offset=2), np.array([[3, 3, 2, 1, 0, 0],
                                                                               [3, 3, 3, 2, 1, 0],
                                                                               [3, 3, 3, 3, 2, 1],
                                                                               [3, 3, 3, 3, 3, 2]]))
@@ -79,7 +79,7 @@ def test_log_buckets_match_the_official_code():
     r = np.array(list(LOG_BUCKETS_256_512))
     np.testing.assert_array_equal(log_bucket_position(r, 256, 512), list(LOG_BUCKETS_256_512.values()))
     # δ with buckets: clip(bucket(i − j) + position_buckets, 0, 2·position_buckets − 1)
-    delta = relative_index(1, 81, 99, offset=80, position_buckets=16, max_position=64)   # i − j = 80 … 0
+    delta = deberta_delta(1, 81, 99, offset=80, position_buckets=16, max_position=64)   # i − j = 80 … 0
     np.testing.assert_array_equal(delta[0, ::-1], np.minimum(np.array(LOG_BUCKETS_16_64) + 16, 31))
 
 
@@ -96,7 +96,7 @@ def test_p2c_index_paper_and_official():
     got_paper = disentangled_scores(q, k, params)["p2c"]
     np.testing.assert_allclose(got_official, official, rtol=TOL, atol=TOL)
     np.testing.assert_allclose(got_paper, paper, rtol=TOL, atol=TOL)
-    np.testing.assert_array_equal(relative_index(6, 4, 2, offset=-1).T, clip(-(r + 1)))   # δ(j, i), query at i + 1
+    np.testing.assert_array_equal(deberta_delta(6, 4, 2, offset=-1).T, clip(-(r + 1)))   # δ(j, i), query at i + 1
     assert np.max(np.abs(got_paper - got_official)) > 0.1          # the two readings are different models
     c2p = np.einsum("ic,ijc->ij", q, params.pos_key[clip(r)]) * s  # q_i · K^r[δ(i, j)]
     np.testing.assert_allclose(disentangled_scores(q, k, params)["c2p"], c2p, rtol=TOL, atol=TOL)

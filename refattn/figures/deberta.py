@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from .. import registry, scaled_dot_product_attention
-from ..positional import disentangled_scores, relative_index
+from ..positional import deberta_delta, disentangled_scores
 from ..viz import STYLE_PATH, draw_attention, figure
 from .common import seeded_qkv
 
@@ -48,9 +48,9 @@ def deberta() -> Figure:
                            "position → content (paper, Eq. 4)\nKᶜ_j·Qʳ_δ(j,i)/√(3d)",
                            "position → content (official code)\nKᶜ_j·Qʳ_δ(i,j)/√(3d)"])
     index_panel, bucket_panel, weights_panel = bottom.subfigures(1, 3, width_ratios=[1.0, 1.0, 1.9])
-    draw_attention(index_panel, relative_index(N, N, SPAN).astype(float), cmap="viridis", annotate=False,
+    draw_attention(index_panel, deberta_delta(N, N, SPAN).astype(float), cmap="viridis", annotate=False,
                    titles=f"δ(i, j), k = {SPAN}\n(0 … 2k − 1 = {2 * SPAN - 1})")
-    draw_attention(bucket_panel, relative_index(BUCKET_N, BUCKET_N, None, position_buckets=BUCKETS,
+    draw_attention(bucket_panel, deberta_delta(BUCKET_N, BUCKET_N, None, position_buckets=BUCKETS,
                                                 max_position=MAX_POSITION).astype(float), cmap="viridis",
                    annotate=False, titles=f"δ with log buckets (v2/v3)\nposition_buckets = {BUCKETS}, "
                                           f"max_position = {MAX_POSITION}")

@@ -2,19 +2,19 @@
 RoPE, KERPLE and DeBERTa's disentangled attention, each with the details that silently change results as
 named options.
 """
-from .alibi import RECORD as ALIBI
 from .alibi import ALIBI_FORMS, alibi_attention, alibi_bias, alibi_slopes
+from .alibi import RECORD as ALIBI
 from .deberta import RECORD as DEBERTA
 from .deberta import (
     DebertaParams,
     deberta_attention,
+    deberta_delta,
     disentangled_scores,
     init_deberta,
     log_bucket_position,
-    relative_index,
 )
-from .kerple import RECORD as KERPLE
 from .kerple import KERPLE_VARIANTS, KerpleParams, init_kerple, kerple_attention, kerple_bias
+from .kerple import RECORD as KERPLE
 from .learned_pe import RECORD as LEARNED_PE
 from .learned_pe import init_learned_pe, learned_positional_encoding
 from .relative_pe import RECORD as RELATIVE_PE
@@ -23,9 +23,9 @@ from .rope import RECORD as ROPE
 from .rope import ROPE_BASE, ROPE_PAIRINGS, rope_attention, rope_frequencies, rotate
 from .t5_bias import RECORD as T5_BIAS
 from .t5_bias import (
-    T5BiasParams,
     T5_MAX_DISTANCE,
     T5_NUM_BUCKETS,
+    T5BiasParams,
     init_t5_bias,
     relative_positions,
     t5_bias,
@@ -75,6 +75,7 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "deberta_attention",
+    "deberta_delta",
     "disentangled_scores",
     "init_deberta",
     "init_kerple",

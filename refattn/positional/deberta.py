@@ -76,7 +76,7 @@ from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 
 __all__ = ["DebertaParams", "deberta_attention", "disentangled_scores", "init_deberta", "log_bucket_position",
-           "relative_index"]
+           "deberta_delta"]
 
 HE = ('P. He, X. Liu, J. Gao, W. Chen, 2021, "DeBERTa: Decoding-enhanced BERT with Disentangled Attention", '
       'ICLR 2021, arXiv:2006.03654')
@@ -205,7 +205,7 @@ def _delta(r: NDArray, span: int, buckets) -> NDArray:
     return np.clip(r + span, 0, 2 * span - 1)
 
 
-def relative_index(n: int, m: int, span: int, *, offset: int = 0, position_buckets: int | None = None,
+def deberta_delta(n: int, m: int, span: int, *, offset: int = 0, position_buckets: int | None = None,
                    max_position: int | None = None) -> NDArray:
     r"""The relative index :math:`\delta(i, j)`, (n, m): the row of the position table query i reads for key j.
 
@@ -215,7 +215,7 @@ def relative_index(n: int, m: int, span: int, *, offset: int = 0, position_bucke
 
     with :math:`p_i = i + \text{offset}` the query's position and ρ the identity (the paper) or
     :func:`log_bucket_position` (v2/v3; then k = position_buckets). :math:`\delta(j, i)` is the transpose
-    of the index built with the roles swapped (``relative_index(m, n, ...)`` with the offset negated).
+    of the index built with the roles swapped (``deberta_delta(m, n, ...)`` with the offset negated).
 
     Parameters
     ----------
@@ -234,7 +234,7 @@ def relative_index(n: int, m: int, span: int, *, offset: int = 0, position_bucke
 
     Examples
     --------
-    >>> relative_index(3, 5, 2)
+    >>> deberta_delta(3, 5, 2)
     array([[2, 1, 0, 0, 0],
            [3, 2, 1, 0, 0],
            [3, 3, 2, 1, 0]])
