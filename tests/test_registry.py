@@ -31,7 +31,8 @@ def test_registered_ids_are_catalogue_ids_in_their_family_and_order():
         assert ids == expected, f"{family}: {ids} is not the catalogue's order {expected} (or has foreign ids)"
 
 
-@pytest.mark.parametrize("family", ["vanilla", "sparse", "linear", "compressed", "lowrank", "prior", "heads"])
+@pytest.mark.parametrize("family", ["vanilla", "sparse", "linear", "compressed", "lowrank", "prior", "heads",
+                                    "positional"])
 def test_finished_families_are_complete(family):
     assert [m.id for m in registry.FAMILIES[family]] == list(CATALOGUE[family])
 
