@@ -18,12 +18,13 @@ their natural function is ``function``.
 """
 from __future__ import annotations
 
-from . import compressed, core, heads, linear, lowrank, positional, prior, sparse
+from . import beyond, compressed, core, heads, linear, lowrank, positional, prior, sparse
 from .mechanism import AttentionResult, FigureSpec, Mechanism
 
 FAMILIES = {"vanilla": core.RECORDS, "sparse": sparse.RECORDS, "linear": linear.RECORDS,
             "compressed": compressed.RECORDS, "lowrank": lowrank.RECORDS, "prior": prior.RECORDS,
-            "heads": heads.RECORDS, "positional": positional.RECORDS}
+            "heads": heads.RECORDS, "positional": positional.RECORDS,
+            "beyond": beyond.RECORDS}
 
 __all__ = ["FAMILIES", "AttentionResult", "FigureSpec", "Mechanism", "all", "catalogue_markdown", "get", "ids",
            "update_readme_catalogue"]
