@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from refattn import MultiHeadParams
+from refattn import LayerNormParams, MultiHeadParams
+from refattn.beyond import LongShortParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
@@ -1666,6 +1667,77 @@ def _deberta_params(span, **fixed_options):
     return options
 
 
+# ------------------------------------------------------------------------------ beyond pairwise attention
+
+
+def naive_layer_norm(row, gamma, beta, eps=1e-5):
+    """LayerNorm of one row by loops: γ_c (x_c − μ)/√(σ² + ε) + β_c, σ² the biased variance."""
+    d = len(row)
+    mu = sum(row) / d
+    var = sum((x - mu) ** 2 for x in row) / d
+    return [gamma[c] * (row[c] - mu) / math.sqrt(var + eps) + beta[c] for c in range(d)]
+
+
+def naive_long_short(q, k, v, causal, params, window=2, segment=None, dual_ln="keys", projection_input="raw",
+                     scale=None):
+    """Zhu et al. 2021 for one sequence by loops. Window (official code): the query at position p (i, or i + m − n
+    bottom-right) sees keys s·w − e ≤ j < (s + 1)·w + e, s = ⌊p / w⌋, e = max(⌊w/2⌋, 1); causal p − w < j ≤ p.
+    Projection: ρ-th projected key Σ_j P_jρ k_j with P_jρ = e^{(k_j W^P)_ρ} / Σ_l e^{(k_l W^P)_ρ} over all keys, or
+    causal over each segment of l keys, seen by the queries of later segments only. DualLN: LN_L on the window's
+    keys (and values), LN_G on the projected ones. One softmax over both: out_i = Σ a_iρ v̄_ρ + Σ_j b_ij ṽ_j."""
+    n, d = q.shape
+    m, d_v = v.shape
+    r = params.w_proj.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    segment = window if segment is None else segment
+    short, long_ = params.ln_short, params.ln_long
+    keys = [list(k[j]) if dual_ln == "none" else naive_layer_norm(list(k[j]), short.gamma, short.beta)
+            for j in range(m)]
+    values = [naive_layer_norm(list(v[j]), short.gamma, short.beta) if dual_ln == "keys_values" else list(v[j])
+              for j in range(m)]
+    src_k, src_v = (keys, values) if projection_input == "normalized" else ([list(x) for x in k], [list(x) for x in v])
+    groups = [] if r == 0 or m == 0 else [list(range(m))] if causal is False else \
+        [list(range(s * segment, (s + 1) * segment)) for s in range(m // segment)]
+    projected = []                                                 # (first segment after it, key, value)
+    for number, group in enumerate(groups):
+        for rho in range(r):
+            P = naive_softmax({j: sum(k[j, a] * params.w_proj[a, rho] for a in range(d)) for j in group})
+            key = [sum(P[j] * src_k[j][c] for j in group) for c in range(d)]
+            value = [sum(P[j] * src_v[j][c] for j in group) for c in range(d_v)]
+            if dual_ln != "none":
+                key = naive_layer_norm(key, long_.gamma, long_.beta)
+            if dual_ln == "keys_values":
+                value = naive_layer_norm(value, long_.gamma, long_.beta)
+            projected.append((number + 1, key, value))
+    out = np.zeros((n, d_v))
+    for i in range(n):
+        p = i + (m - n if causal == "bottom-right" else 0)
+        if causal is False:
+            e, first = max(window // 2, 1), p // window * window
+            window_keys = [j for j in range(m) if first - e <= j < first + window + e]
+        else:
+            window_keys = [j for j in range(m) if p - window < j <= p]
+        scores = {("window", j): sum(q[i, c] * keys[j][c] for c in range(d)) * scale for j in window_keys}
+        for t, (after, key, _) in enumerate(projected):
+            if causal is False or after <= p // segment:
+                scores[("projected", t)] = sum(q[i, c] * key[c] for c in range(d)) * scale
+        for (kind, j), a in naive_softmax(scores).items():
+            row = values[j] if kind == "window" else projected[j][2]
+            for c in range(d_v):
+                out[i, c] += a * row[c]
+    return out
+
+
+def _long_short_params(rank, **fixed_options):
+    """W^P of unit-variance entries (P far from uniform) and layer norms with drawn γ near 1 and β near 0."""
+    def options(rng, n, m, d, causal):
+        def ln():
+            return LayerNormParams(1.0 + 0.3 * rng.standard_normal(d), 0.3 * rng.standard_normal(d))
+        return {"params": LongShortParams(rng.standard_normal((d, rank)), ln(), ln())} | fixed_options
+
+    return options
+
+
 @dataclass(frozen=True)
 class NaiveCase:
     """The naive twin of one registered mechanism.
@@ -2345,4 +2417,10 @@ NAIVE: dict[str, NaiveCase] = {
     "deberta": NaiveCase(naive_deberta, (
         _deberta_params(2), _deberta_params(3, p2c_index="official"), _deberta_params(1, terms=("p2c",), scale=0.7),
         _deberta_params(4, position_buckets=4, max_position=6), _deberta_params(2, terms=()))),
+    # w = 1 and l = 3 at m = 7 leave a shorter last segment; r = 0 is the window alone.
+    "long_short": NaiveCase(naive_long_short, (
+        _long_short_params(1), _long_short_params(2, window=3, projection_input="normalized"),
+        _long_short_params(2, window=1, segment=3, dual_ln="keys_values"),
+        _long_short_params(3, window=2, segment=2, dual_ln="keys_values", projection_input="normalized", scale=0.7),
+        _long_short_params(0, window=4, dual_ln="none")), value_width_d=True),
 }

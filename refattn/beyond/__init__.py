@@ -2,8 +2,10 @@
 softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyformer, Scatterbrain,
 Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
 """
+from .long_short import RECORD as LONG_SHORT
+from .long_short import LongShortParams, init_long_short, long_short_attention, long_short_window_pattern
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = ()
+RECORDS = (LONG_SHORT,)
 
-__all__ = []
+__all__ = ["LongShortParams", "init_long_short", "long_short_attention", "long_short_window_pattern"]
