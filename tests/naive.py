@@ -1666,6 +1666,35 @@ def _deberta_params(span, **fixed_options):
     return options
 
 
+# ------------------------------------------------------------------------------ beyond: top-k and Sinkformer
+
+
+def naive_topk(q, k, v, causal, top_k=8, ties="threshold", mask=None, scale=None, method=None, chunk_size=None):
+    """Zhao et al. (2019) Eq. 5-6 row by row: the scores a row may see, sorted largest first (a NaN score above
+    every number; equal scores by key index), the first k kept ("threshold": and every score equal to the k-th),
+    then softmax over the kept keys only. ``method`` and ``chunk_size`` say how refattn computes it (Gupta et
+    al.'s query chunks give the same rows): nothing here."""
+    n, d = q.shape
+    m = k.shape[0]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    visible = both(causal_allowed(n, m, causal), mask)
+    kept = np.zeros((n, m), dtype=bool)
+    for i in range(n):
+        row = []
+        for j in range(m):
+            if visible is None or visible[i, j]:
+                s = sum(q[i, c] * k[j, c] for c in range(d)) * scale
+                row.append((math.inf if math.isnan(s) or math.isinf(s) else s, j))
+        row.sort(key=lambda pair: (-pair[0], pair[1]))
+        if not row:
+            continue
+        last = min(top_k, len(row)) - 1
+        for rank, (s, j) in enumerate(row):
+            if rank <= last or (ties == "threshold" and s == row[last][0]):
+                kept[i, j] = True
+    return naive_sdpa(q, k, v, kept, None, scale)[0]
+
+
 @dataclass(frozen=True)
 class NaiveCase:
     """The naive twin of one registered mechanism.
@@ -2345,4 +2374,8 @@ NAIVE: dict[str, NaiveCase] = {
     "deberta": NaiveCase(naive_deberta, (
         _deberta_params(2), _deberta_params(3, p2c_index="official"), _deberta_params(1, terms=("p2c",), scale=0.7),
         _deberta_params(4, position_buckets=4, max_position=6), _deberta_params(2, terms=()))),
+    "topk": NaiveCase(naive_topk, (
+        fixed(top_k=2), fixed(top_k=3, ties="first"), fixed(top_k=1, scale=0.7), DEFAULTS,
+        lambda rng, n, m, d, causal: {"top_k": 2, "mask": rng.random((n, m)) < 0.6},
+        fixed(top_k=2, method="chunked", chunk_size=2))),
 }

@@ -2,8 +2,14 @@
 softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyformer, Scatterbrain,
 Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
 """
+from .topk import RECORD as TOPK
+from .topk import TOPK_METHODS, TOPK_TIES, topk_attention, topk_mask
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = ()
+RECORDS = (
+    TOPK,
+)
 
-__all__ = []
+__all__ = [
+    "TOPK_METHODS", "TOPK_TIES", "topk_attention", "topk_mask",
+]
