@@ -1695,6 +1695,27 @@ def naive_topk(q, k, v, causal, top_k=8, ties="threshold", mask=None, scale=None
     return naive_sdpa(q, k, v, kept, None, scale)[0]
 
 
+
+def naive_sinkformer(q, k, v, causal, iterations=3, scale=None):
+    """Sander et al. (2022): K⁰_ij = exp(q_i·k_j·scale), then T single steps, rows first: each row divided by
+    its sum, each column scaled to sum n/m; out_i = Σ_j K_ij v_j."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    K = [[math.exp(sum(q[i, c] * k[j, c] for c in range(d)) * scale) for j in range(m)] for i in range(n)]
+    for t in range(iterations):
+        if t % 2 == 0:
+            for i in range(n):
+                total = sum(K[i])
+                K[i] = [x / total for x in K[i]]
+        else:
+            for j in range(m):
+                total = sum(K[i][j] for i in range(n))
+                for i in range(n):
+                    K[i][j] = K[i][j] * (n / m) / total
+    return np.array([[sum(K[i][j] * v[j, c] for j in range(m)) for c in range(d_v)] for i in range(n)])
+
+
 @dataclass(frozen=True)
 class NaiveCase:
     """The naive twin of one registered mechanism.
@@ -2378,4 +2399,6 @@ NAIVE: dict[str, NaiveCase] = {
         fixed(top_k=2), fixed(top_k=3, ties="first"), fixed(top_k=1, scale=0.7), DEFAULTS,
         lambda rng, n, m, d, causal: {"top_k": 2, "mask": rng.random((n, m)) < 0.6},
         fixed(top_k=2, method="chunked", chunk_size=2))),
+    "sinkformer": NaiveCase(naive_sinkformer, (
+        DEFAULTS, fixed(iterations=1), fixed(iterations=2), fixed(iterations=6, scale=0.7), fixed(iterations=15))),
 }

@@ -2,14 +2,18 @@
 softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyformer, Scatterbrain,
 Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
 """
+from .sinkformer import RECORD as SINKFORMER
+from .sinkformer import SINKFORMER_ITERATIONS, sinkformer_attention, sinkformer_weights
 from .topk import RECORD as TOPK
 from .topk import TOPK_METHODS, TOPK_TIES, topk_attention, topk_mask
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
     TOPK,
+    SINKFORMER,
 )
 
 __all__ = [
     "TOPK_METHODS", "TOPK_TIES", "topk_attention", "topk_mask",
+    "SINKFORMER_ITERATIONS", "sinkformer_attention", "sinkformer_weights",
 ]
