@@ -168,9 +168,10 @@ def test_edge_sizes(rng):
 
 
 @pytest.mark.parametrize(("options", "error", "name"), [
-    ({"top_k": 0}, ValueError, "top_k"), ({"top_k": 2.5}, ValueError, "top_k"), ({"ties": "random"}, ValueError, "ties"),
-    ({"method": "blocked"}, ValueError, "method"), ({"chunk_size": 0}, ValueError, "chunk_size"),
-    ({"mask": np.ones((3, 3), dtype=bool)}, ValueError, "mask"), ({"mask": np.ones((5, 7), dtype=int)}, TypeError, "mask"),
+    ({"top_k": 0}, ValueError, "top_k"), ({"top_k": 2.5}, ValueError, "top_k"),
+    ({"ties": "random"}, ValueError, "ties"), ({"method": "blocked"}, ValueError, "method"),
+    ({"chunk_size": 0}, ValueError, "chunk_size"), ({"mask": np.ones((3, 3), dtype=bool)}, ValueError, "mask"),
+    ({"mask": np.ones((5, 7), dtype=int)}, TypeError, "mask"),
     ({"causal": "yes"}, ValueError, "causal"), ({"fully_masked": "ignore"}, ValueError, "fully_masked"),
 ])
 def test_bad_input_names_the_argument(rng, options, error, name):
