@@ -1736,6 +1736,54 @@ def _long_short_params(rank, **fixed_options):
         return {"params": LongShortParams(rng.standard_normal((d, rank)), ln(), ln())} | fixed_options
 
     return options
+# ------------------------------------------------------------------------------ beyond: top-k and Sinkformer
+
+
+def naive_topk(q, k, v, causal, top_k=8, ties="threshold", mask=None, scale=None, method=None, chunk_size=None):
+    """Zhao et al. (2019) Eq. 5-6 row by row: the scores a row may see, sorted largest first (a NaN score above
+    every number; equal scores by key index), the first k kept ("threshold": and every score equal to the k-th),
+    then softmax over the kept keys only. ``method`` and ``chunk_size`` say how refattn computes it (Gupta et
+    al.'s query chunks give the same rows): nothing here."""
+    n, d = q.shape
+    m = k.shape[0]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    visible = both(causal_allowed(n, m, causal), mask)
+    kept = np.zeros((n, m), dtype=bool)
+    for i in range(n):
+        row = []
+        for j in range(m):
+            if visible is None or visible[i, j]:
+                s = sum(q[i, c] * k[j, c] for c in range(d)) * scale
+                row.append((math.inf if math.isnan(s) or math.isinf(s) else s, j))
+        row.sort(key=lambda pair: (-pair[0], pair[1]))
+        if not row:
+            continue
+        last = min(top_k, len(row)) - 1
+        for rank, (s, j) in enumerate(row):
+            if rank <= last or (ties == "threshold" and s == row[last][0]):
+                kept[i, j] = True
+    return naive_sdpa(q, k, v, kept, None, scale)[0]
+
+
+
+def naive_sinkformer(q, k, v, causal, iterations=3, scale=None):
+    """Sander et al. (2022): K⁰_ij = exp(q_i·k_j·scale), then T single steps, rows first: each row divided by
+    its sum, each column scaled to sum n/m; out_i = Σ_j K_ij v_j."""
+    n, d = q.shape
+    m, d_v = v.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    K = [[math.exp(sum(q[i, c] * k[j, c] for c in range(d)) * scale) for j in range(m)] for i in range(n)]
+    for t in range(iterations):
+        if t % 2 == 0:
+            for i in range(n):
+                total = sum(K[i])
+                K[i] = [x / total for x in K[i]]
+        else:
+            for j in range(m):
+                total = sum(K[i][j] for i in range(n))
+                for i in range(n):
+                    K[i][j] = K[i][j] * (n / m) / total
+    return np.array([[sum(K[i][j] * v[j, c] for j in range(m)) for c in range(d_v)] for i in range(n)])
 
 
 @dataclass(frozen=True)
@@ -2423,4 +2471,10 @@ NAIVE: dict[str, NaiveCase] = {
         _long_short_params(2, window=1, segment=3, dual_ln="keys_values"),
         _long_short_params(3, window=2, segment=2, dual_ln="keys_values", projection_input="normalized", scale=0.7),
         _long_short_params(0, window=4, dual_ln="none")), value_width_d=True),
+    "topk": NaiveCase(naive_topk, (
+        fixed(top_k=2), fixed(top_k=3, ties="first"), fixed(top_k=1, scale=0.7), DEFAULTS,
+        lambda rng, n, m, d, causal: {"top_k": 2, "mask": rng.random((n, m)) < 0.6},
+        fixed(top_k=2, method="chunked", chunk_size=2))),
+    "sinkformer": NaiveCase(naive_sinkformer, (
+        DEFAULTS, fixed(iterations=1), fixed(iterations=2), fixed(iterations=6, scale=0.7), fixed(iterations=15))),
 }

@@ -4,8 +4,28 @@ Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows 
 """
 from .long_short import RECORD as LONG_SHORT
 from .long_short import LongShortParams, init_long_short, long_short_attention, long_short_window_pattern
+from .sinkformer import RECORD as SINKFORMER
+from .sinkformer import SINKFORMER_ITERATIONS, sinkformer_attention, sinkformer_weights
+from .topk import RECORD as TOPK
+from .topk import TOPK_METHODS, TOPK_TIES, topk_attention, topk_mask
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = (LONG_SHORT,)
+RECORDS = (
+    TOPK,
+    SINKFORMER,
+    LONG_SHORT,
+)
 
-__all__ = ["LongShortParams", "init_long_short", "long_short_attention", "long_short_window_pattern"]
+__all__ = [
+    "LongShortParams",
+    "SINKFORMER_ITERATIONS",
+    "TOPK_METHODS",
+    "TOPK_TIES",
+    "init_long_short",
+    "long_short_attention",
+    "long_short_window_pattern",
+    "sinkformer_attention",
+    "sinkformer_weights",
+    "topk_attention",
+    "topk_mask",
+]

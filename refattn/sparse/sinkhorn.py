@@ -55,6 +55,7 @@ __all__ = [
     "default_block_size",
     "draw_gumbel",
     "init_sort_net",
+    "masked_logsumexp",
     "sinkhorn_attention",
     "sinkhorn_normalize",
     "sort_net_scores",
@@ -304,13 +305,38 @@ def sinkhorn_normalize(log_alpha: ArrayLike, iterations: int, *, mask: ArrayLike
     X = np.where(allowed, X, -np.inf)                              # masked pairs: exp(−∞) = 0
     with np.errstate(invalid="ignore", over="ignore"):             # ∞ − ∞ from an Inf score: NaN, as IEEE says
         for _ in range(iterations):
-            X = X - _masked_logsumexp(X, allowed, axis=-1)         # F_r: rows
-            X = X - _masked_logsumexp(X, allowed, axis=-2)         # F_c: columns
+            X = X - masked_logsumexp(X, allowed, axis=-1)         # F_r: rows
+            X = X - masked_logsumexp(X, allowed, axis=-2)         # F_c: columns
         return np.where(allowed, np.exp(X), 0.0)
 
 
-def _masked_logsumexp(X: NDArray, allowed: NDArray, axis: int) -> NDArray:
-    """log Σ exp(X) over the allowed entries along ``axis`` (kept dims); 0 where there is none (nothing to scale)."""
+def masked_logsumexp(X: NDArray, allowed: NDArray, axis: int) -> NDArray:
+    r"""One Sinkhorn step's normaliser in the log domain: :math:`\log \sum \exp(X)` over the allowed entries.
+
+    Subtracting it from X along rows (``axis=-1``) or columns (``axis=-2``) makes the rows or columns of
+    :math:`\exp(X)` sum to 1 over their allowed entries; :func:`sinkhorn_normalize` alternates the two, and
+    Sinkformer (:mod:`refattn.beyond.sinkformer`) steps them one at a time.
+
+    Parameters
+    ----------
+    X : (..., N, M) ndarray
+        Log-domain entries; a NaN among the allowed ones makes its slice NaN (IEEE).
+    allowed : ndarray of bool
+        The entries that take part, broadcastable to X.
+    axis : int
+        The axis summed over (kept, with length 1).
+
+    Returns
+    -------
+    ndarray
+        Max-shifted log-sum-exp; 0 for a slice with no allowed entry (nothing to scale).
+
+    Examples
+    --------
+    >>> X = np.log([[1.0, 3.0], [2.0, 2.0]])
+    >>> np.exp(masked_logsumexp(X, np.ones((2, 2), dtype=bool), axis=-1)).ravel()
+    array([4., 4.])
+    """
     top = np.max(X, axis=axis, keepdims=True, initial=-np.inf, where=allowed)
     shift = np.where(np.isfinite(top), top, 0.0)                   # NaN stays in X, so it still propagates
     with np.errstate(divide="ignore"):
