@@ -2174,8 +2174,8 @@ def naive_layer_norm_row(x, eps=1e-5):
 
 
 def naive_gmlp(q, k, v, causal, params, norm=True, tiny_attention=False, scale=None):
-    """Liu et al. (2021), Eqs. (2)-(3) with Z₁ = q, Z₂ = v: out_ic = q_ic (Σ_j W_{p_i j} v̂_jc + b_{p_i}), j ≤ p_i
-    when causal, v̂ = LayerNorm(v) (Fig. 1); aMLP (§4.3) adds Σ_j A_ij v̂_jc, A the softmax of q kᵀ·scale. A query
+    """Liu et al. (2021), Eqs. (2)-(4) with Z₁ = q, Z₂ = v: out_ic = q_ic (Σ_j W_{p_i j} v̂_jc + b_{p_i}), j ≤ p_i
+    when causal, v̂ = LayerNorm(v) (Fig. 1); aMLP (§4) adds Σ_j A_ij v̂_jc, A the softmax of q kᵀ·scale. A query
     before the first key (p_i < 0) has no row of W: 0."""
     n, m, e = len(q), len(v), v.shape[1]
     v_hat = np.array([naive_layer_norm_row(list(v[j])) if norm else list(v[j]) for j in range(m)]).reshape(m, e)

@@ -1,10 +1,10 @@
-r"""gMLP's spatial gating unit, with aMLP's tiny attention as an option (Liu et al., 2021, §2.1, §4.3).
+r"""gMLP's spatial gating unit, with aMLP's tiny attention as an option (Liu et al., 2021, §2.1, §4).
 
 gMLP mixes tokens with one learned n × n matrix W instead of attention, inside a multiplicative gate:
 
-    s(Z) = Z₁ ⊙ f_{W,b}(Ẑ₂),   f_{W,b}(Ẑ₂) = W Ẑ₂ + b                     Eqs. (2)-(3), Z = [Z₁, Z₂] split by channels
-    Ẑ₂ = LayerNorm(Z₂)                                                     the paper's pseudo-code (Fig. 1, ``norm(v)``)
-    aMLP:  s(Z) = Z₁ ⊙ (W Ẑ₂ + b + TinyAttn(x))                           §4.3, Fig. 6: the attention output joins the gate
+    s(Z) = Z₁ ⊙ f_{W,b}(Ẑ₂),   f_{W,b}(Ẑ₂) = W Ẑ₂ + b     Eqs. (2)-(4), Z = [Z₁, Z₂] split by channels
+    Ẑ₂ = LayerNorm(Z₂)                                     the paper's pseudo-code (Fig. 1, ``norm(v)``)
+    aMLP:  s(Z) = Z₁ ⊙ (W Ẑ₂ + b + TinyAttn(x))           §4: the tiny attention's output joins the gate
 
 W ∈ R^{n×n} acts along the sequence (its row i says how position i reads positions j), b ∈ R^n is one offset per
 position. "We initialize W as near-zero values and b as ones, meaning that f_{W,b}(Z) ≈ 1 and therefore
@@ -60,8 +60,8 @@ from ..common import (
     check_scale,
     weighted_values,
 )
-from ..core.layer_norm import layer_norm
 from ..core.causal_mask import causal_mask
+from ..core.layer_norm import layer_norm
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 
@@ -196,7 +196,7 @@ def spatial_gating_unit(z: ArrayLike, *, params: SpatialGatingParams | None = No
     rng : numpy.random.Generator or int, optional
         Draws the paper's initialisation (ℓ = n) when ``params`` is absent; exactly one of the two.
     gate_res : (..., n, e) array_like, optional
-        aMLP's tiny attention output, added to the gate (Fig. 6's ``gate_res``).
+        aMLP's tiny attention output, added to the gate (``gate_res`` of the paper's aMLP pseudo-code).
     causal : bool, default False
         Keep :math:`W_{ij}` for j <= i only (lucidrains/g-mlp-pytorch's causal form; not in the paper).
     norm : bool, default True
@@ -221,7 +221,7 @@ def spatial_gating_unit(z: ArrayLike, *, params: SpatialGatingParams | None = No
     References
     ----------
     .. [1] H. Liu, Z. Dai, D. R. So, Q. V. Le, "Pay Attention to MLPs", NeurIPS 2021, arXiv:2105.08050v2,
-       §2.1, Eqs. (2)-(3) and Fig. 1's pseudo-code; §4.3 and Fig. 6 (aMLP).
+       §2.1, Eqs. (2)-(4) and Fig. 1's pseudo-code; §4 (aMLP's tiny attention).
     .. [2] lucidrains/g-mlp-pytorch, ``g_mlp_pytorch/g_mlp_pytorch.py`` (``SpatialGatingUnit``: the initial
        range of W and the causal mask).
 
