@@ -19,6 +19,8 @@ import numpy as np
 
 from refattn import LayerNormParams, MultiHeadParams
 from refattn.beyond import LongShortParams
+from refattn import MultiHeadParams
+from refattn.beyond import SpatialGatingParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
@@ -2269,6 +2271,61 @@ def _xl(**fixed_options):
     return options
 
 
+# ------------------------------------------------------------------------------ attention-free mixers (beyond)
+
+
+def naive_fnet(q, k, v, causal, method="fft"):
+    """Lee-Thorp et al. (2022), Eq. (3) entry by entry: y_ic = Re Σ_j Σ_c′ e^{−2πi ij/m} v_jc′ e^{−2πi c′c/d}
+    = Σ_j Σ_c′ cos(2π(ij/m + c′c/d)) v_jc′ (the two phases reduced mod 1 first); q and k are not read."""
+    m, d = v.shape
+    out = np.zeros((m, d))
+    for i in range(m):
+        for c in range(d):
+            out[i, c] = sum(math.cos(2 * math.pi * ((i * j % m) / m + (c2 * c % d) / d)) * v[j, c2]
+                            for j in range(m) for c2 in range(d))
+    return out
+
+
+def naive_layer_norm_row(x, eps=1e-5):
+    """(x − μ)/√(σ² + ε) of one row, σ² the biased variance (Ba et al. 2016, gain 1, offset 0)."""
+    e = len(x)
+    mu = sum(x) / e
+    var = sum((x_c - mu) ** 2 for x_c in x) / e
+    return [(x_c - mu) / math.sqrt(var + eps) for x_c in x]
+
+
+def naive_gmlp(q, k, v, causal, params, norm=True, tiny_attention=False, scale=None):
+    """Liu et al. (2021), Eqs. (2)-(4) with Z₁ = q, Z₂ = v: out_ic = q_ic (Σ_j W_{p_i j} v̂_jc + b_{p_i}), j ≤ p_i
+    when causal, v̂ = LayerNorm(v) (Fig. 1); aMLP (§4) adds Σ_j A_ij v̂_jc, A the softmax of q kᵀ·scale. A query
+    before the first key (p_i < 0) has no row of W: 0."""
+    n, m, e = len(q), len(v), v.shape[1]
+    v_hat = np.array([naive_layer_norm_row(list(v[j])) if norm else list(v[j]) for j in range(m)]).reshape(m, e)
+    allowed = None if causal is False else naive_causal_allowed(n, m, "top-left" if causal is True else causal)
+    attention = naive_sdpa(q, k, v_hat, allowed, None, scale)[0] if tiny_attention else None
+    out = np.zeros((n, e))
+    for i in range(n):
+        p = naive_query_position(i, n, m, causal)
+        if p < 0:
+            continue
+        for c in range(e):
+            gate = params.b[p]
+            for j in range(m):
+                if causal is False or j <= p:
+                    gate += params.W[p, j] * v_hat[j, c]
+            if attention is not None:
+                gate += attention[i, c]
+            out[i, c] = q[i, c] * gate
+    return out
+
+
+def _spatial_gating(**fixed_options):
+    """W and b of unit scale (a trained unit, not the near-identity initialisation), ℓ = m + 2 > m."""
+    def options(rng, n, m, d, causal):
+        L = m + 2
+        return {"params": SpatialGatingParams(rng.standard_normal((L, L)), rng.standard_normal(L)), **fixed_options}
+    return options
+
+
 NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
@@ -2477,4 +2534,8 @@ NAIVE: dict[str, NaiveCase] = {
         fixed(top_k=2, method="chunked", chunk_size=2))),
     "sinkformer": NaiveCase(naive_sinkformer, (
         DEFAULTS, fixed(iterations=1), fixed(iterations=2), fixed(iterations=6, scale=0.7), fixed(iterations=15))),
+    "fnet": NaiveCase(naive_fnet, (DEFAULTS, fixed(method="matrix")), lengths=(1, 5)),
+    "gmlp": NaiveCase(naive_gmlp, (
+        _spatial_gating(), _spatial_gating(tiny_attention=True), _spatial_gating(norm=False),
+        _spatial_gating(tiny_attention=True, norm=False, scale=0.6)), lengths=(1,), value_width_d=True),
 }

@@ -2,6 +2,10 @@
 softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyformer, Scatterbrain,
 Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
 """
+from .fnet import RECORD as FNET
+from .fnet import FNET_METHODS, dft_matrix, fnet_mixing
+from .gmlp import RECORD as GMLP
+from .gmlp import GMLP_INIT_EPS, GMLP_NORM_EPS, SpatialGatingParams, init_spatial_gating, spatial_gating_unit
 from .long_short import RECORD as LONG_SHORT
 from .long_short import LongShortParams, init_long_short, long_short_attention, long_short_window_pattern
 from .sinkformer import RECORD as SINKFORMER
@@ -11,21 +15,31 @@ from .topk import TOPK_METHODS, TOPK_TIES, topk_attention, topk_mask
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
+    FNET,
+    GMLP,
     TOPK,
     SINKFORMER,
     LONG_SHORT,
 )
 
 __all__ = [
+    "FNET_METHODS",
+    "GMLP_INIT_EPS",
+    "GMLP_NORM_EPS",
     "LongShortParams",
     "SINKFORMER_ITERATIONS",
+    "SpatialGatingParams",
     "TOPK_METHODS",
     "TOPK_TIES",
+    "dft_matrix",
+    "fnet_mixing",
     "init_long_short",
+    "init_spatial_gating",
     "long_short_attention",
     "long_short_window_pattern",
     "sinkformer_attention",
     "sinkformer_weights",
+    "spatial_gating_unit",
     "topk_attention",
     "topk_mask",
 ]
