@@ -3,7 +3,23 @@ softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyfor
 Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
 """
 
-#: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = ()
+from .aft import (
+    AFT_VARIANTS,
+    AFTConvFilter,
+    AFTPositionBias,
+    aft_attention,
+    aft_position_bias,
+    init_aft_conv_filter,
+    init_aft_position_bias,
+)
+from .aft import RECORD as AFT
 
-__all__ = []
+#: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
+RECORDS = (
+    AFT,
+)
+
+__all__ = [
+    "AFT_VARIANTS", "AFTConvFilter", "AFTPositionBias", "aft_attention", "aft_position_bias", "init_aft_conv_filter",
+    "init_aft_position_bias",
+]
