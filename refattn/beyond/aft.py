@@ -506,12 +506,12 @@ def _parallel(q, k, v, w, visible, return_weights):
         if return_weights:
             A = gate[..., :, None, :] * E / np.where(seen, den[..., :, None, :], 1.0)   # (..., n, m, d)
             A = np.moveaxis(np.where(seen, A, 0.0), -1, -3)         # (..., d, n, m)  one matrix per channel
-    return np.broadcast_to(out, np.broadcast_shapes(out.shape, q.shape)).copy(), A
+    return out, A
 
 
 def _scan(q, k, v, batch, variant, params, p, delta, window, image_width) -> NDArray:
     """The causal scan: the bias band of the S keys up to each query's position, and the kernel."""
-    from ..kernels.aft_scan import aft_scan                        # Numba loads on first use only
+    from ..kernels.aft_scan import aft_scan  # Numba loads on first use only
 
     n, (m, d) = q.shape[-2], k.shape[-2:]
     if variant == "simple":
@@ -543,8 +543,8 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, variant="fu
 
 
 RECORD = Mechanism(
-    id="aft", title="Attention Free Transformer (AFT)", family="beyond", section="after the survey (attention-free, cf. §4.2)",
-    paper=ZHAI,
+    id="aft", title="Attention Free Transformer (AFT)", family="beyond",
+    section="after the survey (attention-free, cf. §4.2)", paper=ZHAI,
     equation=r"Y_t = \sigma(Q_t) \odot \frac{\sum_{t'} \exp(K_{t'} + w_{tt'}) \odot V_{t'}}"
              r"{\sum_{t'} \exp(K_{t'} + w_{tt'})}",
     time="O(n·m·d); AFT-simple O((n + m)·d)", memory="O(n·m·d) parallel, O(n·s + d) scan", kind="attention",
