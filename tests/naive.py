@@ -21,6 +21,7 @@ from refattn import LayerNormParams, MultiHeadParams
 from refattn.beyond import LongShortParams
 from refattn import MultiHeadParams
 from refattn.beyond import SpatialGatingParams
+from refattn.beyond import AFTConvFilter, AFTPositionBias
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
@@ -2324,6 +2325,90 @@ def _spatial_gating(**fixed_options):
         L = m + 2
         return {"params": SpatialGatingParams(rng.standard_normal((L, L)), rng.standard_normal(L)), **fixed_options}
     return options
+# ------------------------------------------------------------------------------ attention-free mixers and hybrids
+
+
+def naive_aft_bias(variant, params, i, j, n, m, causal, window, image_width):
+    """Zhai et al. (2021), §3.2: w_tt′ of AFT-full/local (Σ_e u_te u′_t′e, local only for |t − t′| < s) for one
+    pair; AFT-simple and AFT-conv have none here (conv's filter enters through its convolution)."""
+    if variant not in ("full", "local"):
+        return 0.0
+    p = max(naive_query_position(i, n, m, causal), 0)
+    if variant == "local" and not abs(p - j) < window:
+        return 0.0
+    return sum(params.u[p, e] * params.u_prime[j, e] for e in range(params.u.shape[1]))
+
+
+def naive_aft_filters(params):
+    """ŵ^i = γ_i (w^i − mean w^i)/std w^i + β_i, per head, by sums (the population std)."""
+    heads, taps = params.w.shape[0], params.w[0].size
+    out = []
+    for h in range(heads):
+        values = list(params.w[h].ravel())
+        mean = sum(values) / taps
+        std = math.sqrt(sum((x - mean) ** 2 for x in values) / taps)
+        out.append([params.gamma[h] * (x - mean) / std + params.beta[h] for x in values])
+    return out
+
+
+def naive_aft(q, k, v, causal, variant="full", params=None, window=None, image_width=None):
+    """Zhai et al. (2021), §3.1-§3.2, one scalar at a time: Y_tc = σ(Q_tc) Σ_t′ e^{K_t′c + w_tt′} V_t′c /
+    Σ_t′ e^{K_t′c + w_tt′} over the keys t′ ≤ p_t the query sees. AFT-conv as the paper writes it:
+    [conv(e^K ⊙ V, e^ŵ − 1) + Σ e^K ⊙ V] / [conv(e^K, e^ŵ − 1) + Σ e^K], the head's filter over the offsets
+    t′ − p_t (image: the row and column offsets), its taps on keys the query sees."""
+    n, d = q.shape
+    m = len(k)
+    filters = naive_aft_filters(params) if variant == "conv" else None
+    out = np.zeros((n, d))
+    for i in range(n):
+        p = naive_query_position(i, n, m, causal)
+        seen = [j for j in range(m) if causal is False or j <= p]
+        if not seen:
+            continue
+        for c in range(d):
+            if variant == "conv":
+                heads = len(filters)
+                h, s = c // (d // heads), params.w.shape[1]
+                num = sum(math.exp(k[j, c]) * v[j, c] for j in seen)             # Σ e^K ⊙ V
+                den = sum(math.exp(k[j, c]) for j in seen)                      # Σ e^K
+                for j in seen:
+                    if image_width is None:
+                        r = j - p + s // 2
+                        tap = r if 0 <= r < s else None
+                    else:
+                        dr = j // image_width - p // image_width + s // 2
+                        dc = j % image_width - p % image_width + s // 2
+                        tap = dr * s + dc if 0 <= dr < s and 0 <= dc < s else None
+                    if tap is not None:
+                        extra = math.exp(filters[h][tap]) - 1.0                 # e^ŵ − 1
+                        num += extra * math.exp(k[j, c]) * v[j, c]
+                        den += extra * math.exp(k[j, c])
+            else:
+                logits = {j: k[j, c] + naive_aft_bias(variant, params, i, j, n, m, causal, window, image_width)
+                          for j in seen}
+                top = max(logits.values())
+                num = sum(math.exp(x - top) * v[j, c] for j, x in logits.items())
+                den = sum(math.exp(x - top) for x in logits.values())
+            out[i, c] = 1.0 / (1.0 + math.exp(-q[i, c])) * num / den
+    return out
+
+
+def _aft_params(variant, std=0.5, **options):
+    """AFT settings with their parameters drawn here: u, u′ ~ N(0, std²) covering every position, or filters with
+    γ, β drawn (not the initial 0, so the filter shows)."""
+    def draw(rng, n, m, d, causal):
+        options_here = dict(options)
+        if variant == "simple":
+            return {"variant": variant, **options}
+        if variant == "conv":
+            heads, s = options_here.pop("num_heads"), options_here.pop("kernel_size")
+            w = rng.standard_normal((heads, s, s) if options_here.get("image_width") else (heads, s))
+            params = AFTConvFilter(w, rng.standard_normal(heads), rng.standard_normal(heads))
+            return {"variant": variant, "params": params, **options_here}
+        length = max(n + (m - n if causal == "bottom-right" else 0), m, 1)
+        params = AFTPositionBias(std * rng.standard_normal((length, 3)), std * rng.standard_normal((length, 3)))
+        return {"variant": variant, "params": params, **options}
+    return draw
 
 
 NAIVE: dict[str, NaiveCase] = {
@@ -2538,4 +2623,8 @@ NAIVE: dict[str, NaiveCase] = {
     "gmlp": NaiveCase(naive_gmlp, (
         _spatial_gating(), _spatial_gating(tiny_attention=True), _spatial_gating(norm=False),
         _spatial_gating(tiny_attention=True, norm=False, scale=0.6)), lengths=(1,), value_width_d=True),
+    "aft": NaiveCase(naive_aft, (
+        _aft_params("full"), _aft_params("local", window=2), _aft_params("simple"),
+        _aft_params("conv", num_heads=2, kernel_size=3), _aft_params("conv", num_heads=1, kernel_size=3, image_width=3),
+        _aft_params("local", std=1.0, window=0)), value_width_d=True),
 }

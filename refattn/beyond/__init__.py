@@ -2,6 +2,16 @@
 softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyformer, Scatterbrain,
 Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
 """
+from .aft import RECORD as AFT
+from .aft import (
+    AFTConvFilter,
+    AFTPositionBias,
+    AFT_VARIANTS,
+    aft_attention,
+    aft_position_bias,
+    init_aft_conv_filter,
+    init_aft_position_bias,
+)
 from .fnet import RECORD as FNET
 from .fnet import FNET_METHODS, dft_matrix, fnet_mixing
 from .gmlp import RECORD as GMLP
@@ -16,6 +26,7 @@ from .topk import TOPK_METHODS, TOPK_TIES, topk_attention, topk_mask
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
 RECORDS = (
     FNET,
+    AFT,
     GMLP,
     TOPK,
     SINKFORMER,
@@ -23,6 +34,9 @@ RECORDS = (
 )
 
 __all__ = [
+    "AFTConvFilter",
+    "AFTPositionBias",
+    "AFT_VARIANTS",
     "FNET_METHODS",
     "GMLP_INIT_EPS",
     "GMLP_NORM_EPS",
@@ -31,8 +45,12 @@ __all__ = [
     "SpatialGatingParams",
     "TOPK_METHODS",
     "TOPK_TIES",
+    "aft_attention",
+    "aft_position_bias",
     "dft_matrix",
     "fnet_mixing",
+    "init_aft_conv_filter",
+    "init_aft_position_bias",
     "init_long_short",
     "init_spatial_gating",
     "long_short_attention",

@@ -1,0 +1,559 @@
+r"""Attention Free Transformer, AFT (Zhai et al., 2021, arXiv:2105.14103v2, §3.1-§3.2).
+
+No query-key dot product: keys and learned position biases weigh the values, channel by channel, and the
+query gates the result elementwise:
+
+    Y_t = σ(Q_t) ⊙ Σ_t′ exp(K_t′ + w_tt′) ⊙ V_t′ / Σ_t′ exp(K_t′ + w_tt′)          AFT-full (§3.1)
+    w_tt′ = u_tᵀ u′_t′,   u, u′ ∈ R^{T×d′}                                          its factorised w (§3.2)
+    AFT-local:  w_tt′ = u_tᵀ u′_t′ if |t − t′| < s, else 0                           (§3.2)
+    AFT-simple: s = 0, no position bias:  Y_t = σ(Q_t) ⊙ Σ_t′ (softmax(K) ⊙ V)_t′    (§3.2; softmax over t′)
+    AFT-conv:   per head i (d/h channels), a filter w^i of size s shared by the head's channels:  (§3.2)
+        Y^i_t = σ(Q^i_t) ⊙ [conv(e^{K^i} ⊙ V^i, e^{ŵ^i} − 1) + Σ_t′ e^{K^i_t′} ⊙ V^i_t′]
+                         / [conv(e^{K^i}, e^{ŵ^i} − 1) + Σ_t′ e^{K^i_t′}]
+        ŵ^i = γ_i (w^i − mean(w^i)) / std(w^i) + β_i,   γ, β ∈ R^h initialised to 0    (its re-parameterisation)
+
+The four are one equation with four position biases. Outside AFT-local's window the bias is 0, not −∞: every
+key is still seen ("global connectivity"), only without a learned bias. AFT-conv is AFT-local with a bias that
+depends on the offset t′ − t alone, per head: the convolution with e^{ŵ} − 1 adds the filter's part to the
+global sums, e^{K+ŵ} = e^K + (e^{ŵ} − 1) e^K on the filter's support.
+
+Implicit attention. Per channel c, Y_tc = Σ_t′ A^c_tt′ V_t′c with A^c_tt′ = σ(Q_tc) exp(K_t′c + w_tt′) /
+Σ_t″ exp(K_t″c + w_tt″) (the paper's rearranged form: "as many heads as feature dimensions"). So AFT has no
+single n × m matrix: ``return_weights`` gives the (..., d, n, m) stack A^c, one matrix per channel, σ(Q)
+included (rows sum to σ(Q_tc) < 1, not 1), and ``out[..., t, c] = (A[..., c, :, :] @ v[..., :, c])[t]``.
+AFT reads q only through the gate σ(Q), k only through the weights e^K, and v as the values; K and V meet
+elementwise, so v has k's width d.
+
+Positions: query t sits at position p_t = t (bottom-right: t + m − n), key t′ at t′; u is indexed by p_t,
+u′ by t′. Causal (the paper's autoregressive models, CIFAR-10 pixels and enwik8): the sums run over t′ ≤ p_t,
+by selection. AFT-conv's filter is a cross-correlation, as a deep-learning conv: tap r weighs the key at
+offset t′ − p_t = r − ⌊s/2⌋ (s odd); on an image of width W (``image_width``, tokens in row-major order) the
+filter is s × s over the row and column offsets, as the paper's conv2d.
+
+Numerics: the exponents are max-shifted per row and channel (the maximum over t′ of K_t′c + w_tt′), so no
+exp overflows; the paper's e^{w} @ (e^K ⊙ V) matrix product is the same sum without that shift.
+
+Sources of the defaults: the paper gives the equations, the factorisation (d′ "e.g. 128"), and γ = β = 0 at
+initialisation (so AFT-conv starts as AFT-simple). It gives no initialisation of u, u′ or of the raw filters
+(AFT has no official code): u, u′ ~ N(0, 0.01²) here (a small w, so AFT-full starts near AFT-simple; the
+value of the comvex implementation), raw filters ~ N(0, 1) (any non-constant filter: γ = 0 ignores it).
+std(w^i) is the population standard deviation (the paper does not say which).
+
+Forms: ``method="equation"`` is the parallel form over the (..., n, m, d) logits; ``method="scan"`` (causal
+only) is :mod:`refattn.kernels.aft_scan`, the running sums of the keys outside the bias band plus the band's
+keys per query: O(n·d) for AFT-simple, O(n·s·d) for AFT-local, O(n²·d) for AFT-full, O(d) state.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import expit
+
+from ..common import (
+    as_float,
+    as_rng,
+    causal_alignment,
+    check_bool,
+    check_choice,
+    check_fits,
+    check_non_negative_int,
+    check_positive_int,
+    check_qkv,
+)
+from ..core.sdpa import allowed_pairs
+from ..kernels import kernel_rows
+from ..mechanism import AttentionResult, Mechanism
+
+__all__ = ["AFT_VARIANTS", "AFTConvFilter", "AFTPositionBias", "aft_attention", "aft_position_bias",
+           "init_aft_conv_filter", "init_aft_position_bias"]
+
+ZHAI = ('S. Zhai, W. Talbott, N. Srivastava, C. Huang, H. Goh, R. Zhang, J. Susskind, 2021, "An Attention Free '
+        'Transformer", arXiv:2105.14103')
+#: AFT-full, AFT-local, AFT-simple, AFT-conv (§3.2).
+AFT_VARIANTS = ("full", "local", "simple", "conv")
+METHODS = ("equation", "scan")
+BIAS_DIM = 128                                                     # d′, "e.g., 128" (§3.2)
+BIAS_STD = 0.01                                                    # u, u′ ~ N(0, 0.01²): see the module docstring
+
+
+# --- parameters ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class AFTPositionBias:
+    r"""AFT-full's and AFT-local's factorised position biases, :math:`w_{tt'} = u_t^\top u'_{t'}` (§3.2).
+
+    Attributes
+    ----------
+    u : (ℓ, d′) ndarray
+        One row per query position.
+    u_prime : (ℓ, d′) ndarray
+        One row per key position.
+    """
+
+    u: NDArray
+    u_prime: NDArray
+
+    def __post_init__(self) -> None:
+        u, u_prime = as_float("params.u", self.u), as_float("params.u_prime", self.u_prime)
+        if u.ndim != 2 or u.shape != u_prime.shape:
+            raise ValueError(f"params.u and params.u_prime must both have shape (ℓ, d′), got {u.shape} and "
+                             f"{u_prime.shape}")
+        if not (np.isfinite(u).all() and np.isfinite(u_prime).all()):
+            raise ValueError(f"params.u and params.u_prime must be finite (shape {u.shape})")
+        object.__setattr__(self, "u", u)
+        object.__setattr__(self, "u_prime", u_prime)
+
+    @property
+    def max_length(self) -> int:
+        """ℓ, the number of positions covered."""
+        return self.u.shape[0]
+
+
+@dataclass(frozen=True, eq=False)
+class AFTConvFilter:
+    r"""AFT-conv's per-head filters and their re-parameterisation :math:`\hat w^i = \gamma_i (w^i - \bar w^i) /
+    \operatorname{std}(w^i) + \beta_i` (§3.2).
+
+    Attributes
+    ----------
+    w : (h, s) or (h, s, s) ndarray
+        The raw filters, one per head, s odd >= 3: 1-D over a sequence, s × s over an image.
+    gamma, beta : (h,) ndarray
+        Gain and bias of each head's standardised filter (0 at initialisation).
+    """
+
+    w: NDArray
+    gamma: NDArray
+    beta: NDArray
+
+    def __post_init__(self) -> None:
+        w = as_float("params.w", self.w)
+        gamma, beta = as_float("params.gamma", self.gamma), as_float("params.beta", self.beta)
+        s = w.shape[1] if w.ndim in (2, 3) else 0
+        if w.ndim not in (2, 3) or w.shape[0] < 1 or s < 3 or s % 2 == 0 or (w.ndim == 3 and w.shape[2] != s):
+            raise ValueError(f"params.w must have shape (h, s) or (h, s, s) with h >= 1 and s odd >= 3, got {w.shape}")
+        if gamma.shape != (w.shape[0],) or beta.shape != (w.shape[0],):
+            raise ValueError(f"params.gamma and params.beta must have shape ({w.shape[0]},) (one per head of "
+                             f"params.w {w.shape}), got {gamma.shape} and {beta.shape}")
+        if not (np.isfinite(w).all() and np.isfinite(gamma).all() and np.isfinite(beta).all()):
+            raise ValueError("params.w, params.gamma and params.beta must be finite")
+        spread = w.reshape(w.shape[0], -1).std(axis=-1)
+        if (spread == 0).any():
+            raise ValueError(f"params.w: the filters of heads {np.flatnonzero(spread == 0).tolist()} are constant, "
+                             f"so (w − mean)/std is undefined")
+        for name, x in (("w", w), ("gamma", gamma), ("beta", beta)):
+            object.__setattr__(self, name, x)
+
+    @property
+    def num_heads(self) -> int:
+        """h."""
+        return self.w.shape[0]
+
+    @property
+    def kernel_size(self) -> int:
+        """s."""
+        return self.w.shape[1]
+
+    def normalized(self) -> NDArray:
+        r"""The filters in use, :math:`\hat w^i = \gamma_i (w^i - \operatorname{mean} w^i) / \operatorname{std} w^i
+        + \beta_i`, shaped as ``w``."""
+        axes = tuple(range(1, self.w.ndim))
+        standard = (self.w - self.w.mean(axis=axes, keepdims=True)) / self.w.std(axis=axes, keepdims=True)
+        return self.gamma.reshape(-1, *[1] * len(axes)) * standard + self.beta.reshape(-1, *[1] * len(axes))
+
+
+def init_aft_position_bias(rng: np.random.Generator | int, max_length: int, *, bias_dim: int = BIAS_DIM,
+                           std: float = BIAS_STD) -> AFTPositionBias:
+    r"""Draw :math:`u, u' \sim \mathcal N(0, \mathrm{std}^2)` of shape (ℓ, d′).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator or int
+    max_length : int
+        ℓ, the positions covered (>= 1).
+    bias_dim : int, default 128
+        d′ (the paper's "e.g., 128").
+    std : float, default 0.01
+        Standard deviation (the paper gives none; see the module docstring).
+
+    Returns
+    -------
+    AFTPositionBias
+
+    Examples
+    --------
+    >>> init_aft_position_bias(0, 6, bias_dim=3).u.shape
+    (6, 3)
+    """
+    rng = as_rng(rng)
+    length, dim = check_positive_int("max_length", max_length), check_positive_int("bias_dim", bias_dim)
+    if isinstance(std, bool) or not isinstance(std, (int, float, np.integer, np.floating)) or not std >= 0 \
+            or not np.isfinite(std):
+        raise ValueError(f"std must be a finite number >= 0, got {std!r}")
+    return AFTPositionBias(std * rng.standard_normal((length, dim)), std * rng.standard_normal((length, dim)))
+
+
+def init_aft_conv_filter(rng: np.random.Generator | int, num_heads: int, kernel_size: int, *,
+                         image: bool = False) -> AFTConvFilter:
+    r"""Draw AFT-conv's raw filters ~ N(0, 1) with γ = β = 0 (the paper's initialisation of γ and β).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator or int
+    num_heads : int
+        h.
+    kernel_size : int
+        s, odd >= 3.
+    image : bool, default False
+        s × s filters (over an image) instead of length-s ones.
+
+    Returns
+    -------
+    AFTConvFilter
+
+    Examples
+    --------
+    >>> f = init_aft_conv_filter(0, 2, 3)
+    >>> f.w.shape, bool((f.normalized() == 0).all())             # γ = β = 0: ŵ = 0, AFT-conv = AFT-simple
+    ((2, 3), True)
+    """
+    rng = as_rng(rng)
+    h, s = check_positive_int("num_heads", num_heads), check_positive_int("kernel_size", kernel_size)
+    if s < 3 or s % 2 == 0:
+        raise ValueError(f"kernel_size must be odd and >= 3 (a centred filter with a spread), got {s}")
+    w = rng.standard_normal((h, s, s) if check_bool("image", image) else (h, s))
+    return AFTConvFilter(w, np.zeros(h), np.zeros(h))
+
+
+# --- position biases -----------------------------------------------------------------------------------------------
+
+def _bias_at(variant: str, params, p: NDArray, j: NDArray, window: int | None, image_width: int | None) -> NDArray:
+    """w of every head at query positions ``p`` (n, 1) and keys ``j`` (1, m) or (n, S), both >= 0: (H, n, ·)."""
+    shape = np.broadcast_shapes(p.shape, j.shape)
+    if variant == "simple":
+        return np.zeros((1, *shape))
+    if variant == "conv":
+        w_hat, half = params.normalized(), params.kernel_size // 2
+        if image_width is None:
+            r = j - p + half                                       # tap r weighs key p + r − ⌊s/2⌋
+            inside = (r >= 0) & (r < params.kernel_size)
+            return np.where(inside, w_hat[:, np.clip(r, 0, params.kernel_size - 1)], 0.0)
+        rows, cols = j // image_width - p // image_width, j % image_width - p % image_width
+        inside = (np.abs(rows) <= half) & (np.abs(cols) <= half)
+        rows, cols = np.clip(rows + half, 0, 2 * half), np.clip(cols + half, 0, 2 * half)
+        return np.where(inside, w_hat[:, rows, cols], 0.0)
+    u = params.u[p[:, 0]]                                          # (n, d′)  u_t at query positions
+    if j.shape[0] == 1:
+        w = u @ params.u_prime[j[0]].T                             # (n, m)  w_tt′ = u_tᵀ u′_t′
+    else:
+        w = np.einsum("nd,nsd->ns", u, params.u_prime[j])          # (n, S)  the same, in a band
+    if variant == "local":
+        w = np.where(np.abs(p - j) < window, w, 0.0)               # 0 outside |t − t′| < s (not masked)
+    return w[None]
+
+
+def _check_setting(variant, params, window, kernel_size, num_heads, image_width, bias_dim, max_length, d,
+                   drawing: bool):
+    """Check the options against the variant; return (window, image_width)."""
+    check_choice("variant", variant, AFT_VARIANTS)
+    unused = {"window": window if variant != "local" else None,
+              "kernel_size": kernel_size if variant != "conv" else None,
+              "num_heads": num_heads if variant != "conv" else None,
+              "image_width": image_width if variant != "conv" else None,
+              "bias_dim": bias_dim if variant not in ("full", "local") else None,
+              "max_length": max_length if variant not in ("full", "local") else None,
+              "params": params if variant == "simple" else None}
+    for name, value in unused.items():
+        if value is not None:
+            raise ValueError(f"{name} has no meaning for variant={variant!r} (got {value!r})")
+    if variant == "local":
+        if window is None:
+            raise ValueError("variant='local' needs window, the s of |t − t′| < s (0 gives AFT-simple)")
+        window = check_non_negative_int("window", window)
+    if variant == "conv" and image_width is not None:
+        image_width = check_positive_int("image_width", image_width)
+    wanted = {"full": AFTPositionBias, "local": AFTPositionBias, "conv": AFTConvFilter}.get(variant)
+    if params is not None and not isinstance(params, wanted):
+        raise TypeError(f"params of variant={variant!r} must be a {wanted.__name__}, got {type(params).__name__}")
+    if not drawing and params is not None:
+        if variant == "conv":
+            if (kernel_size, num_heads) != (None, None):
+                raise ValueError("kernel_size and num_heads are those of params: give them only to draw the filters")
+            if (params.w.ndim == 3) != (image_width is not None):
+                raise ValueError(f"params.w of shape {params.w.shape} is for "
+                                 f"{'an image: give image_width' if params.w.ndim == 3 else 'a sequence'}"
+                                 f"{'' if params.w.ndim == 3 else ', not image_width'}")
+        elif (bias_dim, max_length) != (None, None):
+            raise ValueError("bias_dim and max_length are those of params: give them only to draw u and u′")
+    if variant == "conv":
+        heads = params.num_heads if params is not None else (1 if num_heads is None else
+                                                              check_positive_int("num_heads", num_heads))
+        if d % heads:
+            raise ValueError(f"num_heads={heads} must divide the width d={d} of q, k and v (each head has d/h "
+                             f"channels)")
+    return window, image_width
+
+
+def aft_position_bias(variant: str, n: int, m: int | None = None, *, params=None, window: int | None = None,
+                      image_width: int | None = None, alignment: str = "top-left") -> NDArray:
+    r"""The position biases :math:`w_{tt'}` of every head: (1, n, m) for AFT-full/local/simple, (h, n, m) for AFT-conv.
+
+    Parameters
+    ----------
+    variant : {"full", "local", "simple", "conv"}
+    n : int
+        Number of queries.
+    m : int, optional
+        Number of keys; default n.
+    params : AFTPositionBias or AFTConvFilter, optional
+        The variant's parameters (none for "simple").
+    window : int, optional
+        s of AFT-local.
+    image_width : int, optional
+        AFT-conv over an image of this width (s × s filters).
+    alignment : {"top-left", "bottom-right"}, default "top-left"
+        Query t at position t, or t + m − n.
+
+    Returns
+    -------
+    w : (H, n, m) ndarray
+        Entries of queries before position 0 (bottom-right, n > m) are those of position 0.
+
+    Examples
+    --------
+    >>> f = AFTConvFilter(np.array([[0.0, 1.0, 2.0]]), gamma=np.ones(1), beta=np.zeros(1))
+    >>> aft_position_bias("conv", 4, params=f)[0].round(3)       # ŵ = (w − 1)/std = (−1.225, 0, 1.225) on j − t
+    array([[ 0.   ,  1.225,  0.   ,  0.   ],
+           [-1.225,  0.   ,  1.225,  0.   ],
+           [ 0.   , -1.225,  0.   ,  1.225],
+           [ 0.   ,  0.   , -1.225,  0.   ]])
+    """
+    n = check_non_negative_int("n", n)
+    m = n if m is None else check_non_negative_int("m", m)
+    check_choice("alignment", alignment, ("top-left", "bottom-right"))
+    window, image_width = _check_setting(variant, params, window, None, None, image_width, None, None, 0,
+                                         drawing=False)
+    if variant != "simple" and params is None:
+        raise ValueError(f"variant={variant!r} needs params")
+    p = _positions(n, m, alignment)
+    _check_length(variant, params, p, m)
+    check_fits("the position biases", (params.num_heads if variant == "conv" else 1, n, m))
+    return _bias_at(variant, params, p[:, None], np.arange(m)[None, :], window, image_width)
+
+
+def _positions(n: int, m: int, alignment: str | None) -> NDArray:
+    """p_t = t (+ m − n bottom-right), clipped at 0 (earlier queries see no key under the causal mask)."""
+    shift = m - n if alignment == "bottom-right" else 0
+    return np.maximum(np.arange(n) + shift, 0)
+
+
+def _check_length(variant, params, p: NDArray, m: int) -> None:
+    """u covers every query position and u′ every key."""
+    if variant in ("full", "local"):
+        needed = max(int(p.max(initial=-1)) + 1, m)
+        if params.max_length < needed:
+            raise ValueError(f"params covers ℓ={params.max_length} positions (u shape {params.u.shape}) but the "
+                             f"queries and keys reach position {needed - 1}")
+
+
+# --- the mechanism -------------------------------------------------------------------------------------------------
+
+def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, variant: str = "full", params=None,
+                  rng: np.random.Generator | int | None = None, window: int | None = None,
+                  kernel_size: int | None = None, num_heads: int | None = None, image_width: int | None = None,
+                  max_length: int | None = None, bias_dim: int | None = None, causal: bool | str = False,
+                  method: str = "equation", return_weights: bool = False) -> NDArray | tuple[NDArray, NDArray]:
+    r"""The Attention Free Transformer: keys and position biases weigh the values per channel, the query gates.
+
+    .. math::
+
+        Y_t = \sigma(Q_t) \odot \frac{\sum_{t'} \exp(K_{t'} + w_{tt'}) \odot V_{t'}}{\sum_{t'} \exp(K_{t'} + w_{tt'})}
+
+    with :math:`w` of the ``variant`` (see the module docstring).
+
+    Parameters
+    ----------
+    q : (..., n, d) array_like
+        Queries Q: read only through the gate σ(Q).
+    k : (..., m, d) array_like
+        Keys K.
+    v : (..., m, d) array_like
+        Values V, of the keys' width d (K and V meet elementwise).
+    variant : {"full", "local", "simple", "conv"}, default "full"
+        AFT-full, AFT-local, AFT-simple or AFT-conv.
+    params : AFTPositionBias or AFTConvFilter, optional
+        u, u′ (full, local; :func:`init_aft_position_bias`) or the filters (conv; :func:`init_aft_conv_filter`);
+        drawn from ``rng`` when absent; none for "simple".
+    rng : numpy.random.Generator or int, optional
+        Source of the drawn params.
+    window : int, optional
+        s of AFT-local (required there): the bias is learned for |t − t′| < s.
+    kernel_size, num_heads : int, optional
+        s (odd >= 3) and h of drawn AFT-conv filters (h default 1; h divides d).
+    image_width : int, optional
+        AFT-conv over an image of this width, tokens in row-major order: s × s filters (the paper's conv2d).
+    max_length, bias_dim : int, optional
+        ℓ and d′ of drawn u, u′; default the positions used (max(n + shift, m)) and 128.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Sum over t′ <= p_t only, by selection; a query that sees no key gets 0.
+    method : {"equation", "scan"}, default "equation"
+        The parallel form, or the causal scan (:mod:`refattn.kernels.aft_scan`; causal only).
+    return_weights : bool, default False
+        Also return the per-channel implicit attention.
+
+    Returns
+    -------
+    out : (..., n, d) ndarray
+    weights : (..., d, n, m) ndarray
+        Only if ``return_weights``: :math:`A^c_{tt'} = \sigma(Q_{tc}) e^{K_{t'c} + w_{tt'}} / \sum_{t''}
+        e^{K_{t''c} + w_{tt''}}`, so that ``out[..., :, c] = A[..., c, :, :] @ v[..., :, c]``.
+
+    Notes
+    -----
+    There is no exact limit equal to softmax attention: the weights come from the keys alone, per channel, and
+    σ(Q) scales each row. AFT-local with s = 0 is AFT-simple, and with s > every |t − t′| is AFT-full; AFT-conv
+    at its initialisation (γ = β = 0) is AFT-simple. Time O(n·m·d) (AFT-simple O((n + m)·d) by its closed
+    form, which the scan is); memory O(n·m·d) for the equation path's logits.
+
+    References
+    ----------
+    .. [1] S. Zhai et al., "An Attention Free Transformer", arXiv:2105.14103v2, 2021, §3.1 (AFT, its
+       rearranged form as per-channel attention) and §3.2 (AFT-local, AFT-simple, AFT-conv, parameterisation).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 5, 4))
+    >>> out = aft_attention(q, k, v, variant="simple")
+    >>> e = np.exp(k - k.max(axis=0))                              # AFT-simple's closed form: σ(Q) ⊙ Σ softmax(K) ⊙ V
+    >>> bool(np.allclose(out, 1 / (1 + np.exp(-q)) * (e * v).sum(axis=0) / e.sum(axis=0)))
+    True
+    >>> out, A = aft_attention(q, k, v, rng=1, causal=True, return_weights=True)
+    >>> A.shape, bool(np.allclose(out, aft_attention(q, k, v, rng=1, causal=True, method="scan")))
+    ((4, 5, 5), True)
+    """
+    result = _aft(q, k, v, variant=variant, params=params, rng=rng, window=window, kernel_size=kernel_size,
+                  num_heads=num_heads, image_width=image_width, max_length=max_length, bias_dim=bias_dim,
+                  causal=causal, method=method, return_weights=return_weights)
+    return (result.output, result.weights) if return_weights else result.output
+
+
+def _aft(q, k, v, *, variant, params, rng, window, kernel_size, num_heads, image_width, max_length, bias_dim,
+         causal, method, return_weights) -> AttentionResult:
+    """Checked AFT; ``draws`` holds the params used."""
+    check_choice("method", method, METHODS)
+    return_weights = check_bool("return_weights", return_weights)
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    batch = check_qkv(q, k, v)
+    n, m, d = q.shape[-2], k.shape[-2], k.shape[-1]
+    if v.shape[-1] != d:
+        raise ValueError(f"AFT multiplies K and V elementwise: v must have d_v = d_k = {d}, got d_v={v.shape[-1]} "
+                         f"(k shape {k.shape}, v shape {v.shape})")
+    alignment = causal_alignment(causal)
+    if method == "scan" and alignment is None:
+        raise ValueError("method='scan' is the causal scan: it takes causal=True or 'bottom-right', not causal=False")
+    drawing = params is None and variant != "simple"
+    window, image_width = _check_setting(variant, params, window, kernel_size, num_heads, image_width, bias_dim,
+                                         max_length, d, drawing)
+    p = _positions(n, m, alignment)
+    if drawing:
+        if rng is None:
+            raise ValueError(f"variant={variant!r} needs params, or rng to draw them")
+        if variant == "conv":
+            if kernel_size is None:
+                raise ValueError("variant='conv' needs kernel_size (odd >= 3) to draw its filters, or params")
+            params = init_aft_conv_filter(rng, 1 if num_heads is None else num_heads, kernel_size,
+                                          image=image_width is not None)
+        else:
+            length = max(int(p.max(initial=-1)) + 1, m, 1) if max_length is None else max_length
+            params = init_aft_position_bias(rng, length, bias_dim=BIAS_DIM if bias_dim is None else bias_dim)
+    _check_length(variant, params, p, m)
+    delta = 0 if alignment is None else (m - n if alignment == "bottom-right" else 0)
+    if return_weights or method == "equation":
+        check_fits("the AFT logits (…, n, m, d)", (*batch, n, m, d))
+        w = _bias_at(variant, params, p[:, None], np.arange(m)[None, :], window, image_width)   # (H, n, m)
+        visible = None if alignment is None else np.arange(m)[None, :] <= np.arange(n)[:, None] + delta  # (n, m)
+        out, A = _parallel(q, k, v, w, visible, return_weights)
+    if method == "scan":
+        out = _scan(q, k, v, batch, variant, params, p, delta, window, image_width)
+    if not return_weights:
+        return AttentionResult(out, draws={"params": params})
+    return AttentionResult(out, A, allowed_pairs(None, causal, A.shape), {"params": params})
+
+
+def _parallel(q, k, v, w, visible, return_weights):
+    """The parallel form over the (..., n, m, d) logits L = K_t′ + w_tt′, max-shifted per (t, c)."""
+    H, n, m = w.shape
+    d = k.shape[-1]
+    w_c = np.repeat(w, d // H, axis=0) if d else np.zeros((0, n, m))   # (d, n, m)  channel c has its head's w
+    L = k[..., None, :, :] + np.moveaxis(w_c, 0, -1)              # (..., n, m, d)  K_t′c + w_tt′
+    seen = np.ones((n, 1, 1), dtype=bool) if visible is None else visible.any(axis=-1)[:, None, None]  # (n, 1, 1)
+    if visible is not None:
+        L = np.where(visible[:, :, None], L, -np.inf)              # masked by selection
+    with np.errstate(invalid="ignore", over="ignore"):             # ∞ − ∞: IEEE NaN, as exp(L − max L) says
+        top = np.where(seen, L.max(axis=-2, keepdims=True, initial=-np.inf), 0.0)   # (..., n, 1, d)  max_t′
+        E = np.exp(L - top)                                        # (..., n, m, d)  e^{K + w − max}
+        EV = E * v[..., None, :, :]                                # (..., n, m, d)
+        if visible is not None:
+            EV = np.where(visible[:, :, None], EV, 0.0)            # a masked value never enters the sum
+        num, den = EV.sum(axis=-2), E.sum(axis=-2)                 # (..., n, d)
+        gate = expit(q)                                            # (..., n, d)  σ(Q)
+        average = np.where(seen[:, :, 0], num / np.where(seen[:, :, 0], den, 1.0), 0.0)   # no key seen: 0
+        out = gate * average                                       # (..., n, d)  σ(Q) ⊙ Σ e^{K+w} V / Σ e^{K+w}
+        A = None
+        if return_weights:
+            A = gate[..., :, None, :] * E / np.where(seen, den[..., :, None, :], 1.0)   # (..., n, m, d)
+            A = np.moveaxis(np.where(seen, A, 0.0), -1, -3)         # (..., d, n, m)  one matrix per channel
+    return out, A
+
+
+def _scan(q, k, v, batch, variant, params, p, delta, window, image_width) -> NDArray:
+    """The causal scan: the bias band of the S keys up to each query's position, and the kernel."""
+    from ..kernels.aft_scan import aft_scan  # Numba loads on first use only
+
+    n, (m, d) = q.shape[-2], k.shape[-2:]
+    if variant == "simple":
+        S = 0
+    elif variant == "local":
+        S = window                                                 # |t − t′| < s, t′ <= t: s keys
+    elif variant == "conv":
+        half = params.kernel_size // 2
+        S = half + 1 if image_width is None else half * image_width + half + 1   # the filter's past taps
+    else:
+        S = int(p.max(initial=-1)) + 1                             # every key up to the last position
+    j = p[:, None] - S + 1 + np.arange(S)[None, :]                 # (n, S)  the band's keys
+    check_fits("the AFT bias band (h, n, S)", (params.num_heads if variant == "conv" else 1, n, S))
+    band = np.where(j >= 0, _bias_at(variant, params, p[:, None], np.maximum(j, 0), window, image_width), 0.0)
+    band = np.ascontiguousarray(band)                              # (H, n, S)
+    flat_k, flat_v = kernel_rows(k, batch, (m, d)), kernel_rows(v, batch, (m, d))
+    out = np.empty((flat_k.shape[0], n, d))
+    with np.errstate(invalid="ignore", over="ignore"):
+        aft_scan(flat_k, flat_v, band, delta, out)
+        return expit(q) * out.reshape(*batch, n, d)                # σ(Q) ⊙ the normalised sums
+
+
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, variant="full", params=None, window=None,
+           kernel_size=None, num_heads=None, image_width=None, max_length=None, bias_dim=None, method="equation"):
+    """The registry's uniform apply: AFT over (q, k, v), the variant's params drawn from rng unless given."""
+    return _aft(q, k, v, variant=variant, params=params, rng=rng, window=window, kernel_size=kernel_size,
+                num_heads=num_heads, image_width=image_width, max_length=max_length, bias_dim=bias_dim,
+                causal=causal, method=method, return_weights=return_weights)
+
+
+RECORD = Mechanism(
+    id="aft", title="Attention Free Transformer (AFT)", family="beyond",
+    section="after the survey (attention-free, cf. §4.2)", paper=ZHAI,
+    equation=r"Y_t = \sigma(Q_t) \odot \frac{\sum_{t'} \exp(K_{t'} + w_{tt'}) \odot V_{t'}}"
+             r"{\sum_{t'} \exp(K_{t'} + w_{tt'})}",
+    time="O(n·m·d); AFT-simple O((n + m)·d)", memory="O(n·m·d) parallel, O(n·s + d) scan", kind="attention",
+    function=aft_attention, apply=_apply, causal=True, position_dependent=True, normalized=False,
+    methods=METHODS, figure="refattn.figures.aft:aft",
+    examples=({"variant": "local", "window": 2}, {"variant": "simple"},
+              {"variant": "conv", "kernel_size": 3, "num_heads": 2}),
+    exact_options=None,
+    exact_limit="none: the weights come from the keys alone, per channel, and σ(Q) scales each row "
+                "(no setting is softmax attention)",
+    draws=("params",),
+)
