@@ -3,7 +3,26 @@ softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyfor
 Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
 """
 
-#: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = ()
+from .skyformer import RECORD as _SKYFORMER
+from .skyformer import (
+    SkyformerFactors,
+    draw_skyformer_landmarks,
+    gaussian_kernel,
+    kernelized_attention,
+    skyformer_attention,
+    skyformer_factors,
+)
 
-__all__ = []
+#: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
+RECORDS = (
+    _SKYFORMER,
+)
+
+__all__ = [
+    "SkyformerFactors",
+    "draw_skyformer_landmarks",
+    "gaussian_kernel",
+    "kernelized_attention",
+    "skyformer_attention",
+    "skyformer_factors",
+]
