@@ -2149,14 +2149,14 @@ def _xl(**fixed_options):
     return options
 
 
-# ------------------------------------------------------------------------------ Skyformer and Scatterbrain (after the survey)
+# ------------------------------------------------------------------------------ Skyformer, Scatterbrain (after the survey)
 
 
 def naive_skyformer(q, k, v, causal, landmarks, gamma=0.1, pinv="iterative", iterations=6, init="paper", scale=None):
     """Chen, Zeng et al. (Skyformer) Eq. (3)-(6) and §4.4: κ(x, y) = exp(−‖x − y‖²/2) by loops on the points
     q/d^{1/4}, k/d^{1/4}; the landmarks X_L = the listed points of [Q̃; K̃]; M = κ(X_L, X_L) + γI, D = diag(M1);
-    Z the iteration's (or Gauss-Jordan's) inverse of D^{−1/2} M D^{−1/2}; out_i = Σ_j Σ_ab κ(q̃_i, x_a) W_ab κ(x_b, k̃_j) v_j
-    with W = D^{−1/2} Z D^{−1/2}."""
+    Z the iteration's (or Gauss-Jordan's) inverse of D^{−1/2} M D^{−1/2};
+    out_i = Σ_j Σ_ab κ(q̃_i, x_a) W_ab κ(x_b, k̃_j) v_j with W = D^{−1/2} Z D^{−1/2}."""
     assert causal is False, "Skyformer has no causal form"
     n, d = q.shape
     scale = 1.0 / math.sqrt(d) if scale is None else scale
@@ -2222,6 +2222,12 @@ def naive_scatterbrain(q, k, v, causal, rotations, omega, kind="hyperbolic", sca
         if total != 0.0:
             out[i] = acc / total
     return out
+
+
+def _sb_draws(rounds, columns, r, **options):
+    """Scatterbrain's draws: ``rounds`` LSH projections of ``columns`` columns (2·columns buckets) and r rows of ω."""
+    return lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((rounds, d, columns)),
+                                         "omega": rng.standard_normal((r, d)), **options}
 
 
 NAIVE: dict[str, NaiveCase] = {
@@ -2428,10 +2434,6 @@ NAIVE: dict[str, NaiveCase] = {
         lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=3), "gamma": 1.0, "pinv": "exact",
                                       "scale": -0.4})),
     "scatterbrain": NaiveCase(naive_scatterbrain, (
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 1)), "omega": rng.standard_normal((3, d))},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((3, d, 2)), "omega": rng.standard_normal((2, d)),
-                                      "kind": "positive", "scale": 0.7},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((1, d, 0)), "omega": rng.standard_normal((4, d))},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 1)), "omega": rng.standard_normal((3, d)),
-                                      "scale": -0.5})),
+        _sb_draws(2, 1, 3), _sb_draws(3, 2, 2, kind="positive", scale=0.7), _sb_draws(1, 0, 4),
+        _sb_draws(2, 1, 3, scale=-0.5))),
 }
