@@ -2149,7 +2149,7 @@ def _xl(**fixed_options):
     return options
 
 
-# ------------------------------------------------------------------------------ Skyformer, Scatterbrain (after the survey)
+# ------------------------------------------------------------------------------ Skyformer, Scatterbrain (§8)
 
 
 def naive_skyformer(q, k, v, causal, landmarks, gamma=0.1, pinv="iterative", iterations=6, init="paper", scale=None):
