@@ -46,7 +46,7 @@ from ..common import (
 from ..core.sdpa import allowed_pairs
 from ..kernels import kernel_rows
 from ..linear._common import last_keys, resolve_method
-from ..linear.performer import _check_omega, draw_omega, favor_features
+from ..linear.performer import check_omega, draw_omega, favor_features
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.reformer_lsh import draw_lsh_rotations, lsh_buckets
 
@@ -208,7 +208,7 @@ def scatterbrain_parts(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, omega: 
     check_choice("kind", kind, KINDS)
     alignment = causal_alignment(causal)
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
-    omega = _check_omega(omega, q.shape[-1])
+    omega = check_omega(omega, q.shape[-1])
     batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "omega": omega.shape[:-2]})
     check_fits("the dense parts", (*batch, q.shape[-2], k.shape[-2]))
     return _dense_parts(q, k, rotations, omega, n_buckets, kind, scale, alignment)
@@ -361,7 +361,7 @@ def _scatterbrain(q, k, v, rotations, omega, rng, n_buckets, n_rounds, num_featu
             raise ValueError(f"scatterbrain draws omega over the d_k features of q: needs d_k >= 1, got q shape "
                              f"{q.shape}")
         omega = draw_omega(rng, check_positive_int("num_features", num_features), d)
-    omega = _check_omega(omega, d)
+    omega = check_omega(omega, d)
     rotations = as_float("rotations", rotations, min_ndim=3)
     lsh_buckets(np.zeros((1, d)), rotations, n_buckets)                # rotations against d and n_buckets
     batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2], "omega": omega.shape[:-2],
