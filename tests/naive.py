@@ -2406,6 +2406,85 @@ def _aft_params(variant, std=0.5, **options):
         params = AFTPositionBias(std * rng.standard_normal((length, 3)), std * rng.standard_normal((length, 3)))
         return {"variant": variant, "params": params, **options}
     return draw
+# ------------------------------------------------------------------------------ Skyformer, Scatterbrain (§8)
+
+
+def naive_skyformer(q, k, v, causal, landmarks, gamma=0.1, pinv="iterative", iterations=6, init="paper", scale=None):
+    """Chen, Zeng et al. (Skyformer) Eq. (3)-(6) and §4.4: κ(x, y) = exp(−‖x − y‖²/2) by loops on the points
+    q/d^{1/4}, k/d^{1/4}; the landmarks X_L = the listed points of [Q̃; K̃]; M = κ(X_L, X_L) + γI, D = diag(M1);
+    Z the iteration's (or Gauss-Jordan's) inverse of D^{−1/2} M D^{−1/2};
+    out_i = Σ_j Σ_ab κ(q̃_i, x_a) W_ab κ(x_b, k̃_j) v_j with W = D^{−1/2} Z D^{−1/2}."""
+    assert causal is False, "Skyformer has no causal form"
+    n, d = q.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    root = math.sqrt(abs(scale))
+    sign = 1.0 if scale >= 0 else -1.0
+    points = [[sign * root * t for t in row] for row in q] + [[root * t for t in row] for row in k]
+
+    def kappa(x, y):
+        return math.exp(-sum((a - b) ** 2 for a, b in zip(x, y, strict=True)) / 2)
+
+    X_L = [points[t] for t in landmarks]
+    size = len(X_L)
+    M = [[kappa(X_L[a], X_L[b]) + (gamma if a == b else 0.0) for b in range(size)] for a in range(size)]
+    D = [1.0 / math.sqrt(sum(row)) for row in M]
+    M_hat = [[D[a] * M[a][b] * D[b] for b in range(size)] for a in range(size)]
+    Z = naive_inverse(M_hat) if pinv == "exact" else naive_iterative_pinv(M_hat, iterations, init)
+    W = [[D[a] * Z[a][b] * D[b] for b in range(size)] for a in range(size)]
+    out = np.zeros((n, v.shape[1]))
+    for i in range(n):
+        left = [kappa(points[i], X_L[a]) for a in range(size)]
+        for j in range(len(k)):
+            c = sum(left[a] * W[a][b] * kappa(X_L[b], points[n + j]) for a in range(size) for b in range(size))
+            out[i] += c * v[j]
+    return out
+
+
+def naive_scatterbrain(q, k, v, causal, rotations, omega, kind="hyperbolic", scale=None):
+    """Chen, Dao et al. (Scatterbrain) Algorithm 1 pair by pair: L_ij = φ(q̃_i)·φ(k̃_j) with Performer's features
+    (hyperbolic: e^{−‖x‖²/2}/√(2r)·[e^{ω·x}, e^{−ω·x}]; positive: e^{−‖x‖²/2}/√r·[e^{ω·x}]); the pair is in the
+    support when some round's angular hash argmax([xR; −xR]) agrees; there L_ij + (exp(q̃_i·k̃_j) − L_ij); the rows
+    normalised by their sums over the pairs causal allows (a row with none: 0)."""
+    n, d = q.shape
+    m = len(k)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    root = math.sqrt(abs(scale))
+    q_t = [[(1.0 if scale >= 0 else -1.0) * root * t for t in row] for row in q]
+    k_t = [[root * t for t in row] for row in k]
+    r = len(omega)
+
+    def phi(x):
+        half_sq = sum(t * t for t in x) / 2
+        u = [sum(w[c] * x[c] for c in range(d)) for w in omega]
+        signs = (1.0, -1.0) if kind == "hyperbolic" else (1.0,)
+        return [math.exp(sgn * u_i - half_sq) / math.sqrt(len(signs) * r) for sgn in signs for u_i in u]
+
+    def bucket(x, R):
+        u = [sum(x[c] * R[c][t] for c in range(d)) for t in range(len(R[0]) if d else 0)]
+        both_ways = u + [-t for t in u]
+        return max(range(len(both_ways)), key=lambda t: (both_ways[t], -t)) if both_ways else 0
+
+    allowed = causal_allowed(n, m, causal)
+    out = np.zeros((n, v.shape[1]))
+    for i in range(n):
+        total, acc = 0.0, np.zeros(v.shape[1])
+        for j in range(m):
+            if allowed is not None and not allowed[i, j]:
+                continue
+            a = sum(x * y for x, y in zip(phi(q_t[i]), phi(k_t[j]), strict=True))
+            if any(bucket(q_t[i], R) == bucket(k_t[j], R) for R in rotations):
+                a += math.exp(sum(x * y for x, y in zip(q_t[i], k_t[j], strict=True))) - a
+            total += a
+            acc += a * v[j]
+        if total != 0.0:
+            out[i] = acc / total
+    return out
+
+
+def _sb_draws(rounds, columns, r, **options):
+    """Scatterbrain's draws: ``rounds`` LSH projections of ``columns`` columns (2·columns buckets) and r rows of ω."""
+    return lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((rounds, d, columns)),
+                                         "omega": rng.standard_normal((r, d)), **options}
 
 
 NAIVE: dict[str, NaiveCase] = {
@@ -2624,4 +2703,14 @@ NAIVE: dict[str, NaiveCase] = {
         _aft_params("full"), _aft_params("local", window=2), _aft_params("simple"),
         _aft_params("conv", num_heads=2, kernel_size=3), _aft_params("conv", num_heads=1, kernel_size=3, image_width=3),
         _aft_params("local", std=1.0, window=0)), value_width_d=True),
+    "skyformer": NaiveCase(naive_skyformer, (
+        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=4)},
+        lambda rng, n, m, d, causal: {"landmarks": rng.permutation(n + m)[:5], "gamma": 0.0, "pinv": "exact"},
+        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=6), "init": "official",
+                                      "iterations": 10, "scale": 0.7},
+        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=3), "gamma": 1.0, "pinv": "exact",
+                                      "scale": -0.4})),
+    "scatterbrain": NaiveCase(naive_scatterbrain, (
+        _sb_draws(2, 1, 3), _sb_draws(3, 2, 2, kind="positive", scale=0.7), _sb_draws(1, 0, 4),
+        _sb_draws(2, 1, 3, scale=-0.5))),
 }

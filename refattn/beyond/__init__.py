@@ -2,24 +2,35 @@
 softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyformer, Scatterbrain,
 Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
 """
+from .aft import RECORD as AFT
 from .aft import (
-    AFT_VARIANTS,
     AFTConvFilter,
     AFTPositionBias,
+    AFT_VARIANTS,
     aft_attention,
     aft_position_bias,
     init_aft_conv_filter,
     init_aft_position_bias,
 )
-from .aft import RECORD as AFT
-from .fnet import FNET_METHODS, dft_matrix, fnet_mixing
 from .fnet import RECORD as FNET
-from .gmlp import GMLP_INIT_EPS, GMLP_NORM_EPS, SpatialGatingParams, init_spatial_gating, spatial_gating_unit
+from .fnet import FNET_METHODS, dft_matrix, fnet_mixing
 from .gmlp import RECORD as GMLP
+from .gmlp import GMLP_INIT_EPS, GMLP_NORM_EPS, SpatialGatingParams, init_spatial_gating, spatial_gating_unit
 from .long_short import RECORD as LONG_SHORT
 from .long_short import LongShortParams, init_long_short, long_short_attention, long_short_window_pattern
+from .scatterbrain import RECORD as SCATTERBRAIN
+from .scatterbrain import ScatterbrainParts, lsh_support, scatterbrain_attention, scatterbrain_parts
 from .sinkformer import RECORD as SINKFORMER
 from .sinkformer import SINKFORMER_ITERATIONS, sinkformer_attention, sinkformer_weights
+from .skyformer import RECORD as SKYFORMER
+from .skyformer import (
+    SkyformerFactors,
+    draw_skyformer_landmarks,
+    gaussian_kernel,
+    kernelized_attention,
+    skyformer_attention,
+    skyformer_factors,
+)
 from .topk import RECORD as TOPK
 from .topk import TOPK_METHODS, TOPK_TIES, topk_attention, topk_mask
 
@@ -30,6 +41,8 @@ RECORDS = (
     GMLP,
     TOPK,
     SINKFORMER,
+    SKYFORMER,
+    SCATTERBRAIN,
     LONG_SHORT,
 )
 
@@ -42,21 +55,31 @@ __all__ = [
     "GMLP_NORM_EPS",
     "LongShortParams",
     "SINKFORMER_ITERATIONS",
+    "ScatterbrainParts",
+    "SkyformerFactors",
     "SpatialGatingParams",
     "TOPK_METHODS",
     "TOPK_TIES",
     "aft_attention",
     "aft_position_bias",
     "dft_matrix",
+    "draw_skyformer_landmarks",
     "fnet_mixing",
+    "gaussian_kernel",
     "init_aft_conv_filter",
     "init_aft_position_bias",
     "init_long_short",
     "init_spatial_gating",
+    "kernelized_attention",
     "long_short_attention",
     "long_short_window_pattern",
+    "lsh_support",
+    "scatterbrain_attention",
+    "scatterbrain_parts",
     "sinkformer_attention",
     "sinkformer_weights",
+    "skyformer_attention",
+    "skyformer_factors",
     "spatial_gating_unit",
     "topk_attention",
     "topk_mask",

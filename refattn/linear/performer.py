@@ -272,7 +272,7 @@ def favor_features(
     check_choice("kind", kind, KINDS)
     check_bool("stabilize", stabilize)
     x = as_float("x", x, min_ndim=2)
-    omega = _check_omega(omega, x.shape[-1])
+    omega = check_omega(omega, x.shape[-1])
     eps = _check_eps(eps)
     if eps != 0.0 and kind == "trig":
         raise ValueError("eps is the official positive-feature stabiliser; kind='trig' takes none (eps=0.0)")
@@ -524,7 +524,7 @@ def performer_attention(
             num_features = _default_num_features(d)
         omega = draw_omega(rng, num_features, d, orthogonal=orthogonal, norms=norms)
     else:
-        omega = _check_omega(omega, d)
+        omega = check_omega(omega, d)
         if num_features is not None and check_positive_int("num_features", num_features) != omega.shape[-2]:
             raise ValueError(f"num_features={num_features} but omega has {omega.shape[-2]} rows (shape {omega.shape})")
     batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2], "omega": omega.shape[:-2]})
@@ -563,7 +563,8 @@ def _check_eps(eps) -> float:
     return float(eps)
 
 
-def _check_omega(omega, d: int) -> NDArray:
+def check_omega(omega, d: int) -> NDArray:
+    """ω as float64 (..., r, d) with r >= 1 and d matching the inputs, or a ValueError naming omega and its shape."""
     omega = as_float("omega", omega)
     if omega.ndim < 2:
         raise ValueError(f"omega must have shape (num_features, d) or (..., num_features, d), got shape {omega.shape}")

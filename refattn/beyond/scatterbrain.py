@@ -1,0 +1,476 @@
+r"""Scatterbrain (Chen, Dao et al. 2021, arXiv:2110.15343v1): sparse (LSH) plus low-rank (Performer) attention.
+
+    q̃_i = q_i / d^{1/4},  k̃_j = k_j / d^{1/4}                     q̃·k̃ = q·k/√d
+    L_ij = φ(q̃_i)ᵀ φ(k̃_j)                                          low rank: Performer's estimate of exp(q̃·k̃)
+    𝒮 = {(i, j) : h_r(q̃_i) = h_r(k̃_j) for some hash round r}      sparse support: LSH collisions
+    S_ij = exp(q̃_i·k̃_j) − φ(q̃_i)ᵀ φ(k̃_j)   for (i, j) ∈ 𝒮,  else 0   the low-rank estimate subtracted on 𝒮
+    Â = L + S                                                       = exp(q̃_i·k̃_j) on 𝒮, L_ij elsewhere
+    out = (φ(Q̃)(φ(K̃)ᵀV) + S V) / (φ(Q̃)(φ(K̃)ᵀ1) + S 1)              row-normalised; nothing n × m formed
+
+    causal: the same over the pairs j ≤ i (low rank by a prefix scan, 𝒮 restricted to j ≤ i)
+
+Performer alone estimates every entry of exp(QKᵀ/√d) with a variance that grows with the entry; LSH
+alone finds the large entries and drops the rest. Scatterbrain uses the exact value where LSH finds a
+pair and the low-rank estimate everywhere else, so the estimate is unbiased and the large entries carry
+no error. With a support covering every pair (one bucket), Â = exp(QKᵀ/√d) and the result is softmax
+attention exactly (up to the rounding of L + (E − L)).
+
+:func:`lsh_support` is 𝒮, :func:`scatterbrain_parts` the dense L, S and their normalised sum (for plots
+and tests), :func:`scatterbrain_attention` the attention. The hash is Reformer's angular LSH
+(:func:`refattn.sparse.draw_lsh_rotations`, :func:`refattn.sparse.lsh_buckets`) applied to queries and
+keys alike; the features are Performer's (:func:`refattn.linear.draw_omega`,
+:func:`refattn.linear.favor_features`).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse
+from numpy.typing import ArrayLike, NDArray
+
+from ..common import (
+    as_float,
+    as_rng,
+    broadcast_batch,
+    causal_alignment,
+    check_bool,
+    check_choice,
+    check_fits,
+    check_positive_int,
+    check_qkv,
+    check_scale,
+    default_scale,
+    weighted_values,
+)
+from ..core.sdpa import allowed_pairs
+from ..kernels import kernel_rows
+from ..linear._common import last_keys, resolve_method
+from ..linear.performer import check_omega, draw_omega, favor_features
+from ..mechanism import AttentionResult, Mechanism
+from ..sparse.reformer_lsh import draw_lsh_rotations, lsh_buckets
+
+__all__ = ["ScatterbrainParts", "lsh_support", "scatterbrain_attention", "scatterbrain_parts"]
+
+SCATTERBRAIN = ('B. Chen, T. Dao, E. Winsor, Z. Song, A. Rudra, C. Ré, 2021, "Scatterbrain: Unifying Sparse and '
+                'Low-rank Attention Approximation", arXiv:2110.15343')
+KINDS = ("hyperbolic", "positive")
+METHODS = ("equation", "pairs", "auto")
+N_ROUNDS, N_BUCKETS, NUM_FEATURES = 2, 8, 16                       # official: n_hashes = 2; nb_features = 32 = 2·16
+
+
+class ScatterbrainParts(NamedTuple):
+    r"""The dense parts of Scatterbrain's estimate, unnormalised, and the attention they make.
+
+    Attributes
+    ----------
+    support : (..., n, m) ndarray of bool
+        𝒮, the LSH collisions (within the causal mask when causal).
+    low_rank : (..., n, m) ndarray
+        :math:`L_{ij} = \phi(\tilde q_i)^\top \phi(\tilde k_j)` (0 outside the causal mask).
+    sparse : (..., n, m) ndarray
+        :math:`S_{ij} = e^{\tilde q_i \cdot \tilde k_j} - L_{ij}` on 𝒮, 0 elsewhere.
+    weights : (..., n, m) ndarray
+        :math:`(L + S)` with each row divided by its sum (a row with no key: 0).
+    """
+
+    support: NDArray
+    low_rank: NDArray
+    sparse: NDArray
+    weights: NDArray
+
+
+def _scaled(q: NDArray, k: NDArray, scale: float) -> tuple[NDArray, NDArray]:
+    """q̃ = sign(s)·√|s|·q and k̃ = √|s|·k, so that q̃·k̃ = s q·k (s = 1/√d: q/d^{1/4}, k/d^{1/4} as Performer)."""
+    root = np.sqrt(abs(scale))
+    return q * (np.sign(scale) * root), k * root
+
+
+def lsh_support(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, *, n_buckets=None) -> NDArray:
+    r"""The sparse support: the pairs whose query and key share a bucket in at least one hash round.
+
+    .. math::
+
+        \mathcal S = \{(i, j) : \exists r,\ h_r(q_i) = h_r(k_j)\}, \qquad
+        h_r(x) = \arg\max\big([x R_r;\, -x R_r]\big)
+
+    Parameters
+    ----------
+    q : (..., n, d) array_like
+        Queries.
+    k : (..., m, d) array_like
+        Keys.
+    rotations : (..., n_rounds, d, b/2) array_like
+        One projection per round (:func:`refattn.sparse.draw_lsh_rotations`); no column: one bucket.
+    n_buckets : int or sequence of int, optional
+        As :func:`refattn.sparse.lsh_buckets` (default: twice the columns of R, 1 with none).
+
+    Returns
+    -------
+    support : (..., n, m) ndarray of bool
+
+    Notes
+    -----
+    The hash looks at directions only (the bucket of x is that of any positive multiple of x). Each pair
+    is decided by its own query and key, whatever the other tokens are.
+
+    Examples
+    --------
+    >>> q = np.array([[1.0, 0.0], [-1.0, 0.0]])
+    >>> lsh_support(q, q, np.array([[[1.0], [0.0]]])).astype(int)        # two buckets: the sign of x₀
+    array([[1, 0],
+           [0, 1]])
+    """
+    q, k = as_float("q", q, min_ndim=2), as_float("k", k, min_ndim=2)
+    check_qkv(q, k, k)
+    with np.errstate(invalid="ignore"):                                # a NaN row hashes as lsh_buckets says
+        h_q = lsh_buckets(q, rotations, n_buckets)                    # (..., R, n)
+        h_k = lsh_buckets(k, rotations, n_buckets)                    # (..., R, m)
+    check_fits("the support", (*np.broadcast_shapes(h_q.shape[:-1], h_k.shape[:-1]), q.shape[-2], k.shape[-2]), 1)
+    return (h_q[..., :, None] == h_k[..., None, :]).any(axis=-3)      # (..., n, m)  ∃r h_r(q_i) = h_r(k_j)
+
+
+def _features(q, k, omega, kind, scale):
+    """q̃, k̃, φ(q̃) and φ(k̃)."""
+    q_tilde, k_tilde = _scaled(q, k, scale)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return q_tilde, k_tilde, favor_features(q_tilde, omega, kind=kind), favor_features(k_tilde, omega, kind=kind)
+
+
+def _dense_parts(q, k, rotations, omega, n_buckets, kind, scale, alignment) -> ScatterbrainParts:
+    """L, S, 𝒮 and the normalised weights, each (..., n, m); nothing checked."""
+    n, m = q.shape[-2], k.shape[-2]
+    q_tilde, k_tilde, phi_q, phi_k = _features(q, k, omega, kind, scale)
+    allowed = _allowed(alignment, n, m)
+    support = lsh_support(q_tilde, k_tilde, rotations, n_buckets=n_buckets) & allowed
+    with np.errstate(invalid="ignore", over="ignore"):
+        L = phi_q @ np.swapaxes(phi_k, -1, -2)                        # (..., n, m)  φ(q̃_i)ᵀφ(k̃_j)
+        E = np.exp(q_tilde @ np.swapaxes(k_tilde, -1, -2))            # (..., n, m)  exp(q̃_i·k̃_j)
+        L = np.where(allowed, L, 0.0)                                 # causal: j ≤ i, by selection
+        S = np.where(support, E - L, 0.0)                             # (..., n, m)  exp − low rank, on 𝒮
+        A_hat = L + S                                                 # (..., n, m)  Â
+        den = A_hat.sum(axis=-1, keepdims=True)                       # (..., n, 1)
+        weights = np.where(allowed.any(axis=-1, keepdims=True), A_hat / np.where(den == 0, 1.0, den), 0.0)
+    return ScatterbrainParts(support, L, S, weights)
+
+
+def _allowed(alignment, n: int, m: int) -> NDArray:
+    """(n, m) bool: every pair, or j ≤ i + δ under the alignment."""
+    delta, _ = last_keys(n, m, alignment)
+    return np.arange(m)[None, :] <= np.arange(n)[:, None] + delta
+
+
+def scatterbrain_parts(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, omega: ArrayLike, *, n_buckets=None,
+                       kind: str = "hyperbolic", scale: float | None = None, causal=False) -> ScatterbrainParts:
+    r"""Scatterbrain's estimate in its dense parts: the support 𝒮, the low-rank L, the sparse correction S, Â/Â1.
+
+    .. math::
+
+        \hat A = L + S, \quad L = \phi(\tilde Q)\phi(\tilde K)^\top, \quad
+        S = \mathbb 1_{\mathcal S} \odot \big(e^{\tilde Q \tilde K^\top} - L\big), \qquad
+        W = \operatorname{diag}(\hat A \mathbf 1)^{-1} \hat A
+
+    Parameters
+    ----------
+    q : (..., n, d) array_like
+    k : (..., m, d) array_like
+    rotations : (..., n_rounds, d, b/2) array_like
+        The LSH projections (:func:`refattn.sparse.draw_lsh_rotations`).
+    omega : (r, d) or (..., r, d) array_like
+        Performer's projections (:func:`refattn.linear.draw_omega`).
+    n_buckets : int or sequence of int, optional
+        As :func:`lsh_support`.
+    kind : {"hyperbolic", "positive"}, default "hyperbolic"
+        Performer's feature map (:func:`refattn.linear.favor_features`).
+    scale : float, optional
+        *s*, multiplier of :math:`q^\top k` (default :math:`1/\sqrt d`): the features and the hash see
+        :math:`\operatorname{sign}(s)\sqrt{|s|}\,q` and :math:`\sqrt{|s|}\,k`.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Keep only the pairs j ≤ i (bottom-right: j ≤ i + m − n).
+
+    Returns
+    -------
+    ScatterbrainParts
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.standard_normal((2, 6, 4))
+    >>> from refattn.sparse import draw_lsh_rotations
+    >>> from refattn.linear import draw_omega
+    >>> p = scatterbrain_parts(q, k, draw_lsh_rotations(1, 4, 2, 2), draw_omega(2, 8, 4))
+    >>> exact = np.exp(q @ k.T / 2)
+    >>> bool(np.allclose((p.low_rank + p.sparse)[p.support], exact[p.support]))   # exact on the support
+    True
+    """
+    q, k = as_float("q", q, min_ndim=2), as_float("k", k, min_ndim=2)
+    check_qkv(q, k, k)
+    check_choice("kind", kind, KINDS)
+    alignment = causal_alignment(causal)
+    scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
+    omega = check_omega(omega, q.shape[-1])
+    batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "omega": omega.shape[:-2]})
+    check_fits("the dense parts", (*batch, q.shape[-2], k.shape[-2]))
+    return _dense_parts(q, k, rotations, omega, n_buckets, kind, scale, alignment)
+
+
+def scatterbrain_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    rotations: ArrayLike | None = None,
+    omega: ArrayLike | None = None,
+    rng=None,
+    n_buckets=N_BUCKETS,
+    n_rounds: int = N_ROUNDS,
+    num_features: int = NUM_FEATURES,
+    kind: str = "hyperbolic",
+    scale: float | None = None,
+    causal=False,
+    method: str = "auto",
+    return_weights: bool = False,
+) -> NDArray | tuple[NDArray, NDArray]:
+    r"""Scatterbrain: softmax attention from Performer's low-rank estimate, made exact on LSH's sparse support.
+
+    .. math::
+
+        \mathrm{out}_i = \frac{\phi(\tilde q_i)^\top \sum_j \phi(\tilde k_j) v_j^\top
+                               + \sum_{j : (i, j) \in \mathcal S} \big(e^{\tilde q_i\cdot\tilde k_j}
+                                 - \phi(\tilde q_i)^\top\phi(\tilde k_j)\big) v_j}
+                              {\phi(\tilde q_i)^\top \sum_j \phi(\tilde k_j)
+                               + \sum_{j : (i, j) \in \mathcal S} \big(e^{\tilde q_i\cdot\tilde k_j}
+                                 - \phi(\tilde q_i)^\top\phi(\tilde k_j)\big)}
+
+    Parameters
+    ----------
+    q : (..., n, d) array_like
+        Queries.
+    k : (..., m, d) array_like
+        Keys.
+    v : (..., m, d_v) array_like
+        Values.
+    rotations : (..., n_rounds, d, b/2) array_like, optional
+        The LSH projections (:func:`refattn.sparse.draw_lsh_rotations`); drawn from ``rng`` when absent.
+    omega : (r, d) or (..., r, d) array_like, optional
+        Performer's projections (:func:`refattn.linear.draw_omega`, orthogonal, χ norms); drawn from
+        ``rng`` when absent.
+    rng : numpy.random.Generator or int, optional
+        Draws what is not given (rotations first, then ω); refused when both are given.
+    n_buckets : int or sequence of int, default 8
+        *b*, buckets per round (1: every pair in the support, exact attention). With ``rotations``
+        given, their columns must fit it; ``None`` takes it from them.
+    n_rounds : int, default 2
+        Hash rounds drawn (the official ``n_hashes = 2``).
+    num_features : int, default 16
+        *r*, Performer projections drawn (the hyperbolic map has 2r features: the official
+        ``nb_features = 32``).
+    kind : {"hyperbolic", "positive"}, default "hyperbolic"
+        Performer's feature map: the official code's ``cosh`` features, or FAVOR+'s positive ones.
+    scale : float, optional
+        *s* (default :math:`1/\sqrt d`); see :func:`scatterbrain_parts`.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Only pairs j ≤ i (bottom-right: j ≤ i + m − n); a row that sees no key is 0.
+    method : {"auto", "equation", "pairs"}, default "auto"
+        "equation": the dense parts (:func:`scatterbrain_parts`). "pairs": the low rank by its right
+        product (causal: a prefix scan) and the sparse correction over the listed pairs, O((n + m)·r·d
+        + |𝒮|·(d + r)) time, nothing n × m. "auto": "equation" while its n × m arrays fit the memory
+        budget, else "pairs".
+    return_weights : bool, default False
+        Also return the effective matrix (rows of Â divided by their sums), with out = W V exactly.
+
+    Returns
+    -------
+    out : (..., n, d_v) ndarray
+    weights : (..., n, m) ndarray
+        Only if ``return_weights``. Rows sum to 1 and are non-negative (both feature maps are positive).
+
+    Notes
+    -----
+    **Exact limit.** With one bucket (``n_buckets=1``) every pair collides, S = E − L everywhere, and
+    Â = L + (E − L) = exp(QKᵀ/√d): softmax attention, up to the rounding of the subtraction (relative
+    ε·L_ij/E_ij per entry). With ``causal`` it is causal softmax attention.
+
+    **Unbiased.** For ω with :math:`\mathcal N(0, I)` marginals, :math:`\mathrm E[\phi(x)^\top\phi(y)] =
+    e^{x^\top y}`, so :math:`\mathrm E[\hat A] = e^{\tilde Q\tilde K^\top}` whatever the support (the
+    paper's Theorem 1); the normalised rows are a ratio of unbiased estimates.
+
+    **Paper and code.**
+
+    * *The hash.* The paper's LSH finds pairs whose query and key collide; the official
+      ``SBSmyrfAttention`` hashes with SMYRF: the asymmetric XBOX+ transform (which pads q and k so that
+      the angle follows the inner product, using the largest norms of the sequence), then sorts the
+      hashed queries and keys and cuts them into clusters of equal size (``q_cluster_size = 32`` for
+      LRA), cluster c of queries attending cluster c of keys. Here the support is Reformer's angular LSH
+      applied to q̃ and k̃ with the same rotations and bucket equality (no sorting into equal clusters),
+      so whether a pair is in 𝒮 depends on that pair alone: permuting the tokens permutes the result,
+      and under ``causal`` later tokens never change an earlier row. Buckets may be unequal in size.
+    * *Rounds.* A pair found by several rounds counts once (the official code divides by its
+      duplicate count, which amounts to the same).
+    * *Features.* The official ``SBPerformerFeatures`` uses ``cosh`` (hyperbolic) features of an
+      orthogonal Gaussian matrix with χ norms (``ortho_scaling = 0``) and q, k scaled by
+      :math:`d^{-1/4}`, as here; its row and key maxima (log scales) cancel in the normalisation and are
+      not needed in float64. Its LRA configurations add ``softmax_eps = 1e-4`` to the features, a
+      bias not in the paper, left out.
+
+    References
+    ----------
+    .. [1] B. Chen, T. Dao, E. Winsor, Z. Song, A. Rudra, C. Ré, "Scatterbrain: Unifying Sparse and
+       Low-rank Attention Approximation", NeurIPS 2021, arXiv:2110.15343v1, §3 (Algorithm 1), Theorem 1.
+    .. [2] HazyResearch/scatterbrain, ``src/models/attention/sbsmyrf_attention.py``,
+       ``feature_maps_sb.py``, ``configs/experiment/lra/*/sbsmyrf.yaml``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 6, 4))
+    >>> out, W = scatterbrain_attention(q, k, v, rng=1, n_buckets=2, return_weights=True)
+    >>> bool(np.allclose(W.sum(axis=-1), 1.0) and np.allclose(out, W @ v))
+    True
+    >>> from refattn import scaled_dot_product_attention
+    >>> one = scatterbrain_attention(q, k, v, rng=1, n_buckets=1)
+    >>> bool(np.allclose(one, scaled_dot_product_attention(q, k, v)))
+    True
+    """
+    out, weights, _ = _scatterbrain(q, k, v, rotations, omega, rng, n_buckets, n_rounds, num_features, kind, scale,
+                                    causal, method, return_weights)
+    return (out, weights) if return_weights else out
+
+
+def _scatterbrain(q, k, v, rotations, omega, rng, n_buckets, n_rounds, num_features, kind, scale, causal, method,
+                  return_weights):
+    """Check, draw what is missing, run the method: ``(out, weights or None, draws)``."""
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    batch = check_qkv(q, k, v)
+    n, m, d, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    check_choice("kind", kind, KINDS)
+    check_choice("method", method, METHODS)
+    alignment = causal_alignment(causal)
+    return_weights = check_bool("return_weights", return_weights)
+    scale = default_scale(d) if scale is None else check_scale(scale)
+    if rotations is not None and omega is not None and rng is not None:
+        raise ValueError("scatterbrain draws its rotations and omega from rng: with both given, pass no rng")
+    if (rotations is None or omega is None) and rng is None:
+        raise ValueError("scatterbrain draws its rotations and omega from rng: pass rng= (or rotations= and omega=)")
+    if rotations is None or omega is None:
+        rng = as_rng(rng)                                              # one stream: rotations first, then ω
+    if rotations is None:
+        rotations = draw_lsh_rotations(rng, d, n_buckets, check_positive_int("n_rounds", n_rounds))
+    if omega is None:
+        if d < 1:
+            raise ValueError(f"scatterbrain draws omega over the d_k features of q: needs d_k >= 1, got q shape "
+                             f"{q.shape}")
+        omega = draw_omega(rng, check_positive_int("num_features", num_features), d)
+    omega = check_omega(omega, d)
+    rotations = as_float("rotations", rotations, min_ndim=3)
+    lsh_buckets(np.zeros((1, d)), rotations, n_buckets)                # rotations against d and n_buckets
+    batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2], "omega": omega.shape[:-2],
+                             "rotations": rotations.shape[:-3]})
+    draws = {"rotations": rotations, "omega": omega}
+    if return_weights:
+        check_fits("the weights (return_weights=True)", (*batch, n, m))
+    if n == 0 or m == 0:
+        return np.zeros((*batch, n, d_v)), (np.zeros((*batch, n, m)) if return_weights else None), draws
+    method = resolve_method(method, "pairs", (*batch, n, m))
+    if method == "equation":
+        parts = _dense_parts(q, k, rotations, omega, n_buckets, kind, scale, alignment)
+        empty = ~_allowed(alignment, n, m).any(axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = weighted_values(np.broadcast_to(parts.weights, (*batch, n, m)), v, _allowed(alignment, n, m),
+                                  empty, "zero")
+        weights = np.broadcast_to(parts.weights, (*batch, n, m)).copy() if return_weights else None
+        return np.broadcast_to(out, (*batch, n, d_v)).copy(), weights, draws
+    out, weights = _by_pairs(q, k, v, rotations, omega, n_buckets, kind, scale, alignment, batch, return_weights)
+    return out, weights, draws
+
+
+def _by_pairs(q, k, v, rotations, omega, n_buckets, kind, scale, alignment, batch, return_weights):
+    """The low rank by its right product (or causal scan) plus the sparse correction over the listed pairs."""
+    n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    q_tilde, k_tilde, phi_q, phi_k = _features(q, k, omega, kind, scale)
+    with np.errstate(invalid="ignore"):                                # a NaN row hashes as lsh_buckets says
+        h_q = lsh_buckets(q_tilde, rotations, n_buckets)              # (..., R, n)
+        h_k = lsh_buckets(k_tilde, rotations, n_buckets)              # (..., R, m)
+    delta, last = last_keys(n, m, alignment)
+    flat = {name: kernel_rows(x, batch, x.shape[-2:]) for name, x in
+            (("q", q_tilde), ("k", k_tilde), ("v", v), ("phi_q", phi_q), ("phi_k", phi_k))}
+    B = flat["q"].shape[0]
+    for name, h in (("h_q", h_q), ("h_k", h_k)):                      # (B, R, ·) integer buckets
+        flat[name] = np.broadcast_to(h, (*batch, *h.shape[-2:])).reshape(B, *h.shape[-2:])
+    num, den = np.empty((B, n, d_v)), np.empty((B, n))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if alignment is None:
+            KV = np.swapaxes(flat["phi_k"], -1, -2) @ flat["v"]         # (B, F, d_v)  φ(K̃)ᵀV
+            num[:] = flat["phi_q"] @ KV                                 # (B, n, d_v)  φ(Q̃)(φ(K̃)ᵀV)
+            den[:] = (flat["phi_q"] @ flat["phi_k"].sum(axis=-2)[..., None])[..., 0]   # (B, n)  φ(Q̃)(φ(K̃)ᵀ1)
+        else:
+            from ..kernels.scan import causal_linear_scan  # Numba loads on first use only
+            out_lr = np.empty((B, n, d_v))
+            causal_linear_scan(np.ascontiguousarray(flat["phi_q"]), np.ascontiguousarray(flat["phi_k"]),
+                               np.ascontiguousarray(flat["v"]), delta, 0.0, out_lr, den)
+            num[:] = out_lr * den[..., None]                            # (B, n, d_v)  Σ_{j ≤ i} L_ij v_j
+        weights = np.zeros((B, n, m)) if return_weights else None
+        for b in range(B):
+            i, j = _collisions(flat["h_q"][b], flat["h_k"][b], m)
+            keep = j <= i + delta
+            i, j = i[keep], j[keep]
+            E = np.exp(np.einsum("pd,pd->p", flat["q"][b][i], flat["k"][b][j]))   # (|𝒮|,)  exp(q̃_i·k̃_j)
+            L = np.einsum("pf,pf->p", flat["phi_q"][b][i], flat["phi_k"][b][j])   # (|𝒮|,)  φ(q̃_i)ᵀφ(k̃_j)
+            S = scipy.sparse.csr_matrix((E - L, (i, j)), shape=(n, m))           # S on 𝒮
+            num[b] += S @ flat["v"][b]                                  # (n, d_v)  + S V
+            den[b] += np.bincount(i, weights=E - L, minlength=n)        # (n,)      + S 1
+            if return_weights:
+                weights[b] = np.where(_allowed(alignment, n, m), flat["phi_q"][b] @ flat["phi_k"][b].T, 0.0)
+                weights[b][i, j] += E - L
+        sees_none = last < 0
+        out = np.where(sees_none[:, None], 0.0, num / np.where(den == 0, 1.0, den)[..., None])
+        if return_weights:
+            weights = np.where(sees_none[:, None], 0.0, weights / np.where(den == 0, 1.0, den)[..., None])
+    out = out.reshape(*batch, n, d_v)
+    return out, (weights.reshape(*batch, n, m) if return_weights else None)
+
+
+def _collisions(h_q: NDArray, h_k: NDArray, m: int) -> tuple[NDArray, NDArray]:
+    """The pairs (i, j) with h_r(q_i) = h_r(k_j) in some round, each once, sorted by i then j: O(|𝒮| log |𝒮|)."""
+    codes = []
+    for hq, hk in zip(h_q, h_k, strict=True):                        # one round at a time
+        order = np.argsort(hk, kind="stable")
+        sorted_k = hk[order]
+        lo, hi = np.searchsorted(sorted_k, hq, "left"), np.searchsorted(sorted_k, hq, "right")
+        count = hi - lo                                               # (n,)  keys in query i's bucket
+        i = np.repeat(np.arange(len(hq)), count)
+        offset = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+        codes.append(i * m + order[np.repeat(lo, count) + offset])
+    code = np.unique(np.concatenate(codes)) if codes else np.zeros(0, dtype=np.int64)
+    return code // m, code % m
+
+
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, rotations=None, omega=None, n_buckets=None,
+           n_rounds=N_ROUNDS, num_features=4, kind="hyperbolic", scale=None, method="auto"):
+    """The registry's uniform apply: :func:`scatterbrain_attention` with 2 rounds of 2 buckets and r = 4 projections
+    (for the short registry examples), drawn from ``rng`` unless given; ``n_buckets=None`` takes the count from
+    given rotations (else 2)."""
+    if rotations is None and n_buckets is None:
+        n_buckets = 2
+    out, weights, draws = _scatterbrain(q, k, v, rotations, omega, None if rotations is not None and omega is not None
+                                        else rng, n_buckets, n_rounds, num_features, kind, scale, causal, method,
+                                        return_weights)
+    allowed = allowed_pairs(None, causal, weights.shape) if return_weights else None
+    return AttentionResult(out, weights, allowed, draws=draws)
+
+
+RECORD = Mechanism(
+    id="scatterbrain", title="Scatterbrain (LSH sparse + Performer low rank)", family="beyond",
+    section="after the survey (sparse + low rank, cf. §4.1.2 and §4.2)", paper=SCATTERBRAIN,
+    equation=r"\hat A = \phi(\tilde Q)\phi(\tilde K)^\top + \mathbb 1_{\mathcal S} \odot "
+             r"\big(e^{\tilde Q\tilde K^\top} - \phi(\tilde Q)\phi(\tilde K)^\top\big),\quad "
+             r"\mathrm{out} = \operatorname{diag}(\hat A\mathbf 1)^{-1}\hat A V",
+    time="O((n + m)·r·d + |𝒮|·(d + r))", memory="O((n + m)·r + |𝒮|)", kind="attention",
+    function=scatterbrain_attention, apply=_apply, causal=True, cross=True, position_dependent=False,
+    content_selected=True, methods=("equation", "pairs", "auto"),
+    examples=({"kind": "positive", "num_features": 3}, {"n_buckets": 4, "n_rounds": 1, "scale": 0.7},
+              {"n_buckets": (2, 4), "n_rounds": 3}),
+    figure="refattn.figures.scatterbrain:scatterbrain",
+    exact_options={"n_buckets": 1}, exact_limit="one bucket: the support covers every pair, so L + (E − L) = E",
+    draws=("rotations", "omega"),
+)

@@ -1,0 +1,118 @@
+"""Scatterbrain (Chen, Dao et al. 2021): exact on the LSH support and low-rank elsewhere, softmax attention with a
+full support, the two methods agreeing, the unbiased estimate, and the refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from refattn import scaled_dot_product_attention
+from refattn.beyond import lsh_support, scatterbrain_attention, scatterbrain_parts
+from refattn.linear import draw_omega
+from refattn.sparse import draw_lsh_rotations
+
+TIGHT = {"rtol": 1e-12, "atol": 1e-12}
+
+
+def _qkv(seed, n=6, m=9, d=4, batch=()):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((*batch, n, d)), rng.standard_normal((*batch, m, d)),
+            rng.standard_normal((*batch, m, 3)))
+
+
+@pytest.mark.parametrize("causal", [False, True, "bottom-right"])
+@pytest.mark.parametrize("kind", ["hyperbolic", "positive"])
+def test_a_support_covering_every_pair_is_softmax_attention(causal, kind):
+    q, k, v = _qkv(0, n=5 if causal is not True else 9, batch=(2,))
+    for method in ("equation", "pairs"):
+        out, W = scatterbrain_attention(q, k, v, rng=1, n_buckets=1, kind=kind, causal=causal, method=method,
+                                        return_weights=True)
+        expected, A = scaled_dot_product_attention(q, k, v, causal=causal, return_weights=True)
+        np.testing.assert_allclose(out, expected, **TIGHT)
+        np.testing.assert_allclose(W, A, **TIGHT)
+
+
+def test_exact_on_the_support_and_performer_elsewhere():
+    """Â = L + S equals exp(q̃·k̃) on the support and φ(q̃)·φ(k̃) off it, φ written out here (hyperbolic)."""
+    q, k, _ = _qkv(1)
+    rotations, omega = draw_lsh_rotations(2, 4, 4, 2), draw_omega(3, 5, 4)
+    parts = scatterbrain_parts(q, k, rotations, omega)
+    q_t, k_t = q / 2 ** 0.5, k / 2 ** 0.5                          # d = 4: q/d^{1/4}
+
+    def phi(x):
+        u = x @ omega.T
+        return np.exp(np.concatenate([u, -u], axis=-1) - np.sum(x * x, axis=-1, keepdims=True) / 2) / np.sqrt(10)
+
+    L = phi(q_t) @ phi(k_t).T
+    E = np.exp(q_t @ k_t.T)
+    A_hat = parts.low_rank + parts.sparse
+    assert 0 < parts.support.sum() < parts.support.size
+    np.testing.assert_allclose(A_hat, np.where(parts.support, E, L), **TIGHT)
+    np.testing.assert_allclose(parts.weights, A_hat / A_hat.sum(axis=-1, keepdims=True), **TIGHT)
+
+
+def test_support_is_a_collision_in_some_round():
+    q, k, _ = _qkv(2)
+    rotations = draw_lsh_rotations(4, 4, 6, 3)
+    support = lsh_support(q, k, rotations)
+
+    def buckets(x, R):                                             # argmax [xR; −xR], written out
+        u = x @ R
+        return np.argmax(np.concatenate([u, -u], axis=-1), axis=-1)
+
+    expected = np.zeros((6, 9), dtype=bool)
+    for R in rotations:
+        expected |= buckets(q, R)[:, None] == buckets(k, R)[None, :]
+    np.testing.assert_array_equal(support, expected)
+
+
+@pytest.mark.parametrize("causal", [False, True, "bottom-right"])
+def test_the_pair_list_equals_the_dense_equation(causal):
+    q, k, v = _qkv(3, n=11 if causal == "bottom-right" else 9, batch=(2, 1))
+    options = {"rng": 4, "n_buckets": 4, "n_rounds": 2, "num_features": 3, "causal": causal, "return_weights": True}
+    dense = scatterbrain_attention(q, k, v, method="equation", **options)
+    pairs = scatterbrain_attention(q, k, v, method="pairs", **options)
+    np.testing.assert_allclose(pairs[0], dense[0], **TIGHT)
+    np.testing.assert_allclose(pairs[1], dense[1], **TIGHT)
+    np.testing.assert_allclose(dense[0], dense[1] @ v, **TIGHT)
+
+
+def test_the_estimate_is_unbiased():
+    """E[Â] = exp(q̃·k̃) over ω (Theorem 1): the mean of 4000 draws within 5 standard errors, entry by entry."""
+    q, k, _ = _qkv(5, n=4, m=5)
+    rotations = draw_lsh_rotations(6, 4, 4, 1)
+    rng = np.random.default_rng(7)
+    omega = np.stack([draw_omega(rng, 4, 4) for _ in range(4000)])  # (4000, r, d)
+    parts = scatterbrain_parts(q, k, rotations, omega)
+    A_hat = parts.low_rank + parts.sparse                          # (4000, n, m)
+    support = parts.support                                       # (n, m): the hash does not depend on ω
+    off = ~support                                                 # the random part: off the support
+    mean, se = A_hat[:, off].mean(axis=0), A_hat[:, off].std(axis=0, ddof=1) / np.sqrt(len(A_hat))
+    E = np.exp(q @ k.T / 2)
+    assert off.sum() >= 5 and np.all(np.abs(mean - E[off]) <= 5 * se)
+    np.testing.assert_allclose(A_hat[:, support], np.broadcast_to(E[support], A_hat[:, support].shape), **TIGHT)
+
+
+def test_rows_are_decided_by_their_own_pairs():
+    """The support of (i, j) depends on q_i and k_j alone: permuting the keys permutes the columns."""
+    q, k, v = _qkv(8)
+    perm = np.random.default_rng(0).permutation(9)
+    _, W = scatterbrain_attention(q, k, v, rng=2, n_buckets=4, return_weights=True)
+    _, W_perm = scatterbrain_attention(q, k[perm], v[perm], rng=2, n_buckets=4, return_weights=True)
+    np.testing.assert_allclose(W_perm, W[:, perm], **TIGHT)
+
+
+def test_refusals_name_the_argument():
+    q, k, v = _qkv(9)
+    rotations, omega = draw_lsh_rotations(0, 4, 4, 2), draw_omega(0, 3, 4)
+    with pytest.raises(ValueError, match="rng"):
+        scatterbrain_attention(q, k, v)
+    with pytest.raises(ValueError, match="rng"):
+        scatterbrain_attention(q, k, v, rotations=rotations, omega=omega, rng=0)
+    with pytest.raises(ValueError, match="n_buckets"):
+        scatterbrain_attention(q, k, v, rotations=rotations, omega=omega, n_buckets=8)
+    with pytest.raises(ValueError, match="omega"):
+        scatterbrain_attention(q, k, v, rotations=rotations, omega=draw_omega(0, 3, 5))
+    with pytest.raises(ValueError, match="kind"):
+        scatterbrain_attention(q, k, v, rng=0, kind="trig")
+    with pytest.raises(ValueError, match="method"):
+        scatterbrain_attention(q, k, v, rng=0, method="scan")
