@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from refattn import MultiHeadParams
+from refattn.beyond import XcitParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
@@ -2346,3 +2347,29 @@ NAIVE: dict[str, NaiveCase] = {
         _deberta_params(2), _deberta_params(3, p2c_index="official"), _deberta_params(1, terms=("p2c",), scale=0.7),
         _deberta_params(4, position_buckets=4, max_position=6), _deberta_params(2, terms=()))),
 }
+
+
+# ------------------------------------------------------------------------------ beyond: XCiT, GAU / FLASH
+
+
+def naive_xcit(q, k, v, causal, params=None, eps=1e-12):
+    """El-Nouby et al. (2021) Eq. 2 as the official XCA computes it: channel i of q and j of k divided by their
+    norms over the N tokens (floored at eps), A_ij = softmax over j of τ Σ_t q̂_ti k̂_tj, out_ti = Σ_j A_ij v_tj."""
+    N, d = q.shape
+    tau = 1.0 if params is None else float(params.temperature)
+    q_norm = [max(math.sqrt(sum(q[t, i] ** 2 for t in range(N))), eps) for i in range(d)]
+    k_norm = [max(math.sqrt(sum(k[t, j] ** 2 for t in range(N))), eps) for j in range(d)]
+    out = np.zeros((N, d))
+    for i in range(d):
+        logits = [tau * sum(q[t, i] / q_norm[i] * k[t, j] / k_norm[j] for t in range(N)) for j in range(d)]
+        top = max(logits)
+        e = [math.exp(x - top) for x in logits]
+        total = sum(e)
+        for t in range(N):
+            out[t, i] = sum(e[j] / total * v[t, j] for j in range(d))
+    return out
+
+
+NAIVE["xcit"] = NaiveCase(naive_xcit, (
+    DEFAULTS, fixed(params=XcitParams(2.5)), fixed(params=XcitParams(0.3), eps=3.0)), lengths=(1, 2),
+    value_width_d=True)
