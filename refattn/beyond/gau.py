@@ -128,7 +128,18 @@ def init_scale_offset(rng, s: int, *, count: int = 2) -> ScaleOffset:
 
 
 def scale_offset(z: ArrayLike, params: ScaleOffset) -> tuple[NDArray, ...]:
-    """The r vectors ``z ⊙ γ[t] + β[t]`` of one shared z (..., n, s), t = 0 … r − 1.
+    """The r vectors ``z ⊙ γ[t] + β[t]`` of one shared z, t = 0 … r − 1.
+
+    Parameters
+    ----------
+    z : (..., n, s) array_like
+        The shared base Z.
+    params : ScaleOffset
+        γ, β of r rows.
+
+    Returns
+    -------
+    tuple of r (..., n, s) ndarrays
 
     Examples
     --------
@@ -229,13 +240,19 @@ def _gau(q, k, v, *, params, rng, chunk, causal, scale, linear_scale, return_wei
     scale = default if scale is None else check_scale(scale)
     linear_scale = (1.0 / m if m else 1.0) if linear_scale is None else check_scale(linear_scale)
     alignment = causal_alignment(causal)
+    with np.errstate(invalid="ignore", over="ignore"):             # NaN/Inf inputs: IEEE, in the rows they reach
+        return _gau_checked(q, k, v, params, chunk, causal, alignment, scale, linear_scale, batch, return_weights)
+
+
+def _gau_checked(q, k, v, params, chunk, causal, alignment, scale, linear_scale, batch, return_weights):
+    """:func:`_gau` after the checks."""
+    n, m = q.shape[-2], k.shape[-2]
     zq, zk = scale_offset(q, params), scale_offset(k, params)
     draws = {"params": params}
     allowed = None if alignment is None else _positions(n, m, causal)[:, None] >= np.arange(m)[None, :]
     if chunk is None:
         check_fits("the GAU weights", (*batch, n, m))
-        with np.errstate(invalid="ignore"):
-            S = zq[0] @ np.swapaxes(zk[1], -1, -2) * scale                     # (..., n, m)  Q Kᵀ / n
+        S = zq[0] @ np.swapaxes(zk[1], -1, -2) * scale                         # (..., n, m)  Q Kᵀ / n
         A = _relu2(S) if allowed is None else np.where(allowed, _relu2(S), 0.0)  # relu², masked by selection
         empty = np.zeros((n, 1), dtype=bool)
         out = weighted_values(np.broadcast_to(A, (*batch, n, m)), np.broadcast_to(v, (*batch, m, v.shape[-1])),
@@ -337,8 +354,27 @@ class GauLayerParams:
 def init_gau_layer(rng, d_model: int, *, expansion: int = 2, s: int = 128, chunked: bool = False) -> GauLayerParams:
     """Glorot-uniform dense weights (e = expansion·d_model), zero biases, and :func:`init_scale_offset` for Q, K.
 
+    Parameters
+    ----------
+    rng : numpy.random.Generator or int
+        Source of the draws: W_u, W_v, W_z, W_o, then γ.
+    d_model : int
+        Width d of the layer's input and output.
+    expansion : int, default 2
+        e / d (the paper's expansion rate 2).
+    s : int, default 128
+        Width of Z, Q and K (the paper's s = 128).
+    chunked : bool, default False
+        Draw the 4 scale-offset rows of the mixed chunk attention instead of GAU's 2.
+
+    Returns
+    -------
+    GauLayerParams
+
+    Notes
+    -----
     The paper's Code 1 uses its framework's ``dense`` layers without naming their initialiser; refattn's dense
-    layers draw Glorot-uniform weights. ``chunked`` draws the 4 scale-offset rows of the mixed chunk attention.
+    layers draw Glorot-uniform weights.
 
     Examples
     --------

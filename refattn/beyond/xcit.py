@@ -149,10 +149,11 @@ def _xca(q, k, v, params, eps) -> AttentionResult:
         raise ValueError(f"params has {t.size} heads but q has no head axis (shape {q.shape}; heads are axis -3)")
     if t.ndim == 1 and q.shape[-3] not in (1, t.size):
         raise ValueError(f"params has {t.size} heads but q has {q.shape[-3]} (shape {q.shape}; heads are axis -3)")
-    q_hat, k_hat = normalize_tokens(q, eps), normalize_tokens(k, eps)     # (..., N, d)
-    scores = np.swapaxes(q_hat, -1, -2) @ k_hat                           # (..., d, d)  Q̂ᵀK̂
-    A = softmax(scores * t[..., None, None], axis=-1)                     # (..., d, d)  softmax over key channels
-    out = v @ np.swapaxes(A, -1, -2)                                      # (..., N, d)  V Aᵀ
+    with np.errstate(invalid="ignore", over="ignore"):             # NaN/Inf inputs: IEEE, in every row they reach
+        q_hat, k_hat = normalize_tokens(q, eps), normalize_tokens(k, eps)     # (..., N, d)
+        scores = np.swapaxes(q_hat, -1, -2) @ k_hat                           # (..., d, d)  Q̂ᵀK̂
+        A = softmax(scores * t[..., None, None], axis=-1)                     # (..., d, d)  softmax over key channels
+        out = v @ np.swapaxes(A, -1, -2)                                      # (..., N, d)  V Aᵀ
     return AttentionResult(out, A, None, {"params": params})
 
 
