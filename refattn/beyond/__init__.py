@@ -2,7 +2,6 @@
 softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyformer, Scatterbrain,
 Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
 """
-from .gau import RECORD as GAU
 from .gau import (
     GAU_QK_STD,
     GauLayerParams,
@@ -14,6 +13,7 @@ from .gau import (
     mixed_chunk_weights,
     scale_offset,
 )
+from .gau import RECORD as GAU
 from .xcit import RECORD as XCIT
 from .xcit import XCIT_EPS, XcitParams, cross_covariance_attention, init_xcit, normalize_tokens
 

@@ -225,7 +225,7 @@ def _gau(q, k, v, *, params, rng, chunk, causal, scale, linear_scale, return_wei
     """Checked GAU (or mixed chunk) attention of z_q, z_k, v; draws = the scale-offset params used."""
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
-    n, m, s = q.shape[-2], k.shape[-2], q.shape[-1]
+    m, s = k.shape[-2], q.shape[-1]
     count = 2 if chunk is None else 4
     if chunk is not None:
         chunk = check_positive_int("chunk", chunk)

@@ -223,8 +223,8 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None
 
 
 RECORD = Mechanism(
-    id="xcit", title="Cross-covariance attention (XCiT)", family="beyond", section="after the survey (attention across channels)",
-    paper=EL_NOUBY,
+    id="xcit", title="Cross-covariance attention (XCiT)", family="beyond",
+    section="after the survey (attention across channels)", paper=EL_NOUBY,
     equation=r"V\,\operatorname{softmax}_j\!\big(\tau\,\hat Q^\top \hat K\big)^{\!\top},\quad "
              r"\hat Q_{:,i} = Q_{:,i}/\lVert Q_{:,i}\rVert_2",
     time="O(N·d²)", memory="O(d²)", kind="attention", function=cross_covariance_attention, apply=_apply,
