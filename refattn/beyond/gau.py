@@ -173,6 +173,24 @@ def mixed_chunk_weights(q: NDArray, k: NDArray, q_lin: NDArray, k_lin: NDArray, 
                + [h_j \in H(g_i)]\ q'_i \cdot k'_j \cdot \text{linear\_scale}
 
     g_i = ⌊p_i / c⌋, h_j = ⌊j / c⌋, H(g) = every chunk (non-causal) or the chunks before g (causal).
+
+    Parameters
+    ----------
+    q, k : (..., n, s), (..., m, s) ndarray
+        Q and K of the quadratic part.
+    q_lin, k_lin : (..., n, s), (..., m, s) ndarray
+        Q' and K' of the linear part.
+    chunk : int
+        c.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Query i at p_i = i, or i + m − n bottom-right; causal keeps j ≤ p_i.
+    scale, linear_scale : float
+        Multipliers of QKᵀ (inside the ReLU) and of Q'K'ᵀ.
+
+    Returns
+    -------
+    M : (..., n, m) ndarray
+        out = M v.
     """
     n, m = q.shape[-2], k.shape[-2]
     check_fits("the mixed chunk weights", (*np.broadcast_shapes(q.shape[:-2], k.shape[:-2]), n, m))
