@@ -17,9 +17,11 @@ from numpy.typing import NDArray
 
 from .common import as_float, as_rng, check_bool, check_choice, check_qkv
 
-__all__ = ["KINDS", "AttentionResult", "FigureSpec", "Mechanism"]
+__all__ = ["KINDS", "MIXINGS", "AttentionResult", "FigureSpec", "Mechanism"]
 
 KINDS = ("attention", "mask", "component")
+#: What the rows and columns of ``AttentionResult.weights`` index: queries × keys, or output × value channels.
+MIXINGS = ("tokens", "channels")
 
 
 class AttentionResult(NamedTuple):
@@ -31,7 +33,8 @@ class AttentionResult(NamedTuple):
         The attention output.
     weights : (..., [h,] n, m) ndarray or None
         The effective dense attention matrix, only when ``apply`` was asked for it
-        (``return_weights=True``).
+        (``return_weights=True``): out = weights @ v. A record with ``mixing="channels"`` returns its
+        (..., [h,] d_v, d_v) channel map instead, out = v @ weightsᵀ.
     allowed : (..., [h,] n, m) ndarray of bool or None
         The pairs (query *i*, key *j*) the mechanism lets each query see (its mask or sparsity
         pattern, causal mask included), when it has one and ``return_weights=True``; ``None`` when
@@ -164,6 +167,11 @@ class Mechanism:
         sorted blocks, a top-k, a sampled measure), not from positions alone, so a NaN or Inf in a
         key can move it into another query's selection; masking by selection still keeps it out
         of every row that the call's own ``allowed`` hides it from.
+    mixing : {"tokens", "channels"}, default "tokens"
+        What ``weights`` maps. "tokens": the (..., [h,] n, m) matrix over queries and keys, out = weights @ v.
+        "channels": a (..., [h,] d_v, d_v) map over channels, out = v @ weightsᵀ, for a mechanism that mixes
+        each token's channels and no tokens (XCiT's cross-covariance attention); its rows are the output
+        channels and ``normalized`` and ``nonnegative`` speak of them.
     future_independent : bool, default True
         With ``causal``, output *i* is unchanged when keys and values after *i* change. False where
         the paper's algorithm lets the *choice* of past pairs depend on later tokens (Reformer's
@@ -200,6 +208,7 @@ class Mechanism:
     shared_qk: bool = False
     content_selected: bool = False
     future_independent: bool = True
+    mixing: str = "tokens"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -210,6 +219,8 @@ class Mechanism:
             raise TypeError(f"{self.id}: figure must be a FigureSpec or 'module:function', got {self.figure!r}")
         if self.exact_options is not None and self.apply is None:
             raise ValueError(f"{self.id}: a component has no exact_options (it has no apply)")
+        if self.mixing not in MIXINGS:
+            raise ValueError(f"{self.id}: mixing must be one of {MIXINGS}, got {self.mixing!r}")
         if self.incremental and not self.causal:
             object.__setattr__(self, "incremental", False)             # nothing to decode without causality
         if self.shared_qk and (self.incremental or self.cross):
@@ -236,7 +247,8 @@ class Mechanism:
         """The JSON-serialisable fields (everything but the callables)."""
         fields = ("id", "title", "family", "section", "paper", "equation", "time", "memory", "kind",
                   "exact_limit", "noncausal", "causal", "incremental", "position_dependent", "cross", "normalized",
-                  "nonnegative", "example_length", "draws", "shared_qk", "content_selected", "future_independent")
+                  "nonnegative", "example_length", "draws", "shared_qk", "content_selected", "future_independent",
+                  "mixing")
         return {name: getattr(self, name) for name in fields} | {
             "function": f"{self.function.__module__}.{self.function.__qualname__}",
             "has_exact_options": self.exact_options is not None,

@@ -19,6 +19,8 @@ import numpy as np
 
 from refattn import LayerNormParams, MultiHeadParams
 from refattn.beyond import AFTConvFilter, AFTPositionBias, LongShortParams, SpatialGatingParams
+from refattn import MultiHeadParams
+from refattn.beyond import ScaleOffset, XcitParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams
@@ -2714,3 +2716,72 @@ NAIVE: dict[str, NaiveCase] = {
         _sb_draws(2, 1, 3), _sb_draws(3, 2, 2, kind="positive", scale=0.7), _sb_draws(1, 0, 4),
         _sb_draws(2, 1, 3, scale=-0.5))),
 }
+
+
+# ------------------------------------------------------------------------------ beyond: XCiT, GAU / FLASH
+
+
+def naive_xcit(q, k, v, causal, params=None, eps=1e-12):
+    """El-Nouby et al. (2021) Eq. 2 as the official XCA computes it: channel i of q and j of k divided by their
+    norms over the N tokens (floored at eps), A_ij = softmax over j of τ Σ_t q̂_ti k̂_tj, out_ti = Σ_j A_ij v_tj."""
+    N, d = q.shape
+    tau = 1.0 if params is None else float(params.temperature)
+    q_norm = [max(math.sqrt(sum(q[t, i] ** 2 for t in range(N))), eps) for i in range(d)]
+    k_norm = [max(math.sqrt(sum(k[t, j] ** 2 for t in range(N))), eps) for j in range(d)]
+    out = np.zeros((N, d))
+    for i in range(d):
+        logits = [tau * sum(q[t, i] / q_norm[i] * k[t, j] / k_norm[j] for t in range(N)) for j in range(d)]
+        top = max(logits)
+        e = [math.exp(x - top) for x in logits]
+        total = sum(e)
+        for t in range(N):
+            out[t, i] = sum(e[j] / total * v[t, j] for j in range(d))
+    return out
+
+
+NAIVE["xcit"] = NaiveCase(naive_xcit, (
+    DEFAULTS, fixed(params=XcitParams(2.5)), fixed(params=XcitParams(0.3), eps=3.0)), lengths=(1, 2),
+    value_width_d=True)
+
+
+def naive_gau(q, k, v, causal, params, chunk=None, scale=None, linear_scale=None):
+    """Hua et al. (2022): Q = z⊙γ₀ + β₀, K = z⊙γ₁ + β₁; GAU's weight relu²(q_i·k_j·scale), scale 1/m (Code 1's
+    1/seq_len); with chunks of c positions (§3.2), that weight (scale 1/c) only for j in query i's chunk, plus
+    q'_i·k'_j·linear_scale (1/m; Q' = z⊙γ₂ + β₂, K' = z⊙γ₃ + β₃) for j in any chunk, or (causal) an earlier one."""
+    n, m, s, e = len(q), len(k), q.shape[1], v.shape[1]
+
+    def made(z, t):                                                # z ⊙ γ_t + β_t
+        return [float(z[c]) * float(params.gamma[t, c]) + float(params.beta[t, c]) for c in range(s)]
+
+    quad_scale = scale if scale is not None else (1.0 / (m if chunk is None else chunk) if m else 1.0)
+    lin_scale = linear_scale if linear_scale is not None else (1.0 / m if m else 1.0)
+    offset = m - n if causal == "bottom-right" else 0
+    out = np.zeros((n, e))
+    for i in range(n):
+        p = i + offset
+        q_i = made(q[i], 0)
+        for j in range(m):
+            if causal is not False and j > p:
+                continue
+            k_j = made(k[j], 1)
+            weight = 0.0
+            if chunk is None or j // chunk == math.floor(p / chunk):
+                weight += max(sum(q_i[c] * k_j[c] for c in range(s)) * quad_scale, 0.0) ** 2
+            if chunk is not None and (causal is False or j // chunk < math.floor(p / chunk)):
+                q_lin, k_lin = made(q[i], 2), made(k[j], 3)
+                weight += sum(q_lin[c] * k_lin[c] for c in range(s)) * lin_scale
+            for c in range(e):
+                out[i, c] += weight * v[j, c]
+    return out
+
+
+def _scale_offset(rows, **fixed_options):
+    """γ, β ~ N(0, 1) (wider than the 0.02 of the initialisation, so that relu² is far from 0)."""
+    return lambda rng, n, m, d, causal: {
+        "params": ScaleOffset(rng.standard_normal((rows, d)), rng.standard_normal((rows, d)))} | fixed_options
+
+
+NAIVE["gau"] = NaiveCase(naive_gau, (
+    _scale_offset(2), _scale_offset(2, scale=0.3), _scale_offset(4, chunk=3), _scale_offset(4, chunk=2, scale=0.5,
+                                                                                             linear_scale=0.2),
+    _scale_offset(4, chunk=1), _scale_offset(4, chunk=8)))

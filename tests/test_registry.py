@@ -119,7 +119,11 @@ def test_apply_weights_rows_and_pattern(mech, causal, example):
     result = mech.apply(q, k, v, causal=causal, rng=3, return_weights=True, **example)
     assert result.output.shape == (n, 4)
     A = _rows(result.weights)
-    assert A.shape[-2:] == (n, m)
+    if mech.mixing == "channels":                                  # a d_v × d_v map of each token's channels
+        assert A.shape[-2:] == (4, 4) and result.allowed is None
+        np.testing.assert_allclose(result.output, v @ np.swapaxes(result.weights, -1, -2), **TIGHT)
+    else:
+        assert A.shape[-2:] == (n, m)
     assert np.all(A[~np.isnan(A)] >= 0) or not mech.nonnegative
     sums = A.sum(axis=-1)
     if mech.normalized and not example:                            # an example may add eps to the normaliser
