@@ -18,9 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from refattn import LayerNormParams, MultiHeadParams
-from refattn.beyond import AFTConvFilter, AFTPositionBias, LongShortParams, SpatialGatingParams
-from refattn import MultiHeadParams
-from refattn.beyond import ScaleOffset, XcitParams
+from refattn.beyond import AFTConvFilter, AFTPositionBias, LongShortParams, ScaleOffset, SpatialGatingParams, XcitParams
 from refattn.compressed import MemoryCompression, PoolingformerParams
 from refattn.heads import CapsuleRoutingParams, CollaborativeParams, MultiQueryParams, TalkingHeadsParams
 from refattn.lowrank import LowRankBandParams

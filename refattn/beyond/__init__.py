@@ -2,19 +2,18 @@
 softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyformer, Scatterbrain,
 Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
 """
-from .aft import RECORD as AFT
 from .aft import (
+    AFT_VARIANTS,
     AFTConvFilter,
     AFTPositionBias,
-    AFT_VARIANTS,
     aft_attention,
     aft_position_bias,
     init_aft_conv_filter,
     init_aft_position_bias,
 )
-from .fnet import RECORD as FNET
+from .aft import RECORD as AFT
 from .fnet import FNET_METHODS, dft_matrix, fnet_mixing
-from .gau import RECORD as GAU
+from .fnet import RECORD as FNET
 from .gau import (
     GAU_QK_STD,
     GauLayerParams,
@@ -26,8 +25,9 @@ from .gau import (
     mixed_chunk_weights,
     scale_offset,
 )
-from .gmlp import RECORD as GMLP
+from .gau import RECORD as GAU
 from .gmlp import GMLP_INIT_EPS, GMLP_NORM_EPS, SpatialGatingParams, init_spatial_gating, spatial_gating_unit
+from .gmlp import RECORD as GMLP
 from .long_short import RECORD as LONG_SHORT
 from .long_short import LongShortParams, init_long_short, long_short_attention, long_short_window_pattern
 from .scatterbrain import RECORD as SCATTERBRAIN
