@@ -32,7 +32,7 @@ def test_registered_ids_are_catalogue_ids_in_their_family_and_order():
 
 
 @pytest.mark.parametrize("family", ["vanilla", "sparse", "linear", "compressed", "lowrank", "prior", "heads",
-                                    "positional"])
+                                    "positional", "beyond"])
 def test_finished_families_are_complete(family):
     assert [m.id for m in registry.FAMILIES[family]] == list(CATALOGUE[family])
 

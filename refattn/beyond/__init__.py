@@ -1,6 +1,7 @@
 """Beyond pairwise softmax attention: mixers that drop q and k (FNet, AFT, gMLP) and hybrids that keep
 softmax but change its support or normalisation (top-k, Sinkformer, XCiT, Skyformer, Scatterbrain,
-Long-Short, GAU). Each still mixes tokens by some n × m matrix, and each shows it.
+Long-Short, GAU). Each still mixes tokens by some n × m matrix and returns it as its weights, except XCiT,
+which attends across channels: its weights are the d × d channel map (the record's ``mixing="channels"``).
 """
 from .aft import (
     AFT_VARIANTS,
