@@ -228,3 +228,17 @@ def test_the_kernel_checks_what_it_indexes():
         aft_scan(k, k.copy(), np.zeros((3, 4, 2)), 0, np.empty((1, 4, 4)))   # 3 heads do not divide d = 4
     with pytest.raises(ValueError, match="aft_scan: out"):
         aft_scan(k, k.copy(), np.zeros((1, 4, 2)), 0, np.empty((1, 5, 4)))   # n of out is not n of the band
+
+
+@pytest.mark.parametrize(("variant", "options"), SETTINGS, ids=[f"{v}-{i}" for i, (v, _) in enumerate(SETTINGS)])
+@pytest.mark.parametrize("causal", [False, True, "bottom-right"])
+def test_the_equation_path_in_blocks_of_query_rows_equals_one_block(monkeypatch, variant, options, causal):
+    """Without weights the equation path takes the query rows in blocks; 3 rows per block (two full blocks and
+    a short one over n = 8) gives the same numbers bit for bit as one block (the weights path, unblocked)."""
+    import refattn.beyond.aft as aft_module
+
+    q, k, v = _qkv(11, n=8, m=6, batch=(2,))
+    whole = aft_attention(q, k, v, variant=variant, rng=5, causal=causal, return_weights=True, **options)[0]
+    monkeypatch.setattr(aft_module, "BLOCK_BYTES", 8 * 2 * 6 * 4 * 3)      # batch 2 × m 6 × d 4, 3 rows
+    blocked = aft_attention(q, k, v, variant=variant, rng=5, causal=causal, **options)
+    np.testing.assert_array_equal(blocked, whole)

@@ -39,12 +39,14 @@ initialisation (so AFT-conv starts as AFT-simple). It gives no initialisation of
 value of the comvex implementation), raw filters ~ N(0, 1) (any non-constant filter: γ = 0 ignores it).
 std(w^i) is the population standard deviation (the paper does not say which).
 
-Forms: ``method="equation"`` is the parallel form over the (..., n, m, d) logits; ``method="scan"`` (causal
+Forms: ``method="equation"`` is the parallel form over the (..., n, m, d) logits, taken a block of query rows
+at a time (32 MiB of logits) unless the per-channel weights are asked for; ``method="scan"`` (causal
 only) is :mod:`refattn.kernels.aft_scan`, the running sums of the keys outside the bias band plus the band's
 keys per query: O(n·d) for AFT-simple, O(n·s·d) for AFT-local, O(n²·d) for AFT-full, O(d) state.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +78,9 @@ AFT_VARIANTS = ("full", "local", "simple", "conv")
 METHODS = ("equation", "scan")
 BIAS_DIM = 128                                                     # d′, "e.g., 128" (§3.2)
 BIAS_STD = 0.01                                                    # u, u′ ~ N(0, 0.01²): see the module docstring
+#: Bytes of one (…, rows, m, d) block of the equation path's logits: without weights, the query rows go through
+#: the parallel form in blocks this size (each row's sums are independent of the others).
+BLOCK_BYTES = 32 * 2**20
 
 
 # --- parameters ------------------------------------------------------------------------------------------------
@@ -415,7 +420,8 @@ def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, variant: str = "f
     There is no exact limit equal to softmax attention: the weights come from the keys alone, per channel, and
     σ(Q) scales each row. AFT-local with s = 0 is AFT-simple, and with s > every |t − t′| is AFT-full; AFT-conv
     at its initialisation (γ = β = 0) is AFT-simple. Time O(n·m·d) (AFT-simple O((n + m)·d) by its closed
-    form, which the scan is); memory O(n·m·d) for the equation path's logits.
+    form, which the scan is); memory O(n·m) for the position biases, the logits taking O(rows·m·d) in query
+    blocks of at most 32 MiB (O(n·m·d) with ``return_weights``, the per-channel matrices).
 
     References
     ----------
@@ -472,15 +478,31 @@ def _aft(q, k, v, *, variant, params, rng, window, kernel_size, num_heads, image
     _check_length(variant, params, p, m)
     delta = 0 if alignment is None else (m - n if alignment == "bottom-right" else 0)
     if return_weights or method == "equation":
-        check_fits("the AFT logits (…, n, m, d)", (*batch, n, m, d))
+        if return_weights:
+            check_fits("the AFT weights (…, d, n, m)", (*batch, d, n, m))
         w = _bias_at(variant, params, p[:, None], np.arange(m)[None, :], window, image_width)   # (H, n, m)
         visible = None if alignment is None else np.arange(m)[None, :] <= np.arange(n)[:, None] + delta  # (n, m)
-        out, A = _parallel(q, k, v, w, visible, return_weights)
+        if return_weights:
+            out, A = _parallel(q, k, v, w, visible, True)
+        else:
+            out = _parallel_blocks(q, k, v, w, visible, batch)
     if method == "scan":
         out = _scan(q, k, v, batch, variant, params, p, delta, window, image_width)
     if not return_weights:
         return AttentionResult(out, draws={"params": params})
     return AttentionResult(out, A, allowed_pairs(None, causal, A.shape), {"params": params})
+
+
+def _parallel_blocks(q, k, v, w, visible, batch) -> NDArray:
+    """The parallel form's output, query rows in blocks whose (…, rows, m, d) logits take at most BLOCK_BYTES."""
+    n, (m, d) = q.shape[-2], k.shape[-2:]
+    rows = max(1, BLOCK_BYTES // (8 * max(1, math.prod(batch) * m * d)))
+    out = np.empty((*batch, n, d))
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        out[..., start:stop, :] = _parallel(q[..., start:stop, :], k, v, w[:, start:stop],
+                                            None if visible is None else visible[start:stop], False)[0]
+    return out
 
 
 def _parallel(q, k, v, w, visible, return_weights):
@@ -547,7 +569,8 @@ RECORD = Mechanism(
     section="after the survey (attention-free, cf. §4.2)", paper=ZHAI,
     equation=r"Y_t = \sigma(Q_t) \odot \frac{\sum_{t'} \exp(K_{t'} + w_{tt'}) \odot V_{t'}}"
              r"{\sum_{t'} \exp(K_{t'} + w_{tt'})}",
-    time="O(n·m·d); AFT-simple O((n + m)·d)", memory="O(n·m·d) parallel, O(n·s + d) scan", kind="attention",
+    time="O(n·m·d); AFT-simple O((n + m)·d)", memory="O(n·m) parallel (blocks of query rows), O(n·s + d) scan",
+    kind="attention",
     function=aft_attention, apply=_apply, causal=True, position_dependent=True, normalized=False,
     methods=METHODS, figure="refattn.figures.aft:aft",
     examples=({"variant": "local", "window": 2}, {"variant": "simple"},
