@@ -62,3 +62,11 @@ def test_bench_lowrank_runs_nystromformer_as_n_doubles(capsys):
     out = capsys.readouterr().out
     assert [line.split()[1] for line in out.splitlines() if line.startswith("nystromformer ")] == ["128", "256"]
     assert "target: " not in out                                   # the target is stated at n = 65536 only
+
+
+def test_bench_beyond_runs_every_mixer_beside_softmax(capsys):
+    assert main(["bench", "beyond", "--sizes", "128", "256", "--d", "8", "--repeat", "1"]) == 0
+    printed = capsys.readouterr().out
+    for name in ("softmax", "fnet", "aft-simple", "topk", "xcit", "skyformer", "scatterbrain", "long_short", "flash"):
+        assert name in printed
+    assert "time over softmax's" in printed

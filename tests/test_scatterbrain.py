@@ -119,3 +119,16 @@ def test_refusals_name_the_argument():
         scatterbrain_attention(q, k, v, rng=0, kind="trig")
     with pytest.raises(ValueError, match="method"):
         scatterbrain_attention(q, k, v, rng=0, method="scan")
+
+
+@pytest.mark.parametrize("causal", [False, True, "bottom-right"])
+def test_the_pairs_path_in_blocks_of_pairs_equals_one_block(monkeypatch, causal):
+    """The pairs path gathers the rows of PAIR_BLOCK pairs at a time; blocks of 7 pairs give the same numbers bit
+    for bit as one block."""
+    import refattn.beyond.scatterbrain as scatterbrain_module
+
+    q, k, v = _qkv(21, n=12, m=15, batch=(2,))
+    options = {"rng": 3, "n_buckets": 2, "method": "pairs", "causal": causal}
+    whole = scatterbrain_attention(q, k, v, **options)
+    monkeypatch.setattr(scatterbrain_module, "PAIR_BLOCK", 7)
+    np.testing.assert_array_equal(scatterbrain_attention(q, k, v, **options), whole)

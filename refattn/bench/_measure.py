@@ -98,13 +98,14 @@ def check_memory(needs: dict[str, dict[str, int]], advice: str) -> None:
                          f"{available / 2**30:.3g} GiB of memory available now; {advice}")
 
 
-def growth_table(cases: dict, sizes: list[int], d: int, repeat: int) -> int:
+def growth_table(cases: dict, sizes: list[int], d: int, repeat: int, results: dict | None = None) -> int:
     """Time a registry record's ``apply`` as n doubles, print t(n)/t(n/2) and the peak memory; 0 if every peak at
     n = 65536 stays under 1 GiB, else 1.
 
     ``cases[name] = (registry id, options(n) -> dict, how its cost grows)``; each call has one head of width
     ``d``, ``rng=0`` and the default method (k = q for shared-QK attention). The peak is NumPy's allocations
-    during the call (tracemalloc), inputs excluded.
+    during the call (tracemalloc), inputs excluded. ``results``, if given, receives ``results[name][n] = (seconds,
+    peak bytes)``.
     """
     from .. import registry
 
@@ -121,6 +122,8 @@ def growth_table(cases: dict, sizes: list[int], d: int, repeat: int) -> int:
             call = functools.partial(_apply, record, q, k, v, options(n))
             _, peaks[n] = peak_memory(call)
             seconds = best_time(call, repeat)
+            if results is not None:
+                results.setdefault(name, {})[n] = (seconds, peaks[n])
             growth = (f"{seconds / previous:>12.2f}   2, {2 * math.log(n) / math.log(n / 2):.2f}, 2.83, 4"
                       if previous else f"{'—':>12}")
             print(f"{name:<16}{n:>7}{seconds:>9.3f}{mib(peaks[n]):>10}{growth}", flush=True)
