@@ -19,9 +19,9 @@
 #
 # > **One convention for the whole family.** Every registry entry takes q, k, v and returns, as its
 # > `weights`, the matrix M that mixes the tokens: out = M v. Where no single real matrix does that, the
-# > entry returns what does, and its record says so. FNet returns the real and imaginary planes of the DFT
-# > (its output also mixes the channels). AFT returns one matrix per channel. XCiT returns the d × d map over
-# > channels (`mixing="channels"`). Each record's `exact_limit` names the setting in which it equals softmax
+# > entry returns what does, and its record's `mixing` says so. FNet returns the real and imaginary planes of
+# > the DFT (`mixing="fourier"`: its output also mixes the channels). AFT returns one matrix per channel
+# > (`"per_channel"`). XCiT returns the d × d map over channels (`"channels"`). Each record's `exact_limit` names the setting in which it equals softmax
 # > attention, or says why none exists.
 #
 # The plain text paraphrases the cited papers. Commentary is set apart as block quotes. Every claim that
@@ -89,13 +89,11 @@ mixing = {"softmax": A_soft}
 for mech in registry.FAMILIES["beyond"]:
     result = mech.apply(q, k, v, rng=0, return_weights=True)
     W = result.weights
-    if mech.id == "fnet":
-        W = W[0]                                                     # the real plane of the DFT
-    elif mech.id == "aft":
-        W = W[0]                                                     # channel 0's matrix
-    elif mech.id not in ("gmlp", "xcit"):                            # gMLP gates q; XCiT mixes channels
+    if mech.mixing == "tokens" and mech.id != "gmlp":                # gMLP's matrix feeds its gate on q
         np.testing.assert_allclose(result.output, W @ v, rtol=1e-12, atol=1e-12)
-    mixing[mech.id] = W
+    elif mech.mixing == "per_channel":                               # AFT: one matrix per channel
+        np.testing.assert_allclose(result.output, np.einsum("cij,jc->ic", W, v), rtol=1e-12, atol=1e-12)
+    mixing[mech.id] = W[0] if mech.mixing in ("per_channel", "fourier") else W   # channel 0; FNet's Re F_n
 assert mixing["xcit"].shape == (d, d)
 
 fig = viz.figure((15, 5.6))
@@ -415,7 +413,7 @@ for name in ["sdpa", *[mech.id for mech in registry.FAMILIES["beyond"]]]:
     for size in sizes:
         qc, kc, vc = cost_rng.standard_normal((3, size, 64))
         _, peak = peak_memory(partial(mech.apply, qc, kc, vc, rng=0, **options(size)))
-        peaks[name].append(peak / 2**20)
+        peaks[name].append(round(peak / 2**20, 2))   # MiB to 10 KiB: Python's own allocations jitter by bytes
 growth = {name: values[-1] / values[-2] for name, values in peaks.items()}
 print("peak MiB at n = 2048, and its growth from n = 1024:")
 for name, values in peaks.items():

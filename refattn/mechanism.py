@@ -21,7 +21,7 @@ __all__ = ["KINDS", "MIXINGS", "AttentionResult", "FigureSpec", "Mechanism"]
 
 KINDS = ("attention", "mask", "component")
 #: What the rows and columns of ``AttentionResult.weights`` index: queries × keys, or output × value channels.
-MIXINGS = ("tokens", "channels")
+MIXINGS = ("tokens", "channels", "per_channel", "fourier")
 
 
 class AttentionResult(NamedTuple):
@@ -33,8 +33,8 @@ class AttentionResult(NamedTuple):
         The attention output.
     weights : (..., [h,] n, m) ndarray or None
         The effective dense attention matrix, only when ``apply`` was asked for it
-        (``return_weights=True``): out = weights @ v. A record with ``mixing="channels"`` returns its
-        (..., [h,] d_v, d_v) channel map instead, out = v @ weightsᵀ.
+        (``return_weights=True``): out = weights @ v. A record whose ``mixing`` is not "tokens" returns
+        what reproduces its output instead (see :class:`Mechanism`'s ``mixing``).
     allowed : (..., [h,] n, m) ndarray of bool or None
         The pairs (query *i*, key *j*) the mechanism lets each query see (its mask or sparsity
         pattern, causal mask included), when it has one and ``return_weights=True``; ``None`` when
@@ -167,11 +167,14 @@ class Mechanism:
         sorted blocks, a top-k, a sampled measure), not from positions alone, so a NaN or Inf in a
         key can move it into another query's selection; masking by selection still keeps it out
         of every row that the call's own ``allowed`` hides it from.
-    mixing : {"tokens", "channels"}, default "tokens"
+    mixing : {"tokens", "channels", "per_channel", "fourier"}, default "tokens"
         What ``weights`` maps. "tokens": the (..., [h,] n, m) matrix over queries and keys, out = weights @ v.
         "channels": a (..., [h,] d_v, d_v) map over channels, out = v @ weightsᵀ, for a mechanism that mixes
         each token's channels and no tokens (XCiT's cross-covariance attention); its rows are the output
-        channels and ``normalized`` and ``nonnegative`` speak of them.
+        channels and ``normalized`` and ``nonnegative`` speak of them. "per_channel": one (n, m) matrix per
+        channel, (..., d_v, n, m), out[..., :, c] = weights[..., c, :, :] @ v[..., :, c] (AFT). "fourier":
+        the real and imaginary planes of the token DFT F_n, (..., 2, n, m), with the channel DFT F_d
+        applied as well: out = weights[0] v Re F_d − weights[1] v Im F_d (FNet).
     future_independent : bool, default True
         With ``causal``, output *i* is unchanged when keys and values after *i* change. False where
         the paper's algorithm lets the *choice* of past pairs depend on later tokens (Reformer's

@@ -122,6 +122,14 @@ def test_apply_weights_rows_and_pattern(mech, causal, example):
     if mech.mixing == "channels":                                  # a d_v × d_v map of each token's channels
         assert A.shape[-2:] == (4, 4) and result.allowed is None
         np.testing.assert_allclose(result.output, v @ np.swapaxes(result.weights, -1, -2), **TIGHT)
+    elif mech.mixing == "per_channel":                             # one (n, m) matrix per channel
+        assert result.weights.shape == (4, n, m)
+        np.testing.assert_allclose(result.output, np.einsum("cij,jc->ic", result.weights, v), **TIGHT)
+    elif mech.mixing == "fourier":                                 # Re F_n, Im F_n; the channels' DFT as well
+        assert result.weights.shape == (2, n, m)
+        F_d = np.exp(-2j * np.pi * np.outer(np.arange(4), np.arange(4)) / 4)
+        np.testing.assert_allclose(result.output, result.weights[0] @ v @ F_d.real - result.weights[1] @ v @ F_d.imag,
+                                   **TIGHT)
     else:
         assert A.shape[-2:] == (n, m)
     assert np.all(A[~np.isnan(A)] >= 0) or not mech.nonnegative

@@ -565,6 +565,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, variant="fu
 
 
 RECORD = Mechanism(
+    mixing="per_channel",
     id="aft", title="Attention Free Transformer (AFT)", family="beyond",
     section="after the survey (attention-free, cf. §4.2)", paper=ZHAI,
     equation=r"Y_t = \sigma(Q_t) \odot \frac{\sum_{t'} \exp(K_{t'} + w_{tt'}) \odot V_{t'}}"

@@ -159,6 +159,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="fft
 
 
 RECORD = Mechanism(
+    mixing="fourier",
     id="fnet", title="FNet (Fourier token mixing)", family="beyond", section="after the survey (attention-free)",
     paper=LEE_THORP,
     equation=r"\Re\big(F_n\, V F_d\big),\quad (F_N)_{jk} = e^{-2\pi i\, jk/N}\quad\text{(mixes } v\text{; no } q, k)",

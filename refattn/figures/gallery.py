@@ -72,7 +72,8 @@ def _panel(container, record: Mechanism, n: int, seed: int) -> None:
     while A.ndim > 2:                                              # heads: the first one
         A, allowed = A[0], None if allowed is None else allowed[0]
     note = {False: "", True: ", causal", "bottom-right": ", causal"}[causal]
-    title = f"{record.id}\n{record.family}{note}" + (", head 1" if result.weights.ndim > 2 else "") + \
+    lead = {"tokens": ", head 1", "channels": ", head 1", "per_channel": ", channel 0", "fourier": ", Re F_n"}
+    title = f"{record.id}\n{record.family}{note}" + (lead[record.mixing] if result.weights.ndim > 2 else "") + \
         (", channels" if record.mixing == "channels" else "")
     if record.nonnegative:
         draw_attention(container, A, allowed=allowed, titles=title, xlabel="", ylabel="", vmax=1.0, annotate=False,
