@@ -36,6 +36,7 @@ __all__ = [
     "compute_dtype",
     "default_scale",
     "glorot",
+    "split_scale",
     "weighted_values",
 ]
 
@@ -311,6 +312,27 @@ def check_scale(scale) -> float:
     if not np.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale!r}")
     return float(scale)
+
+
+def split_scale(q: np.ndarray, k: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Share a score scale s between queries and keys: q̃ = sign(s)·√|s|·q and k̃ = √|s|·k, so q̃·k̃ = s·q·k.
+
+    With s = 1/√d this is q/d^{1/4} and k/d^{1/4}, what kernels of q and k apart (random features, a Gaussian
+    kernel, hashing) read in place of q·k/√d.
+
+    Parameters
+    ----------
+    q, k : ndarray
+        Queries and keys.
+    scale : float
+        s, a checked scale (:func:`check_scale`, :func:`default_scale`).
+
+    Returns
+    -------
+    q_tilde, k_tilde : ndarray
+    """
+    root = np.sqrt(abs(scale))
+    return q * (np.sign(scale) * root), k * root
 
 
 # --- seeded draws -----------------------------------------------------------------------------------

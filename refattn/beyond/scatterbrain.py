@@ -41,6 +41,7 @@ from ..common import (
     check_qkv,
     check_scale,
     default_scale,
+    split_scale,
     weighted_values,
 )
 from ..core.sdpa import allowed_pairs
@@ -81,11 +82,6 @@ class ScatterbrainParts(NamedTuple):
     sparse: NDArray
     weights: NDArray
 
-
-def _scaled(q: NDArray, k: NDArray, scale: float) -> tuple[NDArray, NDArray]:
-    """q̃ = sign(s)·√|s|·q and k̃ = √|s|·k, so that q̃·k̃ = s q·k (s = 1/√d: q/d^{1/4}, k/d^{1/4} as Performer)."""
-    root = np.sqrt(abs(scale))
-    return q * (np.sign(scale) * root), k * root
 
 
 def lsh_support(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, *, n_buckets=None) -> NDArray:
@@ -134,7 +130,7 @@ def lsh_support(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, *, n_buckets=N
 
 def _features(q, k, omega, kind, scale):
     """q̃, k̃, φ(q̃) and φ(k̃)."""
-    q_tilde, k_tilde = _scaled(q, k, scale)
+    q_tilde, k_tilde = split_scale(q, k, scale)
     with np.errstate(invalid="ignore", over="ignore"):
         return q_tilde, k_tilde, favor_features(q_tilde, omega, kind=kind), favor_features(k_tilde, omega, kind=kind)
 

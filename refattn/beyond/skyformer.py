@@ -46,6 +46,7 @@ from ..common import (
     check_qkv,
     check_scale,
     default_scale,
+    split_scale,
 )
 from ..lowrank.nystromformer import INITS, ITERATIONS, PINVS, exact_pinv, iterative_pinv
 from ..mechanism import AttentionResult, Mechanism
@@ -95,11 +96,6 @@ class SkyformerFactors(NamedTuple):
     W: NDArray
     B: NDArray
 
-
-def _scaled(q: NDArray, k: NDArray, scale: float) -> tuple[NDArray, NDArray]:
-    """q̃ = sign(s)·√|s|·q and k̃ = √|s|·k, so that q̃·k̃ = s q·k (s = 1/√d: the paper's q/d^{1/4}, k/d^{1/4})."""
-    root = np.sqrt(abs(scale))
-    return q * (np.sign(scale) * root), k * root
 
 
 def gaussian_kernel(x: ArrayLike, y: ArrayLike) -> NDArray:
@@ -180,7 +176,7 @@ def kernelized_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: flo
     return_weights = check_bool("return_weights", return_weights)
     n, m = q.shape[-2], k.shape[-2]
     check_fits("the kernel matrix C", (*batch, n, m))
-    q_tilde, k_tilde = _scaled(q, k, scale)
+    q_tilde, k_tilde = split_scale(q, k, scale)
     C = np.broadcast_to(gaussian_kernel(q_tilde, k_tilde), (*batch, n, m))   # (..., n, m)  κ(Q̃, K̃)
     with np.errstate(invalid="ignore", over="ignore"):
         out = np.broadcast_to(C @ v, (*batch, n, v.shape[-1])).copy()       # (..., n, d_v)  C V
@@ -329,7 +325,7 @@ def skyformer_factors(q: ArrayLike, k: ArrayLike, landmarks: ArrayLike, *, gamma
     l = landmarks.shape[-1]
     check_fits("the factor κ(Q̃, X_L)", (*batch, n, l))
     check_fits("the factor κ(X_L, K̃)", (*batch, l, m))
-    q_tilde, k_tilde = _scaled(q, k, scale)
+    q_tilde, k_tilde = split_scale(q, k, scale)
     d = q.shape[-1]
     X = np.concatenate([np.broadcast_to(q_tilde, (*batch, n, d)), np.broadcast_to(k_tilde, (*batch, m, d))],
                        axis=-2)                                        # (..., n + m, d)  [Q̃; K̃]
