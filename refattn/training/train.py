@@ -40,8 +40,8 @@ from .model import (
 )
 from .tasks import Batch, Task, get_task
 
-__all__ = ["History", "compare_params", "init_params", "load_params", "pretrained", "pretrained_path", "save_params", "train",
-           "train_accuracy"]
+__all__ = ["History", "compare_params", "init_params", "load_params", "pretrained", "pretrained_path", "save_params",
+           "train", "train_accuracy"]
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 ADAM = dict(beta1=0.9, beta2=0.98, eps=1e-9)                      # Vaswani et al., 2017, §5.3
@@ -231,8 +231,13 @@ def compare_params(params, other) -> list[tuple[str, float]]:
     names, mine, theirs = leaf_names(params), flatten(params), flatten(other)
     if names != leaf_names(other) or [a.shape for a in mine] != [b.shape for b in theirs]:
         raise ValueError("the two parameter trees do not have the same structure")
-    return [(name, float(np.max(np.abs(a - b)))) for name, a, b in zip(names, mine, theirs)
-            if not np.array_equal(np.asarray(a, np.float64).view(np.uint64), np.asarray(b, np.float64).view(np.uint64))]
+    return [(name, float(np.max(np.abs(a - b)))) for name, a, b in zip(names, mine, theirs, strict=True)
+            if not np.array_equal(_bits(a), _bits(b))]
+
+
+def _bits(leaf) -> np.ndarray:
+    """The float64 bit patterns (NaN equals the same NaN, 0.0 differs from -0.0)."""
+    return np.ascontiguousarray(leaf, dtype=np.float64).view(np.uint64)
 
 
 def save_params(path: str | Path, params) -> Path:
@@ -251,7 +256,7 @@ def save_params(path: str | Path, params) -> Path:
     """
     path = Path(path)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
-        for name, leaf in zip(leaf_names(params), flatten(params)):
+        for name, leaf in zip(leaf_names(params), flatten(params), strict=True):
             buffer = io.BytesIO()
             np.lib.format.write_array(buffer, np.ascontiguousarray(leaf, dtype=np.float64), allow_pickle=False)
             archive.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
