@@ -248,7 +248,17 @@ the head keeps more of its mass on the current token.)"""
 
 
 def get_task(task) -> Task:
-    """The :class:`Task` named ``task`` (or ``task`` itself); ``ValueError`` naming the known ones."""
+    """The :class:`Task` named ``task``.
+
+    Parameters
+    ----------
+    task : str or Task
+        A name in :data:`TASKS` (a ``ValueError`` names the known ones), or a Task, returned as it is.
+
+    Returns
+    -------
+    Task
+    """
     if isinstance(task, Task):
         return task
     check_choice("task", task, tuple(TASKS))

@@ -66,7 +66,17 @@ class History(NamedTuple):
 
 
 def init_params(task):
-    """The untrained model of ``task`` drawn from its shipped seed (the structure :func:`load_params` fills)."""
+    """The untrained model of ``task`` drawn from its shipped seed (the structure :func:`load_params` fills).
+
+    Parameters
+    ----------
+    task : str or Task
+        The task (its ``kind`` and ``model`` give the structure).
+
+    Returns
+    -------
+    Seq2SeqParams or DecoderOnlyParams
+    """
     return _init(get_task(task), np.random.default_rng(get_task(task).seed))
 
 
@@ -200,12 +210,31 @@ class _Progress:
 # --- weight files ------------------------------------------------------------------------------------
 
 def pretrained_path(task) -> Path:
-    """The file of ``task``'s shipped weights: ``refattn/training/weights/<task>.npz``."""
+    """The file of ``task``'s shipped weights: ``refattn/training/weights/<task>.npz``.
+
+    Parameters
+    ----------
+    task : str or Task
+        ``"reverse"`` or ``"induction"``.
+
+    Returns
+    -------
+    Path
+    """
     return WEIGHTS_DIR / f"{get_task(task).name}.npz"
 
 
 def pretrained(task):
     """``task``'s shipped parameters (trained by ``python -m refattn train <task>``, the defaults).
+
+    Parameters
+    ----------
+    task : str or Task
+        ``"reverse"`` or ``"induction"``.
+
+    Returns
+    -------
+    Seq2SeqParams or DecoderOnlyParams
 
     Examples
     --------
