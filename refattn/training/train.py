@@ -200,8 +200,8 @@ class _Progress:
     def __call__(self, step: int, loss: float, accuracy: float, seconds: float) -> None:
         if step % self.every and step != self.steps:
             return
-        line = (f"{self.name}  step {step:>{self.width}}/{self.steps}  loss {loss:.3g}  accuracy {accuracy:.3f}  "
-                f"{step / seconds:.0f} steps/s")
+        line = (f"{self.name}  step {step:>{self.width}}/{self.steps}  loss {loss:<8.3g}  accuracy {accuracy:.3f}  "
+                f"{step / seconds:4.0f} steps/s")
         end = "\n" if step == self.steps or not self.tty else ""
         sys.stderr.write(("\r" if self.tty else "") + line + end)
         sys.stderr.flush()
