@@ -116,7 +116,7 @@ def test_vanilla_overview_draws_masked_pairs_grey_on_one_weights_scale():
             "causal bottom-right, 8 × 5\n(rows 0–2: no key, weights 0)":
                 ~ra.causal_mask(8, 5, alignment="bottom-right"),
             "key padding, ℓ = 3 of 9": np.broadcast_to(np.arange(9) >= 3, (5, 9)),
-            "decoder causal self-attn, head 1": ~ra.causal_mask(6)}
+            "trained decoder causal self-attn, head 1": ~ra.causal_mask(9)}
     for title, masked, image in panels:
         np.testing.assert_array_equal(masked, grey.get(title, np.zeros_like(masked)), err_msg=title)
         assert image.get_clim() == (0.0, 1.0) and isinstance(image.norm, PowerNorm), title
@@ -126,10 +126,10 @@ def test_vanilla_overview_draws_masked_pairs_grey_on_one_weights_scale():
 
 def test_vanilla_figures_draw_masked_pairs_grey():
     decoder = _panels(draw_figure("decoder_layer"))
-    heads = [masked for _, masked, _ in decoder if masked.shape == (6, 6)]
-    assert len(heads) == 4                                              # masked self-attention, 4 heads
+    heads = [masked for _, masked, _ in decoder if masked.shape == (9, 9)]
+    assert len(heads) == 2                                              # the trained model's 2 heads, n = 9
     for masked in heads:
-        np.testing.assert_array_equal(masked, ~ra.causal_mask(6))
+        np.testing.assert_array_equal(masked, ~ra.causal_mask(9))
     padding = [masked for title, masked, _ in _panels(draw_figure("padding_mask")) if "weights" in title]
     for masked, length in zip(padding, (9, 6, 3), strict=True):
         np.testing.assert_array_equal(masked, np.broadcast_to(np.arange(9) >= length, (5, 9)))

@@ -8,10 +8,13 @@ masks are drawn dark where ``True`` = may attend; weights on the one-sided weigh
 pairs a mask excludes grey, signed quantities (encodings, activations, values) on the diverging
 scale, and small matrices with their values printed.
 
-Attention weights from inside the layers are recomputed with
-``multi_head_attention(..., return_weights=True)`` on the layer's own parameters and inputs (the
-post-LN residual chain of §3.1); the tests check that this chain reproduces
-:func:`refattn.decoder_layer` and the logits of :func:`refattn.greedy_decode`.
+The attention inside a model (multi-head, cross-attention, the encoder and decoder layers, the whole
+Transformer and those panels of the overview) is that of the shipped model trained on the reverse task
+(:func:`refattn.training.pretrained`: a post-LN encoder–decoder, one layer each, d_model = 16, 2
+heads, trained with refattn's own gradients), on a seeded source sequence, with the tokens on the
+axes: random weights show nothing a learner can read, trained ones show the anti-diagonal the task
+needs. The weights are those of :func:`refattn.training.seq2seq_logits` and
+:func:`refattn.greedy_decode`.
 """
 from __future__ import annotations
 
@@ -61,50 +64,51 @@ def _padding_example() -> tuple[NDArray, NDArray, NDArray]:
     return lengths, mask, ra.scaled_dot_product_attention(q, k, k, mask, return_weights=True)[1]
 
 
-def _multi_head_example() -> NDArray:
-    """Self-attention weights (h, n, n) of 4 heads on n = 8 positions."""
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((8, D_MODEL)) + ra.sinusoidal_positional_encoding(8, D_MODEL)
-    params = ra.init_multi_head(rng, D_MODEL, NUM_HEADS)
-    return ra.multi_head_attention(x, x, params, num_heads=NUM_HEADS, return_weights=True)[1]
+SOURCE_SEED = 5                                   # the reverse task's source drawn for the model figures
 
 
-def _cross_example() -> NDArray:
-    """Cross-attention weights (h, 5, 8): 5 decoder queries over 8 encoder keys."""
-    rng = np.random.default_rng(6)
-    y, memory = rng.standard_normal((5, D_MODEL)), rng.standard_normal((8, D_MODEL))
-    params = ra.init_multi_head(rng, D_MODEL, NUM_HEADS)
-    return ra.multi_head_attention(y, memory, params, num_heads=NUM_HEADS, return_weights=True)[1]
+def _reverse():
+    """The shipped reverse model, a seeded source, its decoder input and the tokens' labels."""
+    from ..training import get_task, pretrained, reverse_batch
+
+    params, batch, labels = pretrained("reverse"), reverse_batch(SOURCE_SEED, 1), get_task("reverse").labels
+    return params, batch.src[0], batch.inputs[0], [labels[t] for t in batch.src[0]], \
+        [labels[t] for t in batch.inputs[0]]
 
 
-def _encoder_example() -> NDArray:
-    """Self-attention weights (layers, h, 7, 7) of a 2-layer post-LN encoder."""
-    rng = np.random.default_rng(10)
-    x = rng.standard_normal((7, D_MODEL)) + ra.sinusoidal_positional_encoding(7, D_MODEL)
-    weights = []
-    for _ in range(2):
-        layer = ra.init_encoder_layer(rng, D_MODEL, NUM_HEADS, D_FF)
-        x, A = ra.encoder_layer(x, layer, num_heads=NUM_HEADS, return_weights=True)
-        weights.append(A)
-    return np.stack(weights)
+def _reverse_weights() -> tuple[dict, list[str], list[str]]:
+    """Every attention's weights (h, ·, ·) of the trained model on the seeded source (teacher forcing)."""
+    from ..training import seq2seq_logits
+
+    params, src, inputs, src_labels, in_labels = _reverse()
+    _, weights = seq2seq_logits(params, src[None], inputs[None], return_weights=True)
+    return {name: w[0] for name, w in weights.items()}, src_labels, in_labels
 
 
-def _decoder_example() -> tuple[NDArray, NDArray]:
-    """Causal self-attention (h, 6, 6) and cross-attention (h, 6, 9) weights of one decoder layer."""
-    rng = np.random.default_rng(11)
-    y = rng.standard_normal((6, D_MODEL)) + ra.sinusoidal_positional_encoding(6, D_MODEL)
-    memory = rng.standard_normal((9, D_MODEL))
-    layer = ra.init_decoder_layer(rng, D_MODEL, NUM_HEADS, D_FF)
-    _, (self_w, cross_w) = ra.decoder_layer(y, memory, layer, num_heads=NUM_HEADS, return_weights=True)
-    return self_w, cross_w
+def _multi_head_example() -> tuple[NDArray, list[str]]:
+    """The trained encoder's self-attention weights (h, n, n) on the seeded source."""
+    weights, src_labels, _ = _reverse_weights()
+    return weights["encoder.0.self"], src_labels
+
+
+def _cross_example() -> tuple[NDArray, list[str], list[str]]:
+    """The trained decoder's cross-attention weights (h, T, n): decoder inputs over the source."""
+    weights, src_labels, in_labels = _reverse_weights()
+    return weights["decoder.0.cross"], src_labels, in_labels
+
+
+def _decoder_example() -> tuple[NDArray, NDArray, list[str], list[str]]:
+    """The trained decoder layer's causal self-attention (h, T, T) and cross-attention (h, T, n)."""
+    weights, src_labels, in_labels = _reverse_weights()
+    return weights["decoder.0.self"], weights["decoder.0.cross"], src_labels, in_labels
 
 
 def _transformer_example():
-    """Source, greedy tokens and cross-attention (layers, h, T, m) of a tiny random Transformer."""
-    params = ra.init_transformer(12, 10, 10, d_model=D_MODEL, num_heads=2, d_ff=D_FF, num_layers=2)
-    src = np.array([3, 7, 1, 5, 9, 2, 8])
-    tokens, _, cross_w = ra.greedy_decode(src, params, num_heads=2, bos=0, max_len=6, return_weights=True)
-    return src, tokens, cross_w
+    """Source, greedy tokens and cross-attention (layers, h, T, n) of the trained model, decoding alone."""
+    params, src, _, src_labels, _ = _reverse()
+    tokens, _, cross_w = ra.greedy_decode(src, params.transformer, num_heads=params.num_heads, bos=0,
+                                          max_len=len(src) + 1, return_weights=True)
+    return src_labels, tokens, cross_w
 
 
 # --- one figure per registry id ---------------------------------------------------------------------
@@ -176,19 +180,21 @@ def padding_mask() -> Figure:
 
 @_styled
 def multi_head() -> Figure:
-    """Self-attention weights of each of h = 4 heads, as a (1, h, n, m) grid."""
-    A = _multi_head_example()
-    return plot_attention(A[None], titles=[f"head {i + 1}" for i in range(len(A))],
-                          suptitle=f"Multi-head self-attention: h = 4 heads, n = m = 8, d_model = {D_MODEL} (§3.2.2)")
+    """Self-attention weights of each head of the trained encoder, over the source tokens."""
+    A, labels = _multi_head_example()
+    return plot_attention(A[None], titles=[f"head {i + 1}" for i in range(len(A))], row_labels=labels,
+                          col_labels=labels, xlabel="source token j", ylabel="source token i", vmax=1.0, size=3.2,
+                          suptitle=f"Multi-head self-attention, trained encoder ({len(A)} heads; §3.2.2)")
 
 
 @_styled
 def cross_attention() -> Figure:
-    """Cross-attention weights per head: n = 5 decoder queries over m = 8 encoder keys."""
-    A = _cross_example()
-    return plot_attention(A[None], titles=[f"head {i + 1}" for i in range(len(A))],
-                          xlabel="encoder key j", ylabel="decoder query i",
-                          suptitle="Cross-attention: n = 5 decoder queries over m = 8 encoder keys, no mask (§3.2.3)")
+    """Cross-attention weights per head of the trained decoder: the anti-diagonal of the reverse task."""
+    A, src_labels, in_labels = _cross_example()
+    return plot_attention(A[None], titles=[f"head {i + 1}" for i in range(len(A))], row_labels=in_labels,
+                          col_labels=src_labels, xlabel="source token j", ylabel="decoder input i", vmax=1.0, size=3.2,
+                          suptitle="Cross-attention of a decoder trained to reverse its source:\n"
+                                   "decoder input i reads source token n − 1 − i (§3.2.3)")
 
 
 @_styled
@@ -256,41 +262,51 @@ def ffn() -> Figure:
 
 @_styled
 def encoder_layer() -> Figure:
-    """Self-attention weights of each head in each layer of a 2-layer encoder."""
-    A = _encoder_example()
-    titles = [[f"layer {layer + 1}, head {h + 1}" for h in range(A.shape[1])] for layer in range(A.shape[0])]
-    return plot_attention(A, titles=titles, suptitle="Encoder self-attention: 2 post-LN layers × 4 heads, n = 7")
+    """Self-attention weights of each head of the trained encoder layer, beside its input and output norms."""
+    A, labels = _multi_head_example()
+    return plot_attention(A[None], titles=[f"layer 1, head {h + 1}" for h in range(len(A))], row_labels=labels,
+                          col_labels=labels, xlabel="source token j", ylabel="source token i", vmax=1.0, size=3.2,
+                          suptitle=f"Trained encoder: 1 post-LN layer × {len(A)} heads (reverse task)")
 
 
 @_styled
 def decoder_layer() -> Figure:
-    """Causal self-attention and cross-attention weights of each head of one decoder layer."""
-    self_w, cross_w = _decoder_example()
-    fig = figure((10.5, 5.3))
+    """Causal self-attention and cross-attention weights of each head of the trained decoder layer."""
+    self_w, cross_w, src_labels, in_labels = _decoder_example()
+    T = self_w.shape[-1]
+    fig = figure((4.2 * len(self_w) + 1.5, 8.6))
     top, bottom = fig.subfigures(2, 1)
     heads = [f"head {i + 1}" for i in range(len(self_w))]
-    draw_attention(top, self_w[None], allowed=ra.causal_mask(6), titles=heads, vmax=1.0,
-                   suptitle="masked self-attention, causal top-left: j ≤ i (n = 6; grey = masked)")
-    draw_attention(bottom, cross_w[None], titles=heads, vmax=1.0, xlabel="encoder key j",
-                   suptitle="cross-attention over the encoder output (m = 9)")
-    fig.suptitle("Decoder layer (post-LN): attention weights of each head (§3.1, §3.2.3)")
+    draw_attention(top, self_w[None], allowed=ra.causal_mask(T), titles=heads, vmax=1.0, row_labels=in_labels,
+                   col_labels=in_labels, xlabel="decoder input j", ylabel="decoder input i",
+                   suptitle=f"masked self-attention, causal top-left: j ≤ i (n = {T}; grey = masked)")
+    draw_attention(bottom, cross_w[None], titles=heads, vmax=1.0, row_labels=in_labels, col_labels=src_labels,
+                   xlabel="source token j", ylabel="decoder input i",
+                   suptitle=f"cross-attention over the encoder output (m = {cross_w.shape[-1]})")
+    fig.suptitle("Decoder layer (post-LN) trained on the reverse task: attention weights of each head (§3.1, §3.2.3)")
     return fig
 
 
 @_styled
 def transformer() -> Figure:
-    """Cross-attention of a tiny random Transformer at each greedy decoding step (2 × 3 grid)."""
-    src, tokens, cross_w = _transformer_example()
-    A = cross_w[-1].mean(axis=0)                       # (T, m)  last decoder layer, mean over heads
+    """Cross-attention of the trained Transformer at each greedy decoding step."""
+    src_labels, tokens, cross_w = _transformer_example()
+    from ..training import get_task
+
+    labels = get_task("reverse").labels
+    A = cross_w[-1].max(axis=0)                        # (T, m)  last decoder layer, each pair's largest head weight
     T = len(A)
-    decoded = np.arange(T)[None, :, None] <= np.arange(T)[:, None, None]                 # (T, T, 1)  row ≤ step
+    steps = [0, 2, 4, 6, T - 2, T - 1]
+    decoded = np.arange(T)[None, :, None] <= np.array(steps)[:, None, None]                 # (6, T, 1)  row ≤ step
     return plot_attention(
-        np.broadcast_to(A, (T, *A.shape)).reshape(2, T // 2, *A.shape), allowed=decoded.reshape(2, T // 2, T, 1),
-        titles=[f"step {t + 1}: emits {tokens[t + 1]}" for t in range(T)],
-        row_labels=["bos" if t == 0 else str(t) for t in tokens[:-1]], col_labels=[str(s) for s in src],
+        np.broadcast_to(A, (len(steps), *A.shape)).reshape(2, 3, *A.shape),
+        allowed=np.broadcast_to(decoded, (len(steps), T, A.shape[-1])).reshape(2, 3, T, A.shape[-1]),
+        titles=[f"step {t + 1}: emits {labels[tokens[t + 1]]}" for t in steps],
+        row_labels=[labels[t] for t in tokens[:-1]], col_labels=src_labels,
         xlabel="source token", ylabel="decoder input", vmax=1.0,
-        suptitle="Greedy decoding with a tiny random Transformer: cross-attention at each step\n"
-                 "(last of 2 decoder layers, mean over 2 heads; grey = not decoded yet)",
+        suptitle="Greedy decoding with the Transformer trained to reverse its source: cross-attention at each step\n"
+                 f"(its one decoder layer, the larger of {cross_w.shape[-3]} heads' weights per pair; "
+                 "grey = not decoded yet)",
     )
 
 
@@ -305,10 +321,10 @@ def vanilla_overview() -> Figure:
         (*_causal_example(5, 8, "top-left"), "causal top-left, 5 × 8"),
         (*_causal_example(8, 5, "bottom-right"), "causal bottom-right, 8 × 5\n(rows 0–2: no key, weights 0)"),
         (padded[2], mask[2], "key padding, ℓ = 3 of 9"),
-        (_multi_head_example()[0], None, "multi-head self-attn, head 1"),
-        (_cross_example()[0], None, "cross-attention, head 1"),
-        (_encoder_example()[1, 0], None, "encoder layer 2, head 1"),
-        (_decoder_example()[0][0], ra.causal_mask(6), "decoder causal self-attn, head 1"),
+        (_multi_head_example()[0][0], None, "trained encoder self-attn, head 1"),
+        (_cross_example()[0][0], None, "trained cross-attention, head 1"),
+        (_multi_head_example()[0][1], None, "trained encoder self-attn, head 2"),
+        (_decoder_example()[0][0], ra.causal_mask(9), "trained decoder causal self-attn, head 1"),
     ]
     fig = figure((12.6, 6.6))
     sheet, bar = fig.subfigures(1, 2, width_ratios=[30, 1.3])
