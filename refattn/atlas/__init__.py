@@ -9,6 +9,8 @@ model's accuracy with it in every attention call, without retraining (:mod:`refa
 (:mod:`refattn.atlas.report`).
 """
 from .metrics import is_row_distribution, mass_kept, relative_error, row_kl
+from .models import TASK_NAMES, model_task
+from .report import atlas_figure, atlas_markdown, pareto_front, update_readme_atlas
 from .runner import (
     Atlas,
     AttentionCall,
@@ -22,6 +24,6 @@ from .runner import (
     skip_reason,
 )
 
-__all__ = ["Atlas", "AttentionCall", "Entry", "RowResult", "TaskInputs", "TaskResult", "atlas_entries",
-           "attention_function", "is_row_distribution", "mass_kept", "relative_error", "row_kl", "run_atlas",
-           "skip_reason"]
+__all__ = ["TASK_NAMES", "Atlas", "AttentionCall", "Entry", "RowResult", "TaskInputs", "TaskResult", "atlas_entries",
+           "atlas_figure", "atlas_markdown", "attention_function", "is_row_distribution", "mass_kept", "model_task",
+           "pareto_front", "relative_error", "row_kl", "run_atlas", "skip_reason", "update_readme_atlas"]

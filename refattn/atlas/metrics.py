@@ -107,7 +107,12 @@ def is_row_distribution(weights: ArrayLike) -> bool:
 
 
 def row_kl(exact_weights: ArrayLike, approx_weights: ArrayLike) -> float:
-    r"""Mean over query rows of :math:`\operatorname{KL}(a_i \Vert \tilde a_i) = \sum_j A_{ij}\log(A_{ij}/\tilde A_{ij})`.
+    r"""Mean over query rows (the last axis) of KL(exact ‖ approx).
+
+    .. math::
+
+        \frac1N \sum_i \operatorname{KL}(a_i \Vert \tilde a_i), \qquad
+        \operatorname{KL}(a_i \Vert \tilde a_i) = \sum_j A_{ij} \log \frac{A_{ij}}{\tilde A_{ij}}
 
     Parameters
     ----------

@@ -80,11 +80,14 @@ class TaskInputs:
         ``accuracy(attention) -> float``: the task accuracy with ``attention`` (a function with
         ``scaled_dot_product_attention``'s signature, or None for softmax attention) in every call; None when
         there is no model to score.
+    num_sequences : int or None
+        How many sequences ``accuracy`` scores (for the report).
     """
 
     name: str
     calls: tuple[AttentionCall, ...]
     accuracy: Callable[[Callable | None], float] | None = field(default=None, repr=False)
+    num_sequences: int | None = None
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,7 @@ def run_atlas(tasks: Sequence[TaskInputs], *, ids: Iterable[str] | None = None, 
             summary = "; ".join(f"{name} {_progress(r)}" for name, r in results.items())
             print(f"[{number}/{len(entries)}] {entry.label}: {summary}", file=sys.stderr, flush=True)
     settings = {"seed": seed, "repeats": repeats,
+                "num_sequences": {t.name: t.num_sequences for t in tasks if t.accuracy is not None},
                 "calls": {t.name: [[c.name, list(c.q.shape), list(c.k.shape), c.causal] for c in t.calls]
                           for t in tasks}}
     return Atlas(rows, baseline, settings)
@@ -298,7 +302,7 @@ def _exact(call: AttentionCall) -> tuple[NDArray, NDArray]:
 def _run_task(entry, task, random_calls, exact, exact_random, sdpa_seconds, repeats, seed) -> TaskResult:
     result = TaskResult(calls_total=len(task.calls))
     per_call, taken = [], []
-    for index, (call, random_call) in enumerate(zip(task.calls, random_calls)):
+    for index, (call, random_call) in enumerate(zip(task.calls, random_calls, strict=True)):
         reason = skip_reason(entry, call)
         if reason is None:
             try:
@@ -314,7 +318,7 @@ def _run_task(entry, task, random_calls, exact, exact_random, sdpa_seconds, repe
     result.calls_taken = len(taken)
     if not taken:
         return result
-    real, random = zip(*per_call)
+    real, random = zip(*per_call, strict=True)
     result.error, result.error_random = _mean(m["error"] for m in real), _mean(m["error"] for m in random)
     if real[0]["mass"] is not None:                                # None where weights map channels, not pairs
         result.mass, result.mass_random = _mean(m["mass"] for m in real), _mean(m["mass"] for m in random)
