@@ -96,6 +96,15 @@ def is_row_distribution(weights: ArrayLike) -> bool:
     A row sum may differ from 1 by :data:`ROW_SUM_TOLERANCE`. A row of zeros also counts: a query that
     sees no key (a cluster without keys, say) and outputs 0; it has lost all of the exact mass.
 
+    Parameters
+    ----------
+    weights : (..., m) array_like
+        Rows of weights.
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> is_row_distribution([[0.5, 0.5], [0.0, 0.0]]), is_row_distribution([[1.5, -0.5]])

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from .. import registry
 from ..bench._measure import best_time
-from ..common import check_positive_int
+from ..common import check_choice, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import Mechanism
 from .metrics import is_row_distribution, mass_kept, relative_error, row_kl
@@ -181,7 +181,7 @@ class Atlas:
         return clean({"settings": self.settings, "baseline": self.baseline, "rows": rows})
 
 
-def atlas_entries(ids: Iterable[str] | None = None) -> list[Entry]:
+def atlas_entries(ids: Iterable[str] | None = None, settings: Iterable[str] = SETTINGS) -> list[Entry]:
     """The atlas's rows, in catalogue order: every record that attends over (q, k, v).
 
     Records of kind "attention" or "mask" get a default row, unless their defaults are exact attention
@@ -191,7 +191,16 @@ def atlas_entries(ids: Iterable[str] | None = None) -> list[Entry]:
     ----------
     ids : iterable of str, optional
         Only these records (each must be of kind "attention" or "mask").
+    settings : iterable of {"default", "exact"}, default both
+        Only the rows at these settings.
+
+    Returns
+    -------
+    list of Entry
     """
+    settings = tuple(settings)
+    for setting in settings:
+        check_choice("settings", setting, SETTINGS)
     records = registry.all() if ids is None else [registry.get(i) for i in ids]
     entries = []
     for record in records:
@@ -199,15 +208,27 @@ def atlas_entries(ids: Iterable[str] | None = None) -> list[Entry]:
             if ids is not None:
                 raise ValueError(f"ids: {record.id} is a component (no apply), it has no row in the atlas")
             continue
-        if callable(record.exact_options) or record.exact_options != {}:   # None, or options that differ
-            entries.append(Entry(record, "default"))
-        if record.exact_options is not None:
+        if "default" in settings and (callable(record.exact_options) or record.exact_options != {}):
+            entries.append(Entry(record, "default"))           # exact_options None, or options that differ
+        if "exact" in settings and record.exact_options is not None:
             entries.append(Entry(record, "exact"))
     return entries
 
 
 def skip_reason(entry: Entry, call: AttentionCall) -> str | None:
     """Why ``entry`` cannot take ``call`` by the record's own fields, or None when it can.
+
+    Parameters
+    ----------
+    entry : Entry
+        The row.
+    call : AttentionCall
+        The model's call.
+
+    Returns
+    -------
+    str or None
+        The reason, in words.
 
     Examples
     --------
@@ -235,6 +256,18 @@ def attention_function(entry: Entry, seed: int) -> Callable:
     Each call runs ``entry.record.apply`` with the entry's options at the call's n and m and ``rng=seed``
     (the same draws for every call of the same shapes). A ``mask`` other than None is refused (no record
     but sdpa's takes one).
+
+    Parameters
+    ----------
+    entry : Entry
+        The row.
+    seed : int
+        The ``rng`` of every call.
+
+    Returns
+    -------
+    callable
+        ``attention(q, k, v, *, causal=False, mask=None) -> out``.
     """
     apply = entry.record.apply
 
@@ -247,8 +280,8 @@ def attention_function(entry: Entry, seed: int) -> Callable:
     return attention
 
 
-def run_atlas(tasks: Sequence[TaskInputs], *, ids: Iterable[str] | None = None, repeats: int = 3, seed: int = 0,
-              progress: bool = False) -> Atlas:
+def run_atlas(tasks: Sequence[TaskInputs], *, ids: Iterable[str] | None = None, settings: Iterable[str] = SETTINGS,
+              repeats: int = 3, seed: int = 0, progress: bool = False) -> Atlas:
     r"""Measure every atlas row on every task.
 
     Parameters
@@ -257,6 +290,8 @@ def run_atlas(tasks: Sequence[TaskInputs], *, ids: Iterable[str] | None = None, 
         The tasks (see :func:`refattn.atlas.model_tasks` for the trained models').
     ids : iterable of str, optional
         Only these records (default: every record of kind "attention" or "mask").
+    settings : iterable of {"default", "exact"}, default both
+        Only the rows at these settings.
     repeats : int, default 3
         Timed runs of each call; the best counts.
     seed : int, default 0
@@ -269,7 +304,7 @@ def run_atlas(tasks: Sequence[TaskInputs], *, ids: Iterable[str] | None = None, 
     Atlas
     """
     repeats = check_positive_int("repeats", repeats)
-    entries = atlas_entries(ids)
+    entries = atlas_entries(ids, settings)
     random_calls = {t.name: [c.random_like(np.random.default_rng([seed, i])) for i, c in enumerate(t.calls)]
                     for t in tasks}
     exact = {t.name: [_exact(c) for c in t.calls] for t in tasks}
