@@ -10,6 +10,7 @@ import pytest
 
 from refattn import registry, scaled_dot_product_attention
 from refattn.atlas import (
+    TASK_NAMES,
     Atlas,
     AttentionCall,
     Entry,
@@ -20,6 +21,7 @@ from refattn.atlas import (
     attention_function,
     is_row_distribution,
     mass_kept,
+    model_task,
     pareto_front,
     relative_error,
     row_kl,
@@ -230,3 +232,72 @@ def test_figure_draws_every_task(rng, tmp_path):
     assert "toy: output relative error on the model's q, k, v" in titles and "toy: task accuracy" in titles
     assert save_figure(fig, tmp_path / "atlas.png").stat().st_size > 0
     json.dumps(_toy_atlas(rng).as_dict())                             # serialisable, infinities included
+
+
+# ------------------------------------------------------------------------------- the trained models
+
+@pytest.fixture(scope="module")
+def model_tasks():
+    """Both trained models: two sequences' attention calls, accuracy on 16 fresh sequences."""
+    return [model_task(t, input_sequences=2, num_sequences=16) for t in TASK_NAMES]
+
+
+def test_model_calls_are_the_models_attention(model_tasks):
+    reverse, induction = model_tasks
+    assert [(c.name, c.causal) for c in reverse.calls] == [("encoder.0.self", False), ("decoder.0.self", True),
+                                                           ("decoder.0.cross", False)]
+    assert [(c.name, c.causal) for c in induction.calls] == [("layer.0", True), ("layer.1", True)]
+    cross = reverse.calls[2]
+    assert cross.q.shape[:2] == (2, 2) and cross.q.shape[-2] == cross.k.shape[-2] + 1   # [BOS, reversed source]
+
+
+def test_exact_rows_on_the_trained_models_keep_error_and_accuracy(model_tasks):
+    atlas = run_atlas(model_tasks, settings=["exact"], repeats=1)
+    assert all(a is not None for a in atlas.baseline.values())
+    for row in atlas.rows:
+        for task, result in row.tasks.items():
+            if result.calls_taken == 0:                               # no causal form, say: listed with its reason
+                assert result.skipped, (row.label, task)
+                continue
+            assert result.error <= EXACT_BOUND and result.error_random <= EXACT_BOUND, (row.label, task)
+            if result.calls_taken == result.calls_total:
+                assert result.accuracy == atlas.baseline[task], (row.label, task)
+
+
+def test_tiny_atlas_end_to_end(model_tasks):
+    atlas = run_atlas(model_tasks, ids=["sdpa", "band", "linformer", "multi_head"], repeats=1, seed=3)
+    rows = {r.label: r.tasks for r in atlas.rows}
+    assert list(rows) == ["sdpa (exact)", "band", "band (exact)", "linformer", "linformer (exact)", "multi_head",
+                          "multi_head (exact)"]
+    for task in TASK_NAMES:
+        assert rows["sdpa (exact)"][task].accuracy == atlas.baseline[task]
+        assert rows["multi_head (exact)"][task].accuracy == atlas.baseline[task]
+        assert rows["multi_head"][task].calls_taken == 0
+        band = rows["band"][task]
+        assert band.calls_taken == band.calls_total and 0 <= band.accuracy <= 1
+        assert band.error > EXACT_BOUND and 0 < band.mass < 1 and band.kl == np.inf
+        assert band.time_ratio > 0
+    linformer = rows["linformer"]                                     # no causal form
+    assert linformer["reverse"].calls_taken == 2 and linformer["reverse"].accuracy is None
+    assert linformer["reverse"].skipped == {"no causal form; the model attends causally": ["decoder.0.self"]}
+    assert linformer["induction"].calls_taken == 0
+    text = atlas_markdown(atlas)
+    assert "| `band` | sparse |" in text and "(2 of 3 calls)" in text
+
+
+def test_atlas_command(tmp_path, capsys):
+    from refattn.cli import main
+
+    out = tmp_path / "atlas"
+    assert main(["atlas", "--out", str(out), "--only", "sdpa", "band", "--tasks", "induction", "--num-sequences", "4",
+                 "--input-sequences", "2", "--repeats", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "[1/3] sdpa (exact): induction 2/2 calls" in err and "atlas: 3 rows in" in err
+    assert (out / "atlas.png").stat().st_size > 0
+    data = json.loads((out / "atlas.json").read_text(encoding="utf-8"))
+    assert [r["label"] for r in data["rows"]] == ["sdpa (exact)", "band", "band (exact)"]
+    assert data["rows"][0]["tasks"]["induction"]["accuracy"] == data["baseline"]["induction"]
+    assert main(["atlas", "--out", str(out), "--only", "nope"]) == 2
+    assert "no mechanism 'nope'" in capsys.readouterr().err
+    assert main(["atlas", "--out", str(out), "--only", "softmax"]) == 2
+    assert "softmax is a component" in capsys.readouterr().err

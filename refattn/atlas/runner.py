@@ -8,7 +8,8 @@ reports, per task:
 
 - the output relative error, the attention mass kept and the row KL (:mod:`refattn.atlas.metrics`), each
   the mean over the calls it takes, on the model's inputs (``real``) and on the random ones (``random``);
-- its time over sdpa's on the same calls (best of ``repeats`` runs of each call, measured in this process);
+- its time over sdpa's on the same calls (best of ``repeats`` runs of each call through the registry's
+  ``apply``, measured in this process);
 - the model's accuracy when the row's attention replaces every attention call, without retraining.
 
 A record that cannot take a call (it projects a layer's inputs with its own heads' parameters, its keys
@@ -309,8 +310,9 @@ def run_atlas(tasks: Sequence[TaskInputs], *, ids: Iterable[str] | None = None, 
                     for t in tasks}
     exact = {t.name: [_exact(c) for c in t.calls] for t in tasks}
     exact_random = {t.name: [_exact(c) for c in random_calls[t.name]] for t in tasks}
-    sdpa_seconds = {t.name: [best_time(lambda c=c: scaled_dot_product_attention(c.q, c.k, c.v, causal=c.causal),
-                                       repeats) for c in t.calls] for t in tasks}
+    sdpa = registry.get("sdpa").apply                              # through the same validation layer as the rows
+    sdpa_seconds = {t.name: [best_time(lambda c=c: sdpa(c.q, c.k, c.v, causal=c.causal), repeats) for c in t.calls]
+                    for t in tasks}
     baseline = {t.name: None if t.accuracy is None else t.accuracy(None) for t in tasks}
     rows = []
     for number, entry in enumerate(entries, 1):
