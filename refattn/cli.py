@@ -1,4 +1,4 @@
-"""Command line: ``python -m refattn {list, figures, bench, export, atlas, check}``.
+"""Command line: ``python -m refattn {list, figures, bench, export, check, train, atlas}``.
 
 - ``list [--json | --markdown]``: the catalogue (one line per mechanism, a JSON list of records, or
   the README's Markdown table).
@@ -13,6 +13,10 @@
   row on stderr.
 - ``check FILE.npz [--rule ratio|table|ulp] [--table NAME] [--max-ulps N] [--memory-budget GIB]``: compare
   the candidate's results stored in the file with the oracle; exit 0 on pass, 1 on fail, 2 on a malformed file.
+- ``train TASK [--out FILE] [--seed S] [--steps N] [--check]``: train the small Transformer of a task
+  (``reverse``, ``induction``) with refattn's own gradients, showing progress on stderr; print the time
+  and the accuracy on fresh sequences, and write the weights. ``--check`` compares them with the shipped
+  weights bit for bit (exit 0 identical, 1 different).
 
 Every subcommand exits 2 with a one-line error for bad arguments (numbers out of range, an output
 path that is an existing file where a folder is needed or the reverse, benchmark sizes that do not
@@ -37,8 +41,6 @@ README = FIGURES_DIR.parent / "README.md"
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    from .atlas.models import TASK_NAMES  # here: refattn.atlas imports refattn.bench, which imports this module
-
     parser = argparse.ArgumentParser(prog="python -m refattn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     p_atlas.add_argument("--out", type=output_folder, default=FIGURES_DIR,
                          help=f"output folder, created if missing (default {FIGURES_DIR})")
     p_atlas.add_argument("--only", nargs="+", metavar="ID", help="only these mechanism ids")
-    p_atlas.add_argument("--tasks", nargs="+", choices=TASK_NAMES, default=list(TASK_NAMES),
+    p_atlas.add_argument("--tasks", nargs="+", choices=_task_names(), default=list(_task_names()),
                          help="the trained models to run (default both)")
     p_atlas.add_argument("--num-sequences", type=non_negative_int, default=200, metavar="N",
                          help="fresh sequences per accuracy (default 200; 0: no accuracy)")
@@ -96,6 +98,18 @@ def main(argv: list[str] | None = None) -> int:
                          help="GiB the oracle's (..., n, m) arrays may take (default 4); above it the output is "
                               "computed by blocks of query rows and gradients are refused")
 
+    p_train = sub.add_parser("train", help="train a task's small Transformer in NumPy and write its weights")
+    p_train.add_argument("task", choices=_task_names(), help="the task")
+    p_train.add_argument("--out", type=output_file, default=None, metavar="FILE",
+                         help="where to write the weights (default TASK.npz in the current folder; without "
+                              "--out, --check writes nothing)")
+    p_train.add_argument("--seed", type=non_negative_int, default=None, metavar="S",
+                         help="seed of the initial weights and the batches (default: the shipped weights')")
+    p_train.add_argument("--steps", type=positive_int, default=None, metavar="N",
+                         help="Adam steps (default: the shipped weights')")
+    p_train.add_argument("--check", action="store_true",
+                         help="compare the trained weights with the shipped ones bit for bit; exit 1 if they differ")
+
     args = parser.parse_args(argv)
     if args.command == "list":
         return _list(args)
@@ -110,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         return _export(args)
     if args.command == "check":
         return _check(args)
+    if args.command == "train":
+        return _train(args)
     if args.command == "atlas":
         return _atlas(args)
     return _figures(args)
@@ -119,6 +135,41 @@ def _bench_families() -> dict:
     from .bench import FAMILIES
 
     return FAMILIES
+
+
+def _task_names() -> tuple[str, ...]:
+    from .training.tasks import TASKS
+
+    return tuple(TASKS)
+
+
+def _train(args) -> int:
+    from .training.tasks import EVAL_SEED, evaluate, get_task
+    from .training.train import compare_params, pretrained, train
+
+    task = get_task(args.task)
+    out = args.out if args.out is not None or args.check else Path(f"{task.name}.npz")
+    seed = task.seed if args.seed is None else args.seed
+    steps = task.steps if args.steps is None else args.steps
+    try:
+        params, history = train(task, seed=seed, steps=steps, out=out)
+    except OSError as error:
+        print(f"error: cannot write {out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    accuracy = evaluate(task, params, num_sequences=1000, rng=EVAL_SEED)
+    print(f"{task.name}: seed {seed}, {steps} steps in {history.seconds:.1f} s ({steps / history.seconds:.0f} "
+          f"steps/s); final loss {history.loss[-1]:.3g}; accuracy on 1000 fresh sequences {accuracy:.4f}")
+    if out is not None:
+        print(f"wrote {out}")
+    if not args.check:
+        return 0
+    differences = compare_params(params, pretrained(task))
+    if not differences:
+        print(f"identical to the shipped weights bit for bit (seed {task.seed}, {task.steps} steps)")
+        return 0
+    print(f"differs from the shipped weights (seed {task.seed}, {task.steps} steps) in {len(differences)} arrays: "
+          + ", ".join(f"{name} (max |Δ| {delta:.3g})" for name, delta in differences))
+    return 1
 
 
 def _list(args) -> int:

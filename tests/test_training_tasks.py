@@ -1,10 +1,18 @@
 """The training tasks: seeded generators, head scores, accuracy of the shipped models, the CLI, weight files."""
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
+from refattn import training
+from refattn.cli import main
+from refattn.core.transformer import greedy_decode
 from refattn.training import scores, tasks
+from refattn.training.model import decoder_logits, flatten, leaf_names, seq2seq_logits, unflatten
 from refattn.training.tasks import BOS, EOS, PAD, induction_batch, reverse_batch
 
 # ------------------------------------------------------------------------------------------ generators
@@ -13,7 +21,7 @@ from refattn.training.tasks import BOS, EOS, PAD, induction_batch, reverse_batch
 @pytest.mark.parametrize("draw", [reverse_batch, induction_batch])
 def test_generators_are_seeded(draw):
     a, b, c = draw(5, 16), draw(np.random.default_rng(5), 16), draw(6, 16)
-    for x, y in zip(a[1:], b[1:]):
+    for x, y in zip(a[1:], b[1:], strict=True):
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(a.inputs, c.inputs)
 
@@ -23,7 +31,7 @@ def test_reverse_batch_is_the_reversed_source():
     L = tasks.REVERSE_LENGTH
     assert b.src.shape == (64, L) and b.inputs.shape == b.targets.shape == (64, L + 1)
     assert b.src.dtype == b.inputs.dtype == b.targets.dtype == np.int64 and b.loss_mask.all()
-    for src, inputs, targets in zip(b.src, b.inputs, b.targets):
+    for src, inputs, targets in zip(b.src, b.inputs, b.targets, strict=True):
         assert list(targets) == [src[L - 1 - t] for t in range(L)] + [EOS]
         assert list(inputs) == [BOS] + [src[L - 1 - t] for t in range(L)]
     assert set(np.unique(b.src)) == set(range(2, 2 + tasks.REVERSE_SYMBOLS))     # every symbol, no BOS/EOS
@@ -34,7 +42,7 @@ def test_induction_batch_repeats_distinct_symbols():
     T = 2 * tasks.INDUCTION_MAX_LENGTH
     assert b.src is None and b.inputs.shape == b.targets.shape == b.loss_mask.shape == (200, T)
     lengths = set()
-    for inputs, targets, mask in zip(b.inputs, b.targets, b.loss_mask):
+    for inputs, targets, mask in zip(b.inputs, b.targets, b.loss_mask, strict=True):
         sequence = [*inputs, targets[-1]]
         assert list(targets) == sequence[1:]
         L = int(np.sum(np.asarray(sequence) != PAD)) // 2                   # BOS + 2L symbols
@@ -144,3 +152,162 @@ def test_scores_refuse_bad_input():
         scores.induction_score(np.ones((2, 1, 3, 3)), np.zeros((3, 3), int))
     with pytest.raises(TypeError, match="query_mask must be boolean"):
         scores.previous_token_score(np.ones((1, 3, 3)), query_mask=[1, 0, 1])
+
+
+# ------------------------------------------------------------------------------------------ shipped models
+
+FRESH = 31337                                   # no training run uses this seed (the shipped weights use 0)
+
+
+def test_shipped_reverse_model_reverses_fresh_sequences():
+    assert training.evaluate("reverse", training.pretrained("reverse"), num_sequences=1000, rng=FRESH) >= 0.99
+
+
+def test_shipped_induction_model_completes_the_copy():
+    assert training.evaluate("induction", training.pretrained("induction"), num_sequences=1000, rng=FRESH) >= 0.95
+
+
+def test_reverse_cross_attention_is_anti_diagonal():
+    found = training.head_scores("reverse", training.pretrained("reverse"), num_sequences=500, rng=FRESH)
+    assert list(found) == ["decoder.0.cross"]
+    assert found["decoder.0.cross"]["antidiagonal"].max() >= 0.8
+
+
+def test_induction_model_has_previous_token_and_induction_heads():
+    found = training.head_scores("induction", training.pretrained("induction"), num_sequences=500, rng=FRESH)
+    assert list(found) == ["layer.0", "layer.1"]
+    assert max(s["previous_token"].max() for s in found.values()) >= 0.5
+    assert max(s["induction"].max() for s in found.values()) >= 0.5
+
+
+def test_head_scores_count_real_tokens_only():
+    params = training.pretrained("induction")
+    batch = induction_batch(FRESH, 40)
+    _, weights = decoder_logits(params, batch.inputs, return_weights=True)
+    real = batch.inputs != PAD
+    found = training.head_scores("induction", params, num_sequences=40, rng=FRESH)
+    for name, A in weights.items():
+        np.testing.assert_array_equal(found[name]["previous_token"],
+                                      scores.previous_token_score(A, query_mask=real))
+        np.testing.assert_array_equal(found[name]["induction"],
+                                      scores.induction_score(A, batch.inputs, query_mask=real))
+
+
+def test_greedy_decoding_matches_the_cached_decoder():
+    params = training.pretrained("reverse")
+    batch = reverse_batch(FRESH, 64)
+    steps = batch.targets.shape[1]
+    tokens, _ = greedy_decode(batch.src, params.transformer, num_heads=params.num_heads, bos=BOS, max_len=steps)
+    np.testing.assert_array_equal(tasks.decode_greedily(params, batch.src, steps=steps), tokens[:, 1:])
+
+
+def test_evaluate_counts_what_it_says():
+    params = training.pretrained("reverse")
+    batch = reverse_batch(FRESH, 200)
+    decoded = tasks.decode_greedily(params, batch.src, steps=batch.targets.shape[1])
+    expected = np.mean([list(d) == list(t) for d, t in zip(decoded, batch.targets, strict=True)])
+    assert training.evaluate("reverse", params, num_sequences=200, rng=FRESH) == expected
+    # a softmax decoder that is right so far sees what teacher forcing feeds it: the two rates agree
+    logits = seq2seq_logits(params, batch.src, batch.inputs)
+    assert training.train_accuracy("reverse", logits, batch) == expected
+    params = training.pretrained("induction")
+    batch = induction_batch(FRESH, 200)
+    predicted = np.argmax(decoder_logits(params, batch.inputs), axis=-1)
+    scored = zip(*np.nonzero(batch.loss_mask), strict=True)
+    right = [predicted[b, t] == batch.targets[b, t] for b, t in scored]
+    assert training.evaluate("induction", params, num_sequences=200, rng=FRESH) == np.mean(right)
+
+
+def test_evaluate_uses_the_attention_swapped_in():
+    from refattn import scaled_dot_product_attention
+
+    def uniform(q, k, v, *, causal=False, mask=None):                   # every allowed key weighs the same
+        return scaled_dot_product_attention(np.zeros_like(q), k, v, causal=causal, mask=mask)
+
+    for task in ("reverse", "induction"):
+        params = training.pretrained(task)
+        exact = training.evaluate(task, params, num_sequences=100, rng=FRESH)
+        assert training.evaluate(task, params, num_sequences=100, rng=FRESH,
+                                 attention=scaled_dot_product_attention) == exact
+        assert training.evaluate(task, params, num_sequences=100, rng=FRESH, attention=uniform) < 0.5
+
+
+# ------------------------------------------------------------------------------------------ weight files
+
+
+@pytest.mark.parametrize("task", ["reverse", "induction"])
+def test_weight_files_round_trip_byte_for_byte(task, tmp_path):
+    shipped = training.pretrained_path(task)
+    assert shipped.name == f"{task}.npz" and shipped.stat().st_size < 100_000          # tens of KB
+    params = training.pretrained(task)
+    path = training.save_params(tmp_path / "w.npz", params)
+    assert path.read_bytes() == shipped.read_bytes()             # the shipped file is what save_params writes
+    assert training.compare_params(training.load_params(path, task), params) == []
+    with np.load(path) as archive:
+        assert sorted(archive.files) == sorted(leaf_names(params))
+        assert all(archive[name].dtype == np.float64 for name in archive.files)
+
+
+def test_loading_another_models_file_names_the_arrays(tmp_path):
+    path = training.save_params(tmp_path / "w.npz", training.pretrained("induction"))
+    with pytest.raises(ValueError, match=r"does not hold the reverse model's arrays: missing \['transformer"):
+        training.load_params(path, "reverse")
+
+
+def test_compare_params_finds_a_flipped_bit():
+    params = training.pretrained("induction")
+    leaves = [leaf.copy() for leaf in flatten(params)]
+    leaves[3].reshape(-1)[0] = np.nextafter(leaves[3].reshape(-1)[0], np.inf)
+    changed = unflatten(params, leaves)
+    assert [name for name, _ in training.compare_params(changed, params)] == [leaf_names(params)[3]]
+    assert training.compare_params(params, params) == []
+
+
+# ------------------------------------------------------------------------------------------ training and the CLI
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "refattn", *args], capture_output=True, text=True, check=False)
+
+
+def test_cli_trains_a_few_steps_reproducibly(tmp_path):
+    result = run("train", "induction", "--steps", "4", "--seed", "3", "--out", str(tmp_path / "w.npz"))
+    assert result.returncode == 0, result.stderr
+    assert "step 4/4" in result.stderr and "steps/s" in result.stderr and "accuracy" in result.stderr
+    assert "induction: seed 3, 4 steps" in result.stdout and f"wrote {tmp_path / 'w.npz'}" in result.stdout
+    params, history = training.train("induction", seed=3, steps=4, progress=False)
+    assert training.compare_params(training.load_params(tmp_path / "w.npz", "induction"), params) == []
+    assert history.loss.shape == history.accuracy.shape == (4,) and np.isfinite(history.loss).all()
+
+
+def test_cli_writes_task_npz_by_default(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "reverse", "--steps", "2"]) == 0
+    assert "wrote reverse.npz" in capsys.readouterr().out
+    assert training.load_params(tmp_path / "reverse.npz", "reverse").num_heads == 2
+
+
+def test_cli_check_compares_bit_for_bit(tmp_path, monkeypatch, capsys):
+    train_module = importlib.import_module("refattn.training.train")         # the package's `train` is the function
+    params, _ = training.train("induction", steps=2, progress=False)           # the shipped seed
+    training.save_params(tmp_path / "induction.npz", params)
+    monkeypatch.setattr(train_module, "WEIGHTS_DIR", tmp_path)                 # "shipped" = these 2 steps
+    assert main(["train", "induction", "--steps", "2", "--check"]) == 0
+    assert "identical to the shipped weights bit for bit" in capsys.readouterr().out
+    assert main(["train", "induction", "--steps", "3", "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "differs from the shipped weights" in out and "layers.0.attn.w_q" in out
+    assert [p.name for p in tmp_path.iterdir()] == ["induction.npz"]          # --check alone writes nothing
+
+
+def test_cli_refuses_bad_arguments():
+    for args in (["train", "copy"], ["train", "reverse", "--steps", "0"], ["train", "reverse", "--seed", "-1"]):
+        result = run(*args)
+        assert result.returncode == 2 and "error:" in result.stderr, args
+
+
+def test_training_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="steps must be a positive int"):
+        training.train("reverse", steps=0)
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
+        training.train("reverse", seed=-2, steps=1)

@@ -5,7 +5,12 @@
 - :mod:`refattn.training.model`: the encoder–decoder of :mod:`refattn.core` and a decoder-only model, their
   logits (with every attention's weights, or another attention swapped in), loss and gradients, and
   pytree helpers for their frozen-dataclass parameters;
-- :mod:`refattn.training.adam`: Adam.
+- :mod:`refattn.training.adam`: Adam;
+- :mod:`refattn.training.tasks`: the tasks ``"reverse"`` and ``"induction"``, their seeded data and
+  :func:`evaluate`;
+- :mod:`refattn.training.scores`: head scores (previous token, induction, anti-diagonal mass);
+- :mod:`refattn.training.train`: the training loop, :func:`pretrained` weights and weight files
+  (``python -m refattn train TASK``).
 """
 from .adam import AdamState, adam_init, adam_update, global_norm
 from .model import (
@@ -24,6 +29,19 @@ from .model import (
     tree_map,
     unflatten,
 )
+from .scores import antidiagonal_mass, head_scores, induction_score, previous_token_score
+from .tasks import TASKS, Batch, Task, decode_greedily, evaluate, get_task, induction_batch, reverse_batch
+from .train import (
+    History,
+    compare_params,
+    init_params,
+    load_params,
+    pretrained,
+    pretrained_path,
+    save_params,
+    train,
+    train_accuracy,
+)
 from .vjp import (
     FeedForwardGrads,
     LayerNormGrads,
@@ -38,30 +56,51 @@ from .vjp import (
 
 __all__ = [
     "AdamState",
+    "Batch",
     "DecoderOnlyLayerParams",
     "DecoderOnlyParams",
     "FeedForwardGrads",
+    "History",
     "LayerNormGrads",
     "LinearGrads",
     "Seq2SeqParams",
+    "TASKS",
+    "Task",
     "adam_init",
     "adam_update",
+    "antidiagonal_mass",
     "attention_inputs",
+    "compare_params",
     "cross_entropy",
+    "decode_greedily",
     "decoder_logits",
     "decoder_loss_and_grads",
     "embedding_vjp",
+    "evaluate",
     "feed_forward_vjp",
     "flatten",
+    "get_task",
     "global_norm",
+    "head_scores",
+    "induction_batch",
+    "induction_score",
     "init_decoder_only",
+    "init_params",
     "init_seq2seq",
     "layer_norm_vjp",
     "leaf_names",
     "linear_vjp",
+    "load_params",
     "position_vjp",
+    "pretrained",
+    "pretrained_path",
+    "previous_token_score",
+    "reverse_batch",
+    "save_params",
     "seq2seq_logits",
     "seq2seq_loss_and_grads",
+    "train",
+    "train_accuracy",
     "tree_map",
     "unflatten",
 ]

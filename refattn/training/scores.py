@@ -28,7 +28,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["antidiagonal_mass", "induction_score", "previous_token_score"]
+from ..common import as_rng, check_positive_int
+from .model import decoder_logits, seq2seq_logits
+from .tasks import PAD, get_task
+
+__all__ = ["antidiagonal_mass", "head_scores", "induction_score", "previous_token_score"]
 
 
 def previous_token_score(weights: ArrayLike, *, query_mask: ArrayLike | None = None) -> NDArray:
@@ -131,6 +135,45 @@ def antidiagonal_mass(weights: ArrayLike) -> NDArray:
         raise ValueError(f"weights must have at least one row and one column, got shape {A.shape}")
     mirrored = A[..., rows, m - 1 - rows]                              # (..., h, min(T, m))
     return mirrored.mean(axis=-1).reshape(-1, A.shape[-3]).mean(axis=0)
+
+
+def head_scores(task, params, *, num_sequences: int, rng) -> dict[str, dict[str, NDArray]]:
+    r"""The scores of every head of a trained model of ``task`` on fresh sequences.
+
+    Parameters
+    ----------
+    task : str or Task
+        ``"reverse"`` or ``"induction"``.
+    params : Seq2SeqParams or DecoderOnlyParams
+        The model.
+    num_sequences : int
+        Sequences drawn from ``rng`` with the task's generator (teacher forcing).
+    rng : numpy.random.Generator or int
+        Source of the sequences.
+
+    Returns
+    -------
+    dict
+        ``"reverse"``: ``{"decoder.{l}.cross": {"antidiagonal": (h,)}}`` for every decoder layer;
+        ``"induction"``: ``{"layer.{l}": {"previous_token": (h,), "induction": (h,)}}`` for every layer,
+        counting the rows of real tokens (not ``PAD``).
+
+    Examples
+    --------
+    >>> from refattn.training import pretrained
+    >>> {name: s["induction"].round(2) for name, s in head_scores("induction", pretrained("induction"),
+    ...                                                            num_sequences=50, rng=0).items()}
+    {'layer.0': array([0.01]), 'layer.1': array([1.])}
+    """
+    task = get_task(task)
+    batch = task.draw(as_rng(rng), check_positive_int("num_sequences", num_sequences))
+    if task.kind == "seq2seq":
+        _, weights = seq2seq_logits(params, batch.src, batch.inputs, return_weights=True)
+        return {name: {"antidiagonal": antidiagonal_mass(A)} for name, A in weights.items() if name.endswith(".cross")}
+    _, weights = decoder_logits(params, batch.inputs, return_weights=True)
+    real = batch.inputs != PAD
+    return {name: {"previous_token": previous_token_score(A, query_mask=real),
+                   "induction": induction_score(A, batch.inputs, query_mask=real)} for name, A in weights.items()}
 
 
 def _weights(weights: ArrayLike) -> NDArray:

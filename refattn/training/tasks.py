@@ -49,6 +49,7 @@ from .model import decoder_logits, seq2seq_logits
 __all__ = [
     "BOS",
     "EOS",
+    "EVAL_SEED",
     "PAD",
     "TASKS",
     "Batch",
@@ -70,6 +71,7 @@ REVERSE_SYMBOLS = 10
 INDUCTION_MIN_LENGTH = 6
 INDUCTION_MAX_LENGTH = 12
 INDUCTION_SYMBOLS = 24
+EVAL_SEED = 2209_11895                    # fresh sequences for evaluation (the shipped weights train on seed 0)
 
 
 class Batch(NamedTuple):
@@ -201,7 +203,9 @@ class Task:
     batch_size : int
         Sequences per training step.
     learning_rate : float
-        Adam's step size.
+        Adam's peak step size.
+    warmup : int
+        Steps of linear warm-up of the step size (then a half cosine to 0).
     seed : int
         Seed of the shipped weights (initialisation and training batches).
     steps : int
@@ -216,6 +220,7 @@ class Task:
     model: dict = field(default_factory=dict)
     batch_size: int = 32
     learning_rate: float = 1e-3
+    warmup: int = 100
     seed: int = 0
     steps: int = 1000
 
@@ -224,20 +229,36 @@ TASKS: dict[str, Task] = {
     "reverse": Task(
         name="reverse", kind="seq2seq", vocab=FIRST_SYMBOL + REVERSE_SYMBOLS,
         labels=("<s>", "</s>", *string.digits[:REVERSE_SYMBOLS]), draw=reverse_batch,
-        model=dict(d_model=32, num_heads=2, d_ff=64, num_layers=1),
-        batch_size=32, learning_rate=3e-3, seed=0, steps=1000,
+        model=dict(d_model=16, num_heads=2, d_ff=32, num_layers=1),
+        batch_size=32, learning_rate=1e-2, warmup=100, seed=0, steps=2000,
     ),
     "induction": Task(
         name="induction", kind="decoder", vocab=FIRST_SYMBOL + INDUCTION_SYMBOLS,
         labels=("<s>", "_", *string.ascii_lowercase[:INDUCTION_SYMBOLS]), draw=induction_batch,
-        model=dict(d_model=32, num_heads=2, num_layers=2, max_len=2 * INDUCTION_MAX_LENGTH),
-        batch_size=32, learning_rate=3e-3, seed=0, steps=2000,
+        model=dict(d_model=24, num_heads=1, num_layers=2, max_len=2 * INDUCTION_MAX_LENGTH, norm=False),
+        batch_size=32, learning_rate=1e-2, warmup=100, seed=0, steps=3000,
     ),
 }
+"""The two tasks. Models: ``"reverse"`` one encoder and one decoder layer (post-LN, as the paper), d_model
+16, 2 heads, d_ff 32 (6,156 parameters); ``"induction"`` two attention-only layers of one head, d_model 24,
+learned positions, no feed-forward network and no layer norm (6,650 parameters): the attention-only models
+of Elhage et al. (2021) and Olsson et al. (2022), whose layer-0 head can only move token information. (With
+pre-LN norms the same recipe reaches the same accuracy but a previous-token score near 0.4 instead of 0.7:
+the head keeps more of its mass on the current token.)"""
 
 
 def get_task(task) -> Task:
-    """The :class:`Task` named ``task`` (or ``task`` itself); ``ValueError`` naming the known ones."""
+    """The :class:`Task` named ``task``.
+
+    Parameters
+    ----------
+    task : str or Task
+        A name in :data:`TASKS` (a ``ValueError`` names the known ones), or a Task, returned as it is.
+
+    Returns
+    -------
+    Task
+    """
     if isinstance(task, Task):
         return task
     check_choice("task", task, tuple(TASKS))
