@@ -9,6 +9,7 @@ drawn as a step line and labelled; the exact rows sit in a band at the bottom of
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,8 +21,8 @@ from .runner import Atlas, TaskResult
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["ACCURACY_LABELS", "ATLAS_END", "ATLAS_START", "ERROR_FLOOR", "EXACT_BOUND", "FAMILY_COLOURS",
-           "atlas_figure", "atlas_markdown", "pareto_front", "update_readme_atlas"]
+__all__ = ["ATLAS_END", "ATLAS_START", "ERROR_FLOOR", "EXACT_BOUND", "FAMILY_COLOURS",
+           "KEPT_ACCURACY", "atlas_figure", "atlas_markdown", "pareto_front", "update_readme_atlas"]
 
 ATLAS_START, ATLAS_END = "<!-- atlas:start -->\n", "<!-- atlas:end -->"
 #: The bound every exact row's error must meet.
@@ -142,8 +143,8 @@ def atlas_figure(atlas: Atlas) -> Figure:
     -------
     fig : matplotlib.figure.Figure
         Per task: the approximations' output error (top), the exact rows' (middle strip, at most
-        :data:`EXACT_BOUND`), the task accuracy of both (bottom, the :data:`ACCURACY_LABELS` most accurate
-        approximations named), against time over sdpa's.
+        :data:`EXACT_BOUND`), the task accuracy of both (bottom, naming the approximations within
+        :data:`KEPT_ACCURACY` of softmax's), against time over sdpa's.
     """
     import matplotlib.style
 
@@ -165,8 +166,8 @@ def atlas_figure(atlas: Atlas) -> Figure:
     return fig
 
 
-#: How many approximations the accuracy panels name (the most accurate, the faster first among equals).
-ACCURACY_LABELS = 6
+#: The accuracy panels name the approximations whose accuracy is at most this far below softmax attention's.
+KEPT_ACCURACY = 0.05
 
 #: One colour per family (matplotlib's "tab10"), in the registry's family order.
 FAMILY_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -202,12 +203,14 @@ def _draw_task(axes, atlas: Atlas, task: str, colours: dict) -> None:
     ax_exact.axhline(EXACT_BOUND, color="0.5", lw=0.8, ls=":")
     ax_exact.text(0.01, 0.9, f"error ≤ {EXACT_BOUND:g} (drawn at {ERROR_FLOOR:g} when smaller)",
                   transform=ax_exact.transAxes, fontsize=7, color="0.35", va="top")
-    scored = sorted((r for r in approx if r.tasks[task].accuracy is not None),
-                    key=lambda r: (-r.tasks[task].accuracy, r.tasks[task].time_ratio))[:ACCURACY_LABELS]
-    for i, row in enumerate(scored):                               # the approximations that keep most of the task
-        ax_accuracy.annotate(row.id, (row.tasks[task].time_ratio, row.tasks[task].accuracy), fontsize=7,
-                             xytext=(4, 3 if i % 2 == 0 else -9), textcoords="offset points")
     baseline = atlas.baseline[task]
+    kept = [r.id for r in sorted(approx, key=lambda r: r.tasks[task].time_ratio) if baseline is not None and
+            r.tasks[task].accuracy is not None and r.tasks[task].accuracy >= baseline - KEPT_ACCURACY]
+    if kept:                                                       # the approximations that keep the task
+        ax_accuracy.text(0.02, 0.5, textwrap.fill(f"within {KEPT_ACCURACY:g} of softmax's accuracy, fastest "
+                                                  f"first: {', '.join(kept)}", 48),
+                         transform=ax_accuracy.transAxes, fontsize=7, va="center",
+                         bbox=dict(facecolor="white", edgecolor="0.8"))
     if baseline is not None:
         ax_accuracy.axhline(baseline, color="k", lw=0.8, ls="--", label=f"softmax attention {baseline:.3f}")
         ax_accuracy.legend(loc="center right", fontsize=8)

@@ -112,6 +112,11 @@ class Entry:
         """The options of ``apply`` at n queries and m keys."""
         return self.record.exact(n, m) if self.exact else {}
 
+    def apply(self, q: NDArray, k: NDArray, v: NDArray, *, causal, seed: int, return_weights: bool = False):
+        """The record's ``apply`` at the entry's options, with ``rng=seed`` when the record draws anything."""
+        options = self.options(q.shape[-2], k.shape[-2]) | ({"rng": seed} if self.record.draws else {})
+        return self.record.apply(q, k, v, causal=causal, return_weights=return_weights, **options)
+
 
 @dataclass
 class TaskResult:
@@ -254,9 +259,9 @@ def skip_reason(entry: Entry, call: AttentionCall) -> str | None:
 def attention_function(entry: Entry, seed: int) -> Callable:
     """``entry`` as a drop-in for ``scaled_dot_product_attention(q, k, v, *, causal, mask)``.
 
-    Each call runs ``entry.record.apply`` with the entry's options at the call's n and m and ``rng=seed``
-    (the same draws for every call of the same shapes). A ``mask`` other than None is refused (no record
-    but sdpa's takes one).
+    Each call runs ``entry.record.apply`` with the entry's options at the call's n and m and, when the record
+    draws anything, ``rng=seed`` (the same draws for every call of the same shapes). A ``mask`` other than
+    None is refused (no record but sdpa's takes one).
 
     Parameters
     ----------
@@ -270,13 +275,10 @@ def attention_function(entry: Entry, seed: int) -> Callable:
     callable
         ``attention(q, k, v, *, causal=False, mask=None) -> out``.
     """
-    apply = entry.record.apply
-
     def attention(q, k, v, *, causal=False, mask=None):
         if mask is not None:
             raise ValueError(f"the atlas's {entry.label} takes no mask; got one of shape {np.shape(mask)}")
-        options = entry.options(q.shape[-2], k.shape[-2])
-        return apply(q, k, v, causal=causal, rng=seed, **options).output
+        return entry.apply(q, k, v, causal=causal, seed=seed).output
 
     return attention
 
@@ -296,7 +298,7 @@ def run_atlas(tasks: Sequence[TaskInputs], *, ids: Iterable[str] | None = None, 
     repeats : int, default 3
         Timed runs of each call; the best counts.
     seed : int, default 0
-        Seed of the random inputs and of every mechanism's own draws (``rng=seed``).
+        Seed of the random inputs and of every mechanism's own draws (``rng=seed`` where it draws any).
     progress : bool, default False
         One line per row on stderr.
 
@@ -364,9 +366,7 @@ def _run_task(entry, task, random_calls, exact, exact_random, sdpa_seconds, repe
         result.kl_note = "; ".join(sorted(notes))
     else:
         result.kl, result.kl_random = _mean(m["kl"] for m in real), _mean(m["kl"] for m in random)
-    apply = entry.record.apply
-    result.seconds = sum(best_time(lambda c=task.calls[i]: apply(c.q, c.k, c.v, causal=c.causal, rng=seed,
-                                                                 **entry.options(c.q.shape[-2], c.k.shape[-2])),
+    result.seconds = sum(best_time(lambda c=task.calls[i]: entry.apply(c.q, c.k, c.v, causal=c.causal, seed=seed),
                                    repeats) for i in taken)
     result.sdpa_seconds = sum(sdpa_seconds[i] for i in taken)
     result.time_ratio = result.seconds / result.sdpa_seconds if result.sdpa_seconds > 0 else None
@@ -379,9 +379,7 @@ def _run_task(entry, task, random_calls, exact, exact_random, sdpa_seconds, repe
 
 
 def _measure(entry: Entry, call: AttentionCall, exact_out: NDArray, exact_weights: NDArray, seed: int) -> dict:
-    n, m = call.q.shape[-2], call.k.shape[-2]
-    result = entry.record.apply(call.q, call.k, call.v, causal=call.causal, rng=seed, return_weights=True,
-                                **entry.options(n, m))
+    result = entry.apply(call.q, call.k, call.v, causal=call.causal, seed=seed, return_weights=True)
     out = result.output
     if out.shape != exact_out.shape:
         raise ValueError(f"output of shape {out.shape}, the model's attention gives {exact_out.shape}")
