@@ -368,7 +368,8 @@ assert not informer.future_independent
 # %%
 from refattn.sparse import SacPredictor
 
-CONTENT = [r for r in registry.all() if r.content_selected or r.id in ("clustered", "informer")]
+CONTENT = [r for r in registry.all() if r.family in ("sparse", "compressed")   # this notebook's mechanisms
+           and (r.content_selected or r.id in ("clustered", "informer"))]
 LEARNED = {"sac", "sinkhorn"}                  # their selection comes from parameters that are trained
 n = 64
 gaussian = np.random.default_rng(11).standard_normal((2, n, 8))

@@ -144,8 +144,8 @@ def _task_names() -> tuple[str, ...]:
 
 
 def _train(args) -> int:
+    from .training.loop import compare_params, pretrained, train
     from .training.tasks import EVAL_SEED, evaluate, get_task
-    from .training.train import compare_params, pretrained, train
 
     task = get_task(args.task)
     out = args.out if args.out is not None or args.check else Path(f"{task.name}.npz")

@@ -121,7 +121,8 @@ def rotate(x: ArrayLike, positions: ArrayLike, *, base: float = ROPE_BASE, pairi
     Returns
     -------
     (..., T, d) ndarray
-        The rotated rows; dimensions r … d − 1 unchanged.
+        The rotated rows; dimensions r … d − 1 unchanged. Non-finite entries follow IEEE arithmetic
+        (an infinite entry turned by an angle whose sine or cosine is 0 gives NaN in its pair), silently.
 
     References
     ----------
@@ -152,8 +153,9 @@ def rotate(x: ArrayLike, positions: ArrayLike, *, base: float = ROPE_BASE, pairi
     a, b = (slice(0, r, 2), slice(1, r, 2)) if pairing == "interleaved" else (slice(0, r // 2), slice(r // 2, r))
     x1, x2 = x[..., a], x[..., b]                                  # (..., T, r/2) each
     out = x.copy()
-    out[..., a] = x1 * cos - x2 * sin
-    out[..., b] = x1 * sin + x2 * cos
+    with np.errstate(invalid="ignore"):                            # ±inf·0, inf − inf: IEEE NaN, no warning
+        out[..., a] = x1 * cos - x2 * sin
+        out[..., b] = x1 * sin + x2 * cos
     return out
 
 

@@ -9,10 +9,21 @@
 - :mod:`refattn.training.tasks`: the tasks ``"reverse"`` and ``"induction"``, their seeded data and
   :func:`evaluate`;
 - :mod:`refattn.training.scores`: head scores (previous token, induction, anti-diagonal mass);
-- :mod:`refattn.training.train`: the training loop, :func:`pretrained` weights and weight files
+- :mod:`refattn.training.loop`: the training loop, :func:`pretrained` weights and weight files
   (``python -m refattn train TASK``).
 """
 from .adam import AdamState, adam_init, adam_update, global_norm
+from .loop import (
+    History,
+    compare_params,
+    init_params,
+    load_params,
+    pretrained,
+    pretrained_path,
+    save_params,
+    train,
+    train_accuracy,
+)
 from .model import (
     DecoderOnlyLayerParams,
     DecoderOnlyParams,
@@ -31,17 +42,6 @@ from .model import (
 )
 from .scores import antidiagonal_mass, head_scores, induction_score, previous_token_score
 from .tasks import TASKS, Batch, Task, decode_greedily, evaluate, get_task, induction_batch, reverse_batch
-from .train import (
-    History,
-    compare_params,
-    init_params,
-    load_params,
-    pretrained,
-    pretrained_path,
-    save_params,
-    train,
-    train_accuracy,
-)
 from .vjp import (
     FeedForwardGrads,
     LayerNormGrads,
