@@ -1,4 +1,4 @@
-"""Command line: ``python -m refattn {list, figures, bench, export, check, train}``.
+"""Command line: ``python -m refattn {list, figures, bench, export, check, train, atlas}``.
 
 - ``list [--json | --markdown]``: the catalogue (one line per mechanism, a JSON list of records, or
   the README's Markdown table).
@@ -7,6 +7,10 @@
 - ``bench FAMILY [...]``: speed and memory benchmarks, e.g. ``bench sparse``.
 - ``export --case NAME --out FILE.npz [--layout bnhd]`` / ``export --list``: write a fixture (inputs,
   conventions, refattn's outputs and gradients) for another implementation's tests.
+- ``atlas [--out DIR] [--only ID ...] [--tasks TASK ...] [--num-sequences N] [--repeats R]``: the fidelity
+  atlas: every registry entry in place of the trained models' softmax attention; writes ``atlas.png`` and
+  ``atlas.json`` and, when writing the repository's own ``figures/``, the README's atlas table; one line per
+  row on stderr.
 - ``check FILE.npz [--rule ratio|table|ulp] [--table NAME] [--max-ulps N] [--memory-budget GIB]``: compare
   the candidate's results stored in the file with the oracle; exit 0 on pass, 1 on fail, 2 on a malformed file.
 - ``train TASK [--out FILE] [--seed S] [--steps N] [--check]``: train the small Transformer of a task
@@ -65,6 +69,23 @@ def main(argv: list[str] | None = None) -> int:
     p_export.add_argument("--layout", choices=("bhnd", "bnhd"), default="bhnd",
                           help="axis order of q, k, v and the results: (b, h, n, d) or (b, n, h, d)")
 
+    p_atlas = sub.add_parser("atlas", help="the fidelity atlas: every registry entry in place of the trained "
+                             "models' softmax attention; writes atlas.png and atlas.json and, writing the "
+                             "repository's own figures/, the README's atlas table")
+    p_atlas.add_argument("--out", type=output_folder, default=FIGURES_DIR,
+                         help=f"output folder, created if missing (default {FIGURES_DIR})")
+    p_atlas.add_argument("--only", nargs="+", metavar="ID", help="only these mechanism ids")
+    p_atlas.add_argument("--tasks", nargs="+", choices=_task_names(), default=list(_task_names()),
+                         help="the trained models to run (default both)")
+    p_atlas.add_argument("--num-sequences", type=non_negative_int, default=200, metavar="N",
+                         help="fresh sequences per accuracy (default 200; 0: no accuracy)")
+    p_atlas.add_argument("--input-sequences", type=positive_int, default=8, metavar="N",
+                         help="sequences whose attention calls are measured (default 8)")
+    p_atlas.add_argument("--repeats", type=positive_int, default=3, metavar="R",
+                         help="timed runs of each call, the best counts (default 3)")
+    p_atlas.add_argument("--seed", type=non_negative_int, default=0, metavar="S",
+                         help="seed of the random inputs, the mechanisms' draws and (offset) the sequences")
+
     p_check = sub.add_parser("check", help="check a candidate's results stored in an .npz against the oracle")
     p_check.add_argument("file", type=Path, metavar="FILE.npz", help="inputs, conventions and candidate_* arrays")
     p_check.add_argument("--rule", choices=("ratio", "table", "ulp"), default=None,
@@ -105,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         return _check(args)
     if args.command == "train":
         return _train(args)
+    if args.command == "atlas":
+        return _atlas(args)
     return _figures(args)
 
 
@@ -179,6 +202,37 @@ def _figures(args) -> int:
         return 2
     if args.out.resolve() == FIGURES_DIR and README.is_file() and registry.update_readme_catalogue(README):
         print(f"updated the catalogue table of {README}", file=sys.stderr)   # the repository's own figures
+    return 0
+
+
+def _atlas(args) -> int:
+    import time
+
+    from .atlas import model_task, run_atlas
+    from .atlas.report import atlas_figure, update_readme_atlas
+    from .viz import save_figure
+
+    start = time.perf_counter()
+    try:
+        ids = None if args.only is None else [registry.get(i).id for i in args.only]
+        tasks = [model_task(t, input_sequences=args.input_sequences, num_sequences=args.num_sequences,
+                            seed=args.seed) for t in args.tasks]
+        atlas = run_atlas(tasks, ids=ids, repeats=args.repeats, seed=args.seed, progress=True)
+    except (KeyError, ValueError) as error:
+        print(f"error: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
+        return 2
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        save_figure(atlas_figure(atlas), args.out / "atlas.png")
+        (args.out / "atlas.json").write_text(json.dumps(atlas.as_dict(), indent=1, ensure_ascii=False) + "\n",
+                                             encoding="utf-8")
+    except OSError as error:
+        print(f"error: cannot write the atlas to {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out / 'atlas.png'} and {args.out / 'atlas.json'}", file=sys.stderr)
+    if args.out.resolve() == FIGURES_DIR and README.is_file() and update_readme_atlas(README, atlas):
+        print(f"updated the atlas table of {README}", file=sys.stderr)
+    print(f"atlas: {len(atlas.rows)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return 0
 
 

@@ -167,6 +167,11 @@ class Mechanism:
         sorted blocks, a top-k, a sampled measure), not from positions alone, so a NaN or Inf in a
         key can move it into another query's selection; masking by selection still keeps it out
         of every row that the call's own ``allowed`` hides it from.
+    layer_inputs : bool, default False
+        ``apply`` takes a layer's inputs x_q, x_kv, x_v (width d_model) and projects them into heads with its own
+        parameters (``num_heads``, ``params``), as ``multi_head`` does, rather than one head's q, k, v: a trained
+        model's per-head q, k, v are not what its default options expect (its exact limit, one head with identity
+        projections, still takes them).
     mixing : {"tokens", "channels", "per_channel", "fourier"}, default "tokens"
         What ``weights`` maps. "tokens": the (..., [h,] n, m) matrix over queries and keys, out = weights @ v.
         "channels": a (..., [h,] d_v, d_v) map over channels, out = v @ weightsᵀ, for a mechanism that mixes
@@ -211,6 +216,7 @@ class Mechanism:
     shared_qk: bool = False
     content_selected: bool = False
     future_independent: bool = True
+    layer_inputs: bool = False
     mixing: str = "tokens"
 
     def __post_init__(self) -> None:
@@ -251,7 +257,7 @@ class Mechanism:
         fields = ("id", "title", "family", "section", "paper", "equation", "time", "memory", "kind",
                   "exact_limit", "noncausal", "causal", "incremental", "position_dependent", "cross", "normalized",
                   "nonnegative", "example_length", "draws", "shared_qk", "content_selected", "future_independent",
-                  "mixing")
+                  "layer_inputs", "mixing")
         return {name: getattr(self, name) for name in fields} | {
             "function": f"{self.function.__module__}.{self.function.__qualname__}",
             "has_exact_options": self.exact_options is not None,

@@ -58,7 +58,8 @@ def _documented_parameters(doc: str) -> list[str]:
 def _documented_modules() -> list:
     """The package APIs, and every module a registry record points into (its function's and its apply's), so
     that no family can be left out by omission."""
-    names = {"refattn", "refattn.common", "refattn.oracle", "refattn.viz", "refattn.figures", "refattn.training"}
+    names = {"refattn", "refattn.common", "refattn.oracle", "refattn.viz", "refattn.figures", "refattn.training",
+             "refattn.atlas"}
     for m in registry.all():
         names |= {m.function.__module__} | ({m.apply.__module__} if m.apply is not None else set())
     return [importlib.import_module(name) for name in sorted(names)]

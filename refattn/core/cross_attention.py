@@ -29,4 +29,5 @@ RECORD = Mechanism(
     causal=False, figure="refattn.figures.vanilla:cross_attention",
     exact_options={"num_heads": 1, "params": "identity"}, exact_limit="one head, identity projections",
     draws=("params",),
+    layer_inputs=True,
 )

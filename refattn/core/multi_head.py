@@ -331,4 +331,5 @@ RECORD = Mechanism(
     examples=({"num_heads": 1}, {"num_heads": 4}), function=multi_head_attention, apply=_apply,
     causal=True, figure="refattn.figures.vanilla:multi_head", exact_options={"num_heads": 1, "params": "identity"},
     exact_limit="one head, identity projections", draws=("params",),
+    layer_inputs=True,
 )

@@ -505,4 +505,5 @@ RECORD = Mechanism(
                                 "z": [float(max(n, m, 1))]},
     exact_limit="one head, identity projections, z >= S >= max(n, m): causal softmax attention",
     draws=("params",),
+    layer_inputs=True,
 )

@@ -512,4 +512,5 @@ RECORD = Mechanism(
     exact_limit="none: dynamic routing squashes every output capsule (norm < 1) and EM routing scales it by an "
     "activation in (0, 1) computed from the votes' spread, so no setting is linear in the heads",
     draws=("params",),
+    layer_inputs=True,
 )

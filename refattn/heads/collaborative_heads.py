@@ -507,4 +507,5 @@ RECORD = Mechanism(
     exact_options={"num_heads": 1, "params": "identity"},
     exact_limit="one head, identity projections, m_1 = 1; with D̃_k = h·d_k and one-hot block mixing it is "
     "multi_head with the same projections", draws=("params",),
+    layer_inputs=True,
 )

@@ -284,4 +284,5 @@ RECORD = Mechanism(
     exact_options={"num_heads": 1, "params": "identity"},
     exact_limit="one head, identity projections (d_p = d_model); d_p = d_model / h is multi-head attention",
     draws=("params",),
+    layer_inputs=True,
 )

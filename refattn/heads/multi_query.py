@@ -648,4 +648,5 @@ RECORD = Mechanism(
     function=multi_query_attention, apply=_apply, causal=True, figure="refattn.figures.multi_query:multi_query",
     exact_options={"num_heads": 1, "params": "identity"},
     exact_limit="one head, identity projections (g = h = 1); g = h is multi-head attention", draws=("params",),
+    layer_inputs=True,
 )

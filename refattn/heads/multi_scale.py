@@ -244,4 +244,5 @@ RECORD = Mechanism(
     exact_options=lambda n, m: {"num_heads": 1, "params": "identity", "windows": [max(n, m)]},
     exact_limit="one head, identity projections, a scale ω >= max(n, m) − 1: softmax attention",
     draws=("params",),
+    layer_inputs=True,
 )

@@ -323,4 +323,5 @@ RECORD = Mechanism(
     figure="refattn.figures.talking_heads:talking_heads", exact_options={"num_heads": 1, "params": "identity"},
     exact_limit="one head of each kind, identity projections, P_l = P_w = [[1]]; with h_k = h = h_v and "
     "P_l = P_w = I it is multi_head with the same projections", draws=("params",),
+    layer_inputs=True,
 )
