@@ -13,7 +13,7 @@
   row on stderr.
 - ``check FILE.npz [--rule ratio|table|ulp] [--table NAME] [--max-ulps N] [--memory-budget GIB]``: compare
   the candidate's results stored in the file with the oracle; exit 0 on pass, 1 on fail, 2 on a malformed file.
-- ``train TASK [--out FILE] [--seed S] [--steps N] [--check]``: train the small Transformer of a task
+- ``train TASK [--out FILE] [--seed S] [--steps N] [--check] [--record FILE]``: train the small Transformer of a task
   (``reverse``, ``induction``) with refattn's own gradients, showing progress on stderr; print the time
   and the accuracy on fresh sequences, and write the weights. ``--check`` compares them with the shipped
   weights bit for bit (exit 0 identical, 1 different).
@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                          help="Adam steps (default: the shipped weights')")
     p_train.add_argument("--check", action="store_true",
                          help="compare the trained weights with the shipped ones bit for bit; exit 1 if they differ")
+    p_train.add_argument("--record", type=output_file, default=None, metavar="FILE",
+                         help="also write the run's record (curves; attention and head scores at checkpoints) there")
 
     args = parser.parse_args(argv)
     if args.command == "list":
@@ -144,7 +146,8 @@ def _task_names() -> tuple[str, ...]:
 
 
 def _train(args) -> int:
-    from .training.loop import compare_params, pretrained, train
+    from .training.loop import History, compare_params, pretrained, save_params, train
+    from .training.record import record_training, save_record
     from .training.tasks import EVAL_SEED, evaluate, get_task
 
     task = get_task(args.task)
@@ -152,15 +155,24 @@ def _train(args) -> int:
     seed = task.seed if args.seed is None else args.seed
     steps = task.steps if args.steps is None else args.steps
     try:
-        params, history = train(task, seed=seed, steps=steps, out=out)
+        if args.record is None:
+            params, history = train(task, seed=seed, steps=steps, out=out)
+        else:
+            params, record = record_training(task, seed=seed, steps=steps)
+            history = History(record.loss, record.accuracy, float("nan"))
+            save_record(args.record, record)
+            if out is not None:
+                save_params(out, params)
     except OSError as error:
-        print(f"error: cannot write {out}: {error.strerror or error}", file=sys.stderr)
+        print(f"error: cannot write {error.filename or out}: {error.strerror or error}", file=sys.stderr)
         return 2
     accuracy = evaluate(task, params, num_sequences=1000, rng=EVAL_SEED)
-    print(f"{task.name}: seed {seed}, {steps} steps in {history.seconds:.1f} s ({steps / history.seconds:.0f} "
-          f"steps/s); final loss {history.loss[-1]:.3g}; accuracy on 1000 fresh sequences {accuracy:.4f}")
-    if out is not None:
-        print(f"wrote {out}")
+    timing = "" if args.record else f" in {history.seconds:.1f} s ({steps / history.seconds:.0f} steps/s)"
+    print(f"{task.name}: seed {seed}, {steps} steps{timing}; final loss {history.loss[-1]:.3g}; accuracy on 1000 "
+          f"fresh sequences {accuracy:.4f}")
+    for written in (out, args.record):
+        if written is not None:
+            print(f"wrote {written}")
     if not args.check:
         return 0
     differences = compare_params(params, pretrained(task))

@@ -10,7 +10,9 @@
   :func:`evaluate`;
 - :mod:`refattn.training.scores`: head scores (previous token, induction, anti-diagonal mass);
 - :mod:`refattn.training.loop`: the training loop, :func:`pretrained` weights and weight files
-  (``python -m refattn train TASK``).
+  (``python -m refattn train TASK``);
+- :mod:`refattn.training.record`: the record shipped beside each model (curves, and the attention and head
+  scores at checkpoints), for showing training stepped without retraining.
 """
 from .adam import AdamState, adam_init, adam_update, global_norm
 from .loop import (
@@ -20,6 +22,7 @@ from .loop import (
     load_params,
     pretrained,
     pretrained_path,
+    save_arrays,
     save_params,
     train,
     train_accuracy,
@@ -40,6 +43,15 @@ from .model import (
     tree_map,
     unflatten,
 )
+from .record import (
+    CHECKPOINTS,
+    TrainingRecord,
+    load_record,
+    record_path,
+    record_training,
+    save_record,
+    training_record,
+)
 from .scores import antidiagonal_mass, head_scores, induction_score, previous_token_score
 from .tasks import TASKS, Batch, Task, decode_greedily, evaluate, get_task, induction_batch, reverse_batch
 from .vjp import (
@@ -57,6 +69,7 @@ from .vjp import (
 __all__ = [
     "AdamState",
     "Batch",
+    "CHECKPOINTS",
     "DecoderOnlyLayerParams",
     "DecoderOnlyParams",
     "FeedForwardGrads",
@@ -66,6 +79,7 @@ __all__ = [
     "Seq2SeqParams",
     "TASKS",
     "Task",
+    "TrainingRecord",
     "adam_init",
     "adam_update",
     "antidiagonal_mass",
@@ -91,16 +105,22 @@ __all__ = [
     "leaf_names",
     "linear_vjp",
     "load_params",
+    "load_record",
     "position_vjp",
     "pretrained",
     "pretrained_path",
     "previous_token_score",
+    "record_path",
+    "record_training",
     "reverse_batch",
+    "save_arrays",
     "save_params",
+    "save_record",
     "seq2seq_logits",
     "seq2seq_loss_and_grads",
     "train",
     "train_accuracy",
+    "training_record",
     "tree_map",
     "unflatten",
 ]

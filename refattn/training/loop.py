@@ -40,8 +40,8 @@ from .model import (
 )
 from .tasks import Batch, Task, get_task
 
-__all__ = ["History", "compare_params", "init_params", "load_params", "pretrained", "pretrained_path", "save_params",
-           "train", "train_accuracy"]
+__all__ = ["History", "compare_params", "init_params", "load_params", "pretrained", "pretrained_path", "save_arrays",
+           "save_params", "train", "train_accuracy"]
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 ADAM = dict(beta1=0.9, beta2=0.98, eps=1e-9)                      # Vaswani et al., 2017, §5.3
@@ -65,19 +65,22 @@ class History(NamedTuple):
     seconds: float
 
 
-def init_params(task):
-    """The untrained model of ``task`` drawn from its shipped seed (the structure :func:`load_params` fills).
+def init_params(task, *, seed: int | None = None):
+    """The untrained model of ``task``: the weights a :func:`train` run from ``seed`` starts from.
 
     Parameters
     ----------
     task : str or Task
-        The task (its ``kind`` and ``model`` give the structure).
+        The task (its ``kind`` and ``model`` give the structure :func:`load_params` fills).
+    seed : int, optional
+        Default the shipped weights' seed.
 
     Returns
     -------
     Seq2SeqParams or DecoderOnlyParams
     """
-    return _init(get_task(task), np.random.default_rng(get_task(task).seed))
+    task = get_task(task)
+    return _init(task, np.random.default_rng(task.seed if seed is None else check_non_negative_int("seed", seed)))
 
 
 def _init(task: Task, rng: np.random.Generator):
@@ -283,11 +286,29 @@ def save_params(path: str | Path, params) -> Path:
     -------
     Path
     """
+    return save_arrays(path, {name: np.asarray(leaf, dtype=np.float64)
+                              for name, leaf in zip(leaf_names(params), flatten(params), strict=True)})
+
+
+def save_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
+    """Write named arrays to ``path`` as an uncompressed ``.npz``, byte-stable (fixed zip timestamps).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file (its folder must exist).
+    arrays : dict of str to ndarray
+        The arrays, by name (no object arrays).
+
+    Returns
+    -------
+    Path
+    """
     path = Path(path)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
-        for name, leaf in zip(leaf_names(params), flatten(params), strict=True):
+        for name, array in arrays.items():
             buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, np.ascontiguousarray(leaf, dtype=np.float64), allow_pickle=False)
+            np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
             archive.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
     return path
 
