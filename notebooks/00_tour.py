@@ -15,9 +15,12 @@
 # | **Visual explorers** | attention matrices, heads, masks and decoding steps drawn with `refattn.viz` | `refattn.viz`, `figures/` |
 # | **Implementers** (PyTorch, JAX, CUDA, Rust, …) | float64 ground truth for the same inputs, plus a same-dtype baseline that sets the tolerance | section 4 below |
 #
-# What refattn is *not*: a training framework, or a source of trained weights. It is fast only where that
-# makes checking at real sizes possible: the blocked softmax core and the sparse and scan kernels. Every model in
-# it is drawn at random from an explicit seed.
+# What refattn is *not*: a training framework for real models. It is fast only where that makes checking at
+# real sizes possible: the blocked softmax core and the sparse and scan kernels. Its models are drawn at random
+# from an explicit seed, except two tiny Transformers trained in plain NumPy with refattn's own gradients
+# (`refattn.training`), so that attention that *learned* something can be read: see
+# `11_learned_attention.ipynb` (a cross-attention anti-diagonal, a previous-token and an induction head, and
+# the fidelity atlas of every approximation on them).
 #
 # This tour covers: 1. the conventions · 2. the catalogue · 3. the two ways to call a mechanism ·
 # 4. refattn as an oracle · 5. where each family lives · 6. figures, tests and notebooks.

@@ -154,7 +154,9 @@ viz.plot_attention(A, row_labels=sentence, col_labels=sentence, size=4.2,
 # - The same three lines serve a sentence of any length: one row per query, and each row is a
 #   probability distribution over the keys.
 # - With random projections the pattern carries no linguistic meaning; it shows the shape of the
-#   computation, not what a trained model attends to.
+#   computation, not what a trained model attends to. For attention that learned something (the same
+#   encoder–decoder trained to reverse a sequence, and the heads of an induction model), see
+#   `11_learned_attention.ipynb`.
 
 # %% [markdown]
 # ## (c) Why divide by $\sqrt{d_k}$? Measured
