@@ -316,20 +316,24 @@ def transformer() -> Figure:
 def vanilla_overview() -> Figure:
     """The main attention matrices of the vanilla Transformer on one colour scale, masked pairs grey."""
     _, mask, padded = _padding_example()
-    panels = [
-        (_sdpa_example()[0], None, "sdpa, n = 6, m = 9"),
-        (*_causal_example(5, 8, "top-left"), "causal top-left, 5 × 8"),
-        (*_causal_example(8, 5, "bottom-right"), "causal bottom-right, 8 × 5\n(rows 0–2: no key, weights 0)"),
-        (padded[2], mask[2], "key padding, ℓ = 3 of 9"),
-        (_multi_head_example()[0][0], None, "trained encoder self-attn, head 1"),
-        (_cross_example()[0][0], None, "trained cross-attention, head 1"),
-        (_multi_head_example()[0][1], None, "trained encoder self-attn, head 2"),
-        (_decoder_example()[0][0], ra.causal_mask(9), "trained decoder causal self-attn, head 1"),
+    encoder, src = _multi_head_example()
+    self_w, cross_w, _, inputs = _decoder_example()
+    panels = [                                      # (A, allowed, title, (row labels, column labels) or None)
+        (_sdpa_example()[0], None, "sdpa, n = 6, m = 9", None),
+        (*_causal_example(5, 8, "top-left"), "causal top-left, 5 × 8", None),
+        (*_causal_example(8, 5, "bottom-right"), "causal bottom-right, 8 × 5\n(rows 0–2: no key, weights 0)", None),
+        (padded[2], mask[2], "key padding, ℓ = 3 of 9", None),
+        (encoder[0], None, "trained encoder self-attn, head 1", (src, src)),
+        (cross_w[0], None, "trained cross-attention, head 1", (inputs, src)),
+        (encoder[1], None, "trained encoder self-attn, head 2", (src, src)),
+        (self_w[0], ra.causal_mask(9), "trained decoder causal self-attn, head 1", (inputs, inputs)),
     ]
     fig = figure((12.6, 6.6))
     sheet, bar = fig.subfigures(1, 2, width_ratios=[30, 1.3])
-    for sub, (A, allowed, title) in zip(sheet.subfigures(2, 4).flat, panels, strict=True):
-        axes = draw_attention(sub, A, allowed=allowed, titles=title, vmax=1.0, colorbar=False)
+    for sub, (A, allowed, title, labels) in zip(sheet.subfigures(2, 4).flat, panels, strict=True):
+        rows, cols = labels if labels is not None else (None, None)
+        axes = draw_attention(sub, A, allowed=allowed, titles=title, vmax=1.0, colorbar=False, row_labels=rows,
+                              col_labels=cols)
     cax = bar.add_axes((0.0, 0.15, 0.3, 0.7))
     bar.colorbar(axes[0, 0].images[0], cax=cax)                    # every panel: the weights scale 0 … 1
     fig.suptitle("Vanilla Transformer attention weights (rows = queries i, columns = keys j; grey = masked pair)")
