@@ -12,7 +12,7 @@ report names each one under which the candidate would pass (:mod:`refattn.oracle
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, is_dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -24,9 +24,10 @@ from .diagnose import describe, try_alternatives
 from .evaluate import Conventions, Evaluation, Problem, evaluate
 from .report import Comparison, FullyMaskedRows, Report, compare_arrays, elementwise_ok
 from .shapes import LAYOUTS, swap_heads
+from .vjp import GRADIENT_IDS, record_vjp
 from .tolerances import RATIO_FACTORS, RuleSpec, floor_spec, rule_spec, table_tolerance
 
-__all__ = ["LAYOUTS", "assert_close", "check"]
+__all__ = ["LAYOUTS", "assert_close", "check", "check_mechanism"]
 
 _CANDIDATE_DTYPES = (np.float16, np.float32, np.float64)
 
@@ -311,18 +312,8 @@ def _threshold(name, dtype, oracle: Evaluation, spec: RuleSpec, problem, conv, b
     """
     dtype = np.dtype(dtype)
     o = oracle.arrays[name]
-    gradient = name != "out"
-    if spec.rule == "table":
-        rtol, atol = table_tolerance(spec.table, dtype, gradient)
-        return (atol + rtol * np.abs(o), f"|c − o| ≤ atol + rtol·|o|, rtol={rtol:g}, atol={atol:g} "
-                f"(table {spec.table!r}, {dtype.name} {'gradients' if gradient else 'output'})", None, 0)
-    finite = o[np.isfinite(o)]
-    top = float(np.max(np.abs(finite))) if finite.size else 0.0
-    spacing = float(np.abs(np.spacing(dtype.type(min(top, float(np.finfo(dtype).max))))))
-    if spec.rule == "ulp":
-        tol = spec.max_ulps * spacing
-        return tol, (f"|c − o| ≤ {spec.max_ulps:g} ulp × {spacing:.3g} (spacing of max|o| = {top:.4g} in "
-                     f"{dtype.name}) = {tol:.3g}"), None, 0
+    if spec.rule != "ratio":
+        return _fixed_threshold(name, o, dtype, spec)
     factor = RATIO_FACTORS[name]
     c, combine = floor_spec(dtype)
     floor = c * float(np.finfo(dtype).eps) * oracle.noise[combine][name]
@@ -340,6 +331,21 @@ def _threshold(name, dtype, oracle: Evaluation, spec: RuleSpec, problem, conv, b
     text = (f"max|c − o| ≤ {factor:g} × {base_err:.3g} (baseline: {source}) + {floor:.3g} (rounding-noise floor) "
             f"= {tol:.3g}")
     return tol, text, base_err, base_bad
+
+
+def _fixed_threshold(name: str, o: NDArray, dtype: np.dtype, spec: RuleSpec):
+    """(tolerance, description, None, 0) of the rules that need no baseline: "table" and "ulp"."""
+    gradient = name != "out"
+    if spec.rule == "table":
+        rtol, atol = table_tolerance(spec.table, dtype, gradient)
+        return (atol + rtol * np.abs(o), f"|c − o| ≤ atol + rtol·|o|, rtol={rtol:g}, atol={atol:g} "
+                f"(table {spec.table!r}, {dtype.name} {'gradients' if gradient else 'output'})", None, 0)
+    finite = o[np.isfinite(o)]
+    top = float(np.max(np.abs(finite))) if finite.size else 0.0
+    spacing = float(np.abs(np.spacing(dtype.type(min(top, float(np.finfo(dtype).max))))))
+    tol = spec.max_ulps * spacing
+    return tol, (f"|c − o| ≤ {spec.max_ulps:g} ulp × {spacing:.3g} (spacing of max|o| = {top:.4g} in "
+                 f"{dtype.name}) = {tol:.3g}"), None, 0
 
 
 def _fully_masked_rows(problem: Problem, conv: Conventions, spec: RuleSpec, run: _Run) -> FullyMaskedRows:
@@ -362,3 +368,193 @@ def _fully_masked_rows(problem: Problem, conv: Conventions, spec: RuleSpec, run:
         if policy_ok[rows].all():
             follows.append(policy)
     return FullyMaskedRows(count, total, conv.fully_masked, matches, tuple(follows))
+
+
+# ------------------------------------------------------------------------------ any registered mechanism
+
+
+def check_mechanism(candidate: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLike, *, mechanism: str,
+                    causal: bool | str = False, options: dict | None = None, draws: dict | None = None,
+                    d_out: ArrayLike | None = None, dq: ArrayLike | None = None, dk: ArrayLike | None = None,
+                    dv: ArrayLike | None = None, rule: str = "ratio", table: str | None = None,
+                    max_ulps: float | None = None) -> Report:
+    r"""Check a candidate's output (and gradients) of any registered attention mechanism against refattn.
+
+    The oracle is the registry entry's uniform ``apply(q, k, v, causal=causal, **options, **draws)``
+    in float64, and for the ids of :data:`~refattn.oracle.vjp.GRADIENT_IDS` its gradients
+    (:func:`~refattn.oracle.vjp.record_vjp`). The rules are :func:`check`'s; what the ratio rule's
+    baseline and floor are for a mechanism without refattn's same-dtype equation path is in Notes.
+    The test vectors of :mod:`refattn.oracle.vectors` hold every argument.
+
+    Parameters
+    ----------
+    candidate : array_like
+        The candidate's output, of ``apply``'s output shape; float16, float32 or float64.
+    q, k, v : array_like
+        ``apply``'s inputs.
+    mechanism : str
+        A registered id with an ``apply``.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+    options, draws : dict, optional
+        ``apply``'s other options, and every random draw and learned parameter it used.
+    d_out : array_like, optional
+        The upstream gradient; needed with ``dq``, ``dk``, ``dv``.
+    dq, dk, dv : array_like, optional
+        The candidate's gradients of q, k and v (only for the ids refattn has gradients of).
+    rule, table, max_ulps
+        As in :func:`check`.
+
+    Returns
+    -------
+    Report
+        As :func:`check`'s; on failure ``alternatives`` names the other causal settings of the
+        mechanism under which the candidate would pass.
+
+    Raises
+    ------
+    TypeError
+        A candidate that is not float16/32/64.
+    ValueError
+        An unknown id or one without ``apply``, gradients for an id without them or without
+        ``d_out``, and whatever ``apply`` refuses.
+
+    Notes
+    -----
+    **Baseline.** Refattn's mechanisms compute in float64 only, so the same-dtype baseline of a
+    float16 or float32 candidate is the float64 ``apply`` (and gradients) run on the inputs, the
+    upstream gradient, the options and the draws rounded to the candidate's dtype, its result
+    rounded to that dtype: the error every implementation storing its tensors in that dtype makes.
+    A float64 candidate's baseline is the oracle (error 0).
+
+    **Floor.** :math:`2 (m + d_k)\, \varepsilon \max|o|`: one rounding of the candidate's dtype
+    per term of a sum over the m keys and the d_k channels, at the array's scale, doubled as the
+    rule doubles the baseline (FlashAttention 3's floor is the noise of one operation at the
+    array's scale; a mechanism chains several such sums).
+
+    Examples
+    --------
+    >>> from refattn import registry
+    >>> rng = np.random.default_rng(0)
+    >>> q, (k, v) = rng.standard_normal((5, 4)), rng.standard_normal((2, 7, 4))
+    >>> result = registry.get("performer_positive").apply(q, k, v, causal=True, rng=1, return_draws=True)
+    >>> check_mechanism(result.output.astype(np.float32), q, k, v, mechanism="performer_positive", causal=True,
+    ...                 draws=result.draws).passed
+    True
+    >>> check_mechanism(result.output, q, k, v, mechanism="performer_positive", draws=result.draws).alternatives
+    ('causal=True instead of False',)
+    """
+    from .. import registry
+
+    try:
+        mech = registry.get(mechanism)
+    except KeyError as error:
+        raise ValueError(error.args[0]) from None
+    if mech.apply is None:
+        raise ValueError(f"mechanism {mechanism!r} is a component: it has no apply to check")
+    cands = {"out": _as_candidate("candidate", candidate)}
+    for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
+        if g is not None:
+            cands[name] = _as_candidate(name, g)
+    grads = len(cands) > 1
+    if grads and mechanism not in GRADIENT_IDS:
+        raise ValueError(f"refattn has gradients of {', '.join(GRADIENT_IDS)} only, not of {mechanism!r}: "
+                         "pass no dq, dk, dv")
+    if grads and d_out is None:
+        raise ValueError("dq, dk and dv are checked against the gradient for d_out: pass d_out, the upstream "
+                         "gradient the candidate's gradients were computed with")
+    q, k, v = (as_float(name, x, min_ndim=2) for name, x in (("q", q), ("k", k), ("v", v)))
+    d_out = as_float("d_out", d_out) if grads else None
+    spec = rule_spec(rule, table, max_ulps)
+    options, draws = dict(options or {}), dict(draws or {})
+
+    def run(setting):
+        oracle = _mechanism_arrays(mech, q, k, v, d_out, setting, options, draws, grads, np.float64)
+        baselines, comparisons = {}, []
+        for name, c in cands.items():
+            o = oracle[name]
+            if c.shape != o.shape:
+                comparisons.append(Comparison(
+                    name, o.shape, c.shape, c.dtype.name, False, "-",
+                    note=f"shape mismatch: the candidate has shape {c.shape}, the oracle {o.shape}"))
+                continue
+            if spec.rule != "ratio":
+                tol, text, base_err, base_bad = _fixed_threshold(name, o, c.dtype, spec)
+            else:
+                tol, text, base_err, base_bad = _mechanism_ratio(name, o, c.dtype, k.shape[-2] + q.shape[-1],
+                                                                 lambda dt: _mechanism_arrays(
+                                                                     mech, q, k, v, d_out, setting, options,
+                                                                     draws, grads, dt), baselines)
+            comparisons.append(compare_arrays(name, c, o, tol, text, base_err, base_bad)[0])
+        return comparisons
+
+    comparisons = run(causal)
+    passed = all(c.passed for c in comparisons)
+    tried, matches = [], []
+    if not passed:
+        for setting in mech.causal_settings:
+            if setting == causal:
+                continue
+            text = f"causal={setting!r} instead of {causal!r}"
+            tried.append(text)
+            try:
+                if all(c.passed for c in run(setting)):
+                    matches.append(text)
+            except ValueError:                                     # a setting these shapes cannot take
+                pass
+    rows = int(np.prod(cands["out"].shape[:-1]))
+    return Report(
+        passed=passed, rule=rule, rule_detail=spec.detail + (
+            "; for a mechanism: b = refattn's float64 apply on the inputs rounded to the candidate's dtype, "
+            "floor 2·(m + d_k)·ε·max|o|" if spec.rule == "ratio" else ""),
+        dtype=cands["out"].dtype.name,
+        conventions={"mechanism": mechanism, "causal": repr(causal),
+                     "options": ", ".join(f"{key}={value!r}" for key, value in options.items()) or "defaults",
+                     "draws": ", ".join(draws) or "none"},
+        comparisons=tuple(comparisons),
+        fully_masked=FullyMaskedRows(0, rows, str(options.get("fully_masked", "zero")), None),
+        alternatives=tuple(matches), alternatives_tried=tuple(tried),
+    )
+
+
+def _mechanism_arrays(mech, q, k, v, d_out, causal, options, draws, grads: bool, dtype) -> dict:
+    """``{"out", ["dq", "dk", "dv"]}`` of ``mech`` in float64, on its arguments rounded to ``dtype`` first (and the
+    results after) unless ``dtype`` is float64."""
+    if dtype != np.float64:
+        from ..training.model import tree_map                     # frozen dataclasses and tuples of arrays
+
+        def rounded(x):
+            return x.astype(dtype).astype(np.float64) if isinstance(x, np.ndarray) and x.dtype.kind == "f" else x
+
+        q, k, v = (rounded(x) for x in (q, k, v))
+        d_out = None if d_out is None else rounded(d_out)
+        options, draws = ({key: tree_map(rounded, value) if isinstance(value, (np.ndarray, tuple, list)) or
+                           is_dataclass(value) else value for key, value in tree.items()}
+                          for tree in (options, draws))
+    arrays = {"out": mech.apply(q, k, v, causal=causal, **options, **draws).output}
+    if grads:
+        arrays["dq"], arrays["dk"], arrays["dv"], _ = record_vjp(mech.id, q, k, v, d_out, causal=causal,
+                                                                 options=options, draws=draws)
+    if dtype != np.float64:
+        arrays = {name: x.astype(dtype) for name, x in arrays.items()}
+    return arrays
+
+
+def _mechanism_ratio(name: str, o: NDArray, dtype: np.dtype, terms: int, baseline, baselines: dict):
+    """The ratio rule's (tolerance, description, baseline error, baseline non-finite count) for a mechanism."""
+    dtype = np.dtype(dtype)
+    finite = o[np.isfinite(o)]
+    floor = 2.0 * terms * float(np.finfo(dtype).eps) * (float(np.max(np.abs(finite))) if finite.size else 0.0)
+    if dtype == np.float64:
+        base_err, base_bad, source = 0.0, 0, "refattn in float64 = the oracle"
+    else:
+        if dtype.name not in baselines:
+            baselines[dtype.name] = baseline(dtype)
+        b = baselines[dtype.name][name].astype(np.float64)
+        both = np.isfinite(o) & np.isfinite(b)
+        base_bad = int(np.sum(np.isfinite(o) & ~np.isfinite(b)))
+        base_err = float(np.max(np.abs(b[both] - o[both]))) if both.any() else 0.0
+        source = f"refattn on the inputs rounded to {dtype.name}"
+    factor = RATIO_FACTORS[name]
+    tol = factor * base_err + floor
+    return tol, (f"max|c − o| ≤ {factor:g} × {base_err:.3g} (baseline: {source}) + {floor:.3g} (rounding-noise "
+                 f"floor, {terms} terms) = {tol:.3g}"), base_err, base_bad

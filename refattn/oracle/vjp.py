@@ -9,7 +9,9 @@ Each function takes the forward inputs and an upstream gradient ``d_out`` = ∂L
                  dQ = scale·dS K,  dK = scale·dSᵀ Q,  dB = dS
     multi-head   the projections' chain rule around sdpa:  y = x W + b  →  dW = xᵀ dy, db = Σ dy, dx = dy Wᵀ
 
-(The linear-attention backward is in :mod:`refattn.oracle.linear_vjp`.)
+(The linear-attention backward is in :mod:`refattn.oracle.linear_vjp`.) :func:`record_vjp` gives the
+gradients of the registry entries these cover (:data:`GRADIENT_IDS`) from their uniform ``apply``'s
+arguments, for the test vectors.
 
 Masking is by selection, as in the forward passes: a masked pair (i, j) contributes an exact 0 to
 every gradient, so NaN or Inf stored in a masked-out key, value or upstream-gradient row cannot
@@ -21,6 +23,7 @@ equations with every intermediate in float32 (or float16): the gradient baseline
 """
 from __future__ import annotations
 
+import inspect
 from typing import NamedTuple
 
 import numpy as np
@@ -38,6 +41,7 @@ from ..common import (
 )
 from ..core.masks import attention_mask, check_mask_shape
 from ..core.multi_head import (
+    RECORD as MULTI_HEAD,
     MultiHeadParams,
     head_shared,
     merge_heads,
@@ -49,7 +53,10 @@ from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from .shapes import as_upstream_gradient, sum_to_shape
 
-__all__ = ["MultiHeadGrads", "SdpaGrads", "multi_head_vjp", "sdpa_vjp", "softmax_vjp"]
+__all__ = ["GRADIENT_IDS", "MultiHeadGrads", "SdpaGrads", "multi_head_vjp", "record_vjp", "sdpa_vjp", "softmax_vjp"]
+
+GRADIENT_IDS = ("sdpa", "multi_head", "cross_attention", "linear_elu")
+"""The registry entries whose gradients refattn computes analytically (:func:`record_vjp`)."""
 
 
 class SdpaGrads(NamedTuple):
@@ -405,3 +412,63 @@ def multi_head_vjp(
 def _flat(x: NDArray) -> NDArray:
     """(..., d) → (N, d): every leading axis becomes a row."""
     return x.reshape(-1, x.shape[-1])
+
+
+def record_vjp(id: str, q: ArrayLike, k: ArrayLike, v: ArrayLike, d_out: ArrayLike, *,  # noqa: A002 - registry's word
+               causal: bool | str = False, options: dict | None = None, draws: dict | None = None,
+               dtype=np.float64) -> tuple[NDArray, NDArray, NDArray, MultiHeadParams | None]:
+    r"""``(dq, dk, dv)`` of registry entry ``id``'s uniform ``apply(q, k, v, causal=causal, **options, **draws)``.
+
+    Parameters
+    ----------
+    id : str
+        One of :data:`GRADIENT_IDS`: ``"sdpa"`` (:func:`sdpa_vjp`), ``"multi_head"`` and
+        ``"cross_attention"`` (:func:`multi_head_vjp` with q, k, v the layer inputs x_q, x_kv, x_v),
+        ``"linear_elu"`` (:func:`~refattn.oracle.linear_vjp.linear_attention_vjp`).
+    q, k, v, d_out : array_like
+        ``apply``'s inputs and the upstream gradient, of its output's shape.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+    options, draws : dict, optional
+        ``apply``'s other options and its draws (``multi_head``'s ``params`` must be given).
+    dtype : float dtype, default float64
+        The compute dtype; only ``"sdpa"`` computes in float32 or float16 (:func:`sdpa_vjp`).
+
+    Returns
+    -------
+    dq, dk, dv : ndarray
+        The gradients with respect to q, k and v, each of its input's shape.
+    dparams : MultiHeadParams or None
+        The gradients of the projections (multi-head ids; ``None`` for the others).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v, d_out = rng.standard_normal((4, 3, 2))
+    >>> dq, dk, dv, _ = record_vjp("sdpa", q, k, v, d_out, causal=True)
+    >>> bool(np.array_equal(dv, sdpa_vjp(q, k, v, d_out, causal=True).dv))
+    True
+    """
+    from .linear_vjp import linear_attention_vjp                  # it imports the linear family
+
+    options = {**(options or {}), **(draws or {})}
+    check_choice("id", id, GRADIENT_IDS)
+    known = {"sdpa": ("mask", "scale", "fully_masked", "method"), "multi_head": ("num_heads", "params", "mask"),
+             "cross_attention": ("num_heads", "params", "mask"), "linear_elu": ("method", "eps")}[id]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"record_vjp({id!r}) takes the options {known}, got {unknown}")
+    if np.dtype(dtype) != np.float64 and id != "sdpa":
+        raise ValueError(f"record_vjp({id!r}) computes in float64 only, got dtype {np.dtype(dtype).name}")
+    if id == "sdpa":
+        options.pop("method", None)                                # every method is the same function
+        g = sdpa_vjp(q, k, v, d_out, options.pop("mask", None), causal=causal, dtype=dtype, **options)
+        return g.dq, g.dk, g.dv, None
+    if id == "linear_elu":
+        return (*linear_attention_vjp(q, k, v, d_out, causal=causal, eps=options.get("eps", 0.0)), None)
+    if not isinstance(options.get("params"), MultiHeadParams):
+        raise ValueError(f"record_vjp({id!r}) needs the drawn params (a MultiHeadParams), got "
+                         f"{type(options.get('params')).__name__}")
+    default_heads = inspect.signature(MULTI_HEAD.apply.__wrapped__).parameters["num_heads"].default
+    g = multi_head_vjp(q, k, options["params"], d_out, num_heads=options.get("num_heads", default_heads),
+                       mask=options.get("mask"), causal=causal, x_v=v)
+    return g.dx_q, g.dx_kv, g.dx_v, g.dparams
