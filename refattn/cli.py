@@ -1,4 +1,4 @@
-"""Command line: ``python -m refattn {list, figures, bench, export, check, train, atlas}``.
+"""Command line: ``python -m refattn {list, figures, bench, export, vectors, check, train, atlas}``.
 
 - ``list [--json | --markdown]``: the catalogue (one line per mechanism, a JSON list of records, or
   the README's Markdown table).
@@ -7,6 +7,10 @@
 - ``bench FAMILY [...]``: speed and memory benchmarks, e.g. ``bench sparse``.
 - ``export --case NAME --out FILE.npz [--layout bnhd]`` / ``export --list``: write a fixture (inputs,
   conventions, refattn's outputs and gradients) for another implementation's tests.
+  ``export --mechanism ID [--case default|causal|bottom_right] --out FILE.npz``: the test vector of any
+  registered attention mechanism (inputs, draws, options, output, weights, gradients where refattn has them).
+- ``vectors --out DIR [--only ID ...]``: the whole suite of test vectors (each id's default case and its causal
+  one) and ``DIR/manifest.json``.
 - ``atlas [--out DIR] [--only ID ...] [--tasks TASK ...] [--num-sequences N] [--repeats R]``: the fidelity
   atlas: every registry entry in place of the trained models' softmax attention; writes ``atlas.png`` and
   ``atlas.json`` and, when writing the repository's own ``figures/``, the README's atlas table; one line per
@@ -64,10 +68,18 @@ def main(argv: list[str] | None = None) -> int:
 
     p_export = sub.add_parser("export", help="write a fixture .npz (inputs, conventions, refattn's results)")
     p_export.add_argument("--list", action="store_true", help="list the cases and exit")
-    p_export.add_argument("--case", metavar="NAME", help="the case to write (see --list)")
+    p_export.add_argument("--case", metavar="NAME", help="the case to write (see --list; with --mechanism: default, "
+                          "causal or bottom_right, default 'default')")
+    p_export.add_argument("--mechanism", metavar="ID", help="write the test vector of this registered mechanism")
     p_export.add_argument("--out", type=Path, metavar="FILE.npz", help="the file to write (exactly this name)")
     p_export.add_argument("--layout", choices=("bhnd", "bnhd"), default="bhnd",
                           help="axis order of q, k, v and the results: (b, h, n, d) or (b, n, h, d)")
+
+    p_vectors = sub.add_parser("vectors", help="write the test vectors of every registered attention mechanism "
+                               "and their manifest.json")
+    p_vectors.add_argument("--out", type=output_folder, required=True, metavar="DIR",
+                           help="output folder, created if missing")
+    p_vectors.add_argument("--only", nargs="+", metavar="ID", help="only these mechanism ids")
 
     p_atlas = sub.add_parser("atlas", help="the fidelity atlas: every registry entry in place of the trained "
                              "models' softmax attention; writes atlas.png and atlas.json and, writing the "
@@ -124,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         return module.run(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "vectors":
+        return _vectors(args)
     if args.command == "check":
         return _check(args)
     if args.command == "train":
@@ -251,6 +265,8 @@ def _atlas(args) -> int:
 def _export(args) -> int:
     from .oracle.fixtures import CASES, export_case
 
+    if args.mechanism is not None:
+        return _export_vector(args)
     if args.list:
         width = max(len(name) for name in CASES)
         for case in CASES.values():
@@ -267,6 +283,49 @@ def _export(args) -> int:
     except OSError as error:
         print(f"error: cannot write {args.out}: {error.strerror or error}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _export_vector(args) -> int:
+    from .oracle.vectors import export_vector, vector_cases, vector_ids
+
+    if args.out is None or args.list:
+        print("error: export --mechanism ID needs --out FILE.npz (and takes no --list)", file=sys.stderr)
+        return 2
+    if args.mechanism not in vector_ids():
+        print(f"error: no registered attention mechanism {args.mechanism!r}; known: {', '.join(vector_ids())}",
+              file=sys.stderr)
+        return 2
+    case = args.case or "default"
+    if case not in vector_cases(args.mechanism):
+        print(f"error: {args.mechanism} has the cases {', '.join(vector_cases(args.mechanism))}; got {case!r}",
+              file=sys.stderr)
+        return 2
+    if args.layout != "bhnd":
+        print("error: --layout is for the sdpa fixtures (--case without --mechanism)", file=sys.stderr)
+        return 2
+    try:
+        export_vector(args.mechanism, args.out, case)
+    except OSError as error:
+        print(f"error: cannot write {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _vectors(args) -> int:
+    from .oracle.vectors import vector_ids, write_suite
+
+    unknown = [i for i in args.only or () if i not in vector_ids()]
+    if unknown:
+        print(f"error: no registered attention mechanism {', '.join(map(repr, unknown))}; known: "
+              f"{', '.join(vector_ids())}", file=sys.stderr)
+        return 2
+    try:
+        manifest = write_suite(args.out, args.only, progress=True)
+    except OSError as error:
+        print(f"error: cannot write the vectors to {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(manifest['files'])} vectors and {args.out / 'manifest.json'}", file=sys.stderr)
     return 0
 
 

@@ -24,8 +24,8 @@ from .diagnose import describe, try_alternatives
 from .evaluate import Conventions, Evaluation, Problem, evaluate
 from .report import Comparison, FullyMaskedRows, Report, compare_arrays, elementwise_ok
 from .shapes import LAYOUTS, swap_heads
-from .vjp import GRADIENT_IDS, record_vjp
 from .tolerances import RATIO_FACTORS, RuleSpec, floor_spec, rule_spec, table_tolerance
+from .vjp import GRADIENT_IDS, record_vjp
 
 __all__ = ["LAYOUTS", "assert_close", "check", "check_mechanism"]
 
@@ -503,9 +503,10 @@ def check_mechanism(candidate: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLi
                 pass
     rows = int(np.prod(cands["out"].shape[:-1]))
     return Report(
-        passed=passed, rule=rule, rule_detail=spec.detail + (
-            "; for a mechanism: b = refattn's float64 apply on the inputs rounded to the candidate's dtype, "
-            "floor 2·(m + d_k)·ε·max|o|" if spec.rule == "ratio" else ""),
+        passed=passed, rule=rule, rule_detail=spec.detail if spec.rule != "ratio" else (
+            "FlashAttention's: max|c − o| ≤ 2 × max|b − o| (output), 3 × (gradients), + a rounding-noise floor "
+            "2·(m + d_k)·ε·max|o|; o the mechanism's float64 apply, b the same on the inputs, options and draws "
+            "rounded to the candidate's dtype"),
         dtype=cands["out"].dtype.name,
         conventions={"mechanism": mechanism, "causal": repr(causal),
                      "options": ", ".join(f"{key}={value!r}" for key, value in options.items()) or "defaults",
@@ -520,7 +521,7 @@ def _mechanism_arrays(mech, q, k, v, d_out, causal, options, draws, grads: bool,
     """``{"out", ["dq", "dk", "dv"]}`` of ``mech`` in float64, on its arguments rounded to ``dtype`` first (and the
     results after) unless ``dtype`` is float64."""
     if dtype != np.float64:
-        from ..training.model import tree_map                     # frozen dataclasses and tuples of arrays
+        from ..training.model import tree_map  # frozen dataclasses and tuples of arrays
 
         def rounded(x):
             return x.astype(dtype).astype(np.float64) if isinstance(x, np.ndarray) and x.dtype.kind == "f" else x

@@ -19,6 +19,8 @@ Keys (shapes in layout "bhnd"; in "bnhd" the two axes before the last are swappe
     layout       0-d str             "bhnd" | "bnhd"; default "bhnd"
     out, lse, dq, dk, dv, d_bias     refattn's float64 results (written by export, ignored by check)
     case, format, description        0-d str (written by export, ignored by check)
+    mechanism                        0-d str: a registry id; a test vector of :mod:`refattn.oracle.vectors`,
+                                     checked by :func:`~refattn.oracle.check.check_mechanism` (except "sdpa")
     candidate_out                    (b, h, n, d_v) float16/32/64: required by check
     candidate_dq, candidate_dk, candidate_dv   the candidate's gradients, optional
 """
@@ -32,7 +34,7 @@ import numpy as np
 
 from ..core.padding_mask import padding_mask
 from ..core.sdpa import scaled_dot_product_attention
-from .check import check
+from .check import check, check_mechanism
 from .report import Report
 from .shapes import LAYOUTS, kv_groups, repeat_over_groups, sum_over_groups, swap_heads
 from .vjp import sdpa_vjp
@@ -265,6 +267,13 @@ def load_check_file(path: str | Path) -> dict:
             kwargs[name] = _float_array(path, key, arrays[key])
     if any(g in kwargs for g in ("dq", "dk", "dv")) and "d_out" not in kwargs:
         raise FixtureError(f"{path}: candidate gradients need 'd_out', the upstream gradient they were computed with")
+    from .vectors import decode_vector, vector_ids  # it builds on this module
+
+    if "mechanism" in arrays and _string(path, "mechanism", arrays["mechanism"], vector_ids()) != "sdpa":
+        vector = decode_vector(path, arrays)
+        kwargs.update(mechanism=vector["mechanism"], causal=vector["causal"], options=vector["options"],
+                      draws=vector["draws"])
+        return kwargs
     if "mask" in arrays:
         mask = arrays["mask"]
         if mask.dtype != np.bool_ and mask.dtype.kind != "f":
@@ -319,6 +328,8 @@ def check_file(path: str | Path, *, rule: str = "ratio", table: str | None = Non
         candidate array's shape fits neither the inputs nor the other layout.
     """
     kwargs = load_check_file(path)
+    if "mechanism" in kwargs:                                      # a test vector of another mechanism
+        return _check_vector(path, kwargs, rule, table, max_ulps)
     if rule == "table" or table is not None:
         kwargs["table"] = table
     if rule == "ulp" or max_ulps is not None:
@@ -332,6 +343,23 @@ def check_file(path: str | Path, *, rule: str = "ratio", table: str | None = Non
             if c.note:
                 key = "candidate_out" if c.name == "out" else f"candidate_{c.name}"
                 raise FixtureError(f"{path}: {key} has shape {c.candidate_shape} but the inputs give {c.shape}")
+    return report
+
+
+def _check_vector(path, kwargs: dict, rule: str, table, max_ulps) -> Report:
+    """:func:`~refattn.oracle.check.check_mechanism` on a loaded test vector; ``FixtureError`` for what it refuses."""
+    if rule == "table" or table is not None:
+        kwargs["table"] = table
+    if rule == "ulp" or max_ulps is not None:
+        kwargs["max_ulps"] = max_ulps
+    try:
+        report = check_mechanism(rule=rule, **kwargs)
+    except (ValueError, TypeError) as error:
+        raise FixtureError(f"{path}: {_one_line(error)}") from None
+    for c in report.comparisons:
+        if c.note:
+            key = "candidate_out" if c.name == "out" else f"candidate_{c.name}"
+            raise FixtureError(f"{path}: {key} has shape {c.candidate_shape} but the inputs give {c.shape}")
     return report
 
 

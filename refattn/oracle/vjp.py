@@ -40,8 +40,8 @@ from ..common import (
     weighted_values,
 )
 from ..core.masks import attention_mask, check_mask_shape
+from ..core.multi_head import RECORD as MULTI_HEAD
 from ..core.multi_head import (
-    RECORD as MULTI_HEAD,
     MultiHeadParams,
     head_shared,
     merge_heads,
@@ -448,7 +448,7 @@ def record_vjp(id: str, q: ArrayLike, k: ArrayLike, v: ArrayLike, d_out: ArrayLi
     >>> bool(np.array_equal(dv, sdpa_vjp(q, k, v, d_out, causal=True).dv))
     True
     """
-    from .linear_vjp import linear_attention_vjp                  # it imports the linear family
+    from .linear_vjp import linear_attention_vjp  # it imports the linear family
 
     options = {**(options or {}), **(draws or {})}
     check_choice("id", id, GRADIENT_IDS)
