@@ -65,12 +65,14 @@ def test_vector_round_trips_and_fails_a_perturbed_output(suite, mech_id, case):
     assert report["out"].n_failing > 0
 
 
-@pytest.mark.parametrize(("mech_id", "case"), SUITE)
-def test_stored_draws_and_options_reproduce_out_bit_for_bit(suite, mech_id, case):
-    folder, _ = suite
-    vector = load_vector(folder / f"{mech_id}-{case}.npz")
+@pytest.mark.parametrize(("mech_id", "case"), [(i, c) for i in IDS for c in vector_cases(i)])
+def test_stored_draws_and_options_reproduce_out_bit_for_bit(tmp_path, mech_id, case):
+    export_vector(mech_id, tmp_path / "v.npz", case)
+    vector = load_vector(tmp_path / "v.npz")
     assert set(vector["draws"]) == set(registry.get(mech_id).draws)
     result = replay(vector)                                        # no rng: every draw comes from the file
+    if case == "bottom_right":                                     # 3 new queries, the last 3 of m positions
+        assert vector["q"].shape[-2] == 3 and vector["causal"] == "bottom-right"
     np.testing.assert_array_equal(result.output, vector["out"])
     if "weights" in vector:
         np.testing.assert_array_equal(result.weights, vector["weights"])

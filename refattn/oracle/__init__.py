@@ -11,11 +11,14 @@
   certifies the float64 paths.
 - Fixtures for any language: :func:`export_case` / :func:`check_file`, and on the command line
   ``python -m refattn export`` / ``python -m refattn check FILE.npz``.
+- Test vectors of every registered attention mechanism (:mod:`refattn.oracle.vectors`, the format
+  documented there): ``python -m refattn export --mechanism ID``, ``python -m refattn vectors --out
+  DIR``; :func:`check_mechanism` judges any mechanism's candidate with :func:`check`'s rules.
 
 Note: ``refattn.oracle.check`` is the function; its module is ``refattn.oracle.check`` only through
 ``from refattn.oracle.check import ...``.
 """
-from .check import assert_close, check
+from .check import assert_close, check, check_mechanism
 from .fixtures import CASES, check_file, export_case, make_case
 from .linear_vjp import linear_attention_vjp
 from .merge import merge_attention
@@ -33,6 +36,7 @@ __all__ = [
     "assert_close",
     "check",
     "check_file",
+    "check_mechanism",
     "export_case",
     "linear_attention_vjp",
     "make_case",

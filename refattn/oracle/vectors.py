@@ -8,9 +8,10 @@ draw and learned parameter, the options, refattn's float64 output, its effective
 defined and its gradients where refattn has them.
 
 **Format ``refattn-vectors-1``.** A plain ``.npz`` (a zip of ``.npy`` files, read with
-``allow_pickle=False``; ``numpy.load`` in Python, ``cnpy`` in C++, ``ndarray-npy`` in Rust,
-``NPZFile`` in Julia) holding only numeric and bool arrays and 0-d unicode strings. The zip entries
-carry a fixed date, so the same vector is the same bytes on every run and machine. Members:
+``allow_pickle=False``; elsewhere any zip reader and the ``.npy`` format, whose header is a short
+ASCII dict of dtype, order and shape) holding only numeric and bool arrays and 0-d unicode strings
+(``<U…``, UTF-32). The zip entries are stored uncompressed with a fixed date, so the same vector is
+the same bytes on every run. Members:
 
     format       0-d str   "refattn-vectors-1"
     mechanism    0-d str   the registry id (``python -m refattn list``)
