@@ -29,11 +29,14 @@ from numpy.typing import ArrayLike, NDArray
 from ..common import (
     as_float,
     broadcast_batch,
+    check_bool,
     check_choice,
     check_qkv,
     check_scale,
     compute_dtype,
     default_scale,
+    grouped_kv,
+    sum_over_groups,
     weighted_values,
 )
 from ..core.masks import attention_mask, check_mask_shape
@@ -176,6 +179,7 @@ def sdpa_vjp(
     scale: float | None = None,
     fully_masked: str = "zero",
     dtype=np.float64,
+    enable_gqa: bool = False,
 ) -> SdpaGrads:
     r"""Gradients of :func:`refattn.scaled_dot_product_attention` with respect to q, k, v and the bias.
 
@@ -219,6 +223,10 @@ def sdpa_vjp(
         float16 run the same equations with every intermediate in that precision (the same-dtype
         gradient baseline of :func:`refattn.oracle.check`), as ``dtype`` does in
         :func:`~refattn.scaled_dot_product_attention`.
+    enable_gqa : bool, default False
+        Grouped-query attention, as in :func:`~refattn.scaled_dot_product_attention`: ``k``, ``v``
+        have ``h_kv`` heads, query head ``i`` reads head ``i // (h / h_kv)``, and ``dk``, ``dv`` are
+        each key/value head's gradient summed over its group of query heads.
 
     Returns
     -------
@@ -254,6 +262,9 @@ def sdpa_vjp(
     """
     dtype = compute_dtype(dtype)
     q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
+    groups = 1
+    if check_bool("enable_gqa", enable_gqa):
+        k, v, groups = grouped_kv(q, k, v)                         # (..., h, m, ·): head i reads i // groups
     check_qkv(q, k, v)
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
@@ -290,7 +301,9 @@ def sdpa_vjp(
     dq = scale * weighted_values(dS, k, keys_used, None, "zero")  # (..., n, d_k)  s·dS K
     dk = scale * weighted_values(np.swapaxes(dS, -1, -2), q, np.swapaxes(keys_used, -1, -2), None, "zero")
     d_bias = None if bias is None else sum_to_shape(dS, bias.shape)   # dB = dS
-    return SdpaGrads(sum_to_shape(dq, q.shape), sum_to_shape(dk, k.shape), sum_to_shape(dv, v.shape), d_bias)
+    dk = sum_over_groups(sum_to_shape(dk, k.shape), groups)       # each key/value head: Σ over its query group
+    dv = sum_over_groups(sum_to_shape(dv, v.shape), groups)
+    return SdpaGrads(sum_to_shape(dq, q.shape), dk, dv, d_bias)
 
 
 def multi_head_vjp(
