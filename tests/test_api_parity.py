@@ -117,3 +117,156 @@ def test_sdpa_vjp_enable_gqa_sums_each_group_exactly():
     for head in range(3):
         np.testing.assert_allclose(g.dk[:, head], full.dk[:, 2 * head] + full.dk[:, 2 * head + 1], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(g.dv[:, head], full.dv[:, 2 * head] + full.dv[:, 2 * head + 1], rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------ nn.MultiheadAttention: kdim, vdim, add_bias_kv, add_zero_attn
+
+
+def torch_mha_reference(query, key, value, num_heads, q_proj_weight, k_proj_weight, v_proj_weight, in_proj_bias,
+                        out_proj_weight, out_proj_bias, bias_k=None, bias_v=None, add_zero_attn=False,
+                        attn_mask=None):
+    """``torch.nn.MultiheadAttention(embed_dim, num_heads, bias=True, add_bias_kv, add_zero_attn, kdim, vdim,
+    batch_first=True)`` forward in NumPy, as its documentation and ``F.multi_head_attention_forward`` define it
+    (dropout 0): weights (out, in) act as ``x @ W.T``; ``bias_k``/``bias_v`` of shape (1, 1, E) are appended to
+    the projected key/value sequences and ``attn_mask`` padded with one allowed column; heads are
+    (N·num_heads, len, E / num_heads); ``add_zero_attn`` appends a zero key/value per head and pads the mask
+    again; a boolean ``attn_mask`` is True where attention is NOT allowed, a float one is added; a 3-D mask is
+    (N·num_heads, L, S). Returns the output and the per-head weights (``average_attn_weights=False``)."""
+    N, L, E = query.shape
+    head_dim = E // num_heads
+    b_q, b_k, b_v = np.split(in_proj_bias, 3)
+    q = query @ q_proj_weight.T + b_q
+    k = key @ k_proj_weight.T + b_k
+    v = value @ v_proj_weight.T + b_v
+    if attn_mask is not None and attn_mask.dtype == np.bool_:
+        attn_mask = np.where(attn_mask, -np.inf, 0.0)
+    if bias_k is not None:
+        k = np.concatenate([k, np.broadcast_to(bias_k, (N, 1, E))], axis=1)
+        v = np.concatenate([v, np.broadcast_to(bias_v, (N, 1, E))], axis=1)
+        if attn_mask is not None:
+            attn_mask = np.concatenate([attn_mask, np.zeros((*attn_mask.shape[:-1], 1))], axis=-1)
+
+    def heads(x):                                                  # (N, T, E) -> (N·num_heads, T, head_dim)
+        return x.reshape(N, x.shape[1], num_heads, head_dim).transpose(0, 2, 1, 3).reshape(N * num_heads, -1, head_dim)
+
+    q, k, v = heads(q), heads(k), heads(v)
+    if add_zero_attn:
+        k = np.concatenate([k, np.zeros((N * num_heads, 1, head_dim))], axis=1)
+        v = np.concatenate([v, np.zeros((N * num_heads, 1, head_dim))], axis=1)
+        if attn_mask is not None:
+            attn_mask = np.concatenate([attn_mask, np.zeros((*attn_mask.shape[:-1], 1))], axis=-1)
+    scores = (q / math.sqrt(head_dim)) @ k.transpose(0, 2, 1)
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = weights / weights.sum(axis=-1, keepdims=True)
+    out = (weights @ v).reshape(N, num_heads, L, head_dim).transpose(0, 2, 1, 3).reshape(N, L, E)
+    return out @ out_proj_weight.T + out_proj_bias, weights.reshape(N, num_heads, L, -1)
+
+
+def torch_arguments(params):
+    """refattn's parameters in torch's layout: (out, in) weights, ``in_proj_bias`` = [b_q, b_k, b_v]."""
+    args = {"q_proj_weight": params.w_q.T, "k_proj_weight": params.w_k.T, "v_proj_weight": params.w_v.T,
+            "in_proj_bias": np.concatenate([params.b_q, params.b_k, params.b_v]),
+            "out_proj_weight": params.w_o.T, "out_proj_bias": params.b_o}
+    if params.bias_k is not None:
+        args.update(bias_k=params.bias_k[None, None, :], bias_v=params.bias_v[None, None, :])
+    return args
+
+
+def random_biases(params, rng):
+    """Nonzero projection biases (init draws zeros, which would hide a misplaced bias)."""
+    from dataclasses import replace
+    return replace(params, **{name: rng.standard_normal(np.shape(getattr(params, name)))
+                              for name in ("b_q", "b_k", "b_v", "b_o")})
+
+
+@pytest.mark.parametrize("add_bias_kv", [False, True])
+@pytest.mark.parametrize("add_zero_attn", [False, True])
+@pytest.mark.parametrize("mask_kind", ["none", "per_head_bool", "per_head_float", "causal"])
+def test_multi_head_matches_torch_multihead_attention(add_bias_kv, add_zero_attn, mask_kind):
+    from refattn import init_multi_head, multi_head_attention
+
+    rng = np.random.default_rng(31)
+    N, L, S, E, h, kdim, vdim = 2, 3, 5, 6, 2, 4, 7
+    params = random_biases(init_multi_head(rng, E, h, kdim=kdim, vdim=vdim, add_bias_kv=add_bias_kv), rng)
+    assert (params.w_k.shape, params.w_v.shape, params.bias_k is None) == ((kdim, E), (vdim, E), not add_bias_kv)
+    x_q, x_k, x_v = rng.standard_normal((N, L, E)), rng.standard_normal((N, S, kdim)), rng.standard_normal((N, S, vdim))
+    ours, theirs, causal = None, None, False
+    if mask_kind == "per_head_bool":
+        ours = rng.random((N, h, L, S)) < 0.6
+        ours[..., 0] = True                                        # no fully masked row (torch gives NaN there)
+        theirs = ~ours.reshape(N * h, L, S)                        # torch: 3-D (N·num_heads, L, S), True = masked
+    elif mask_kind == "per_head_float":
+        ours = rng.standard_normal((1, h, L, S))                   # (1, h, L, S): the same per-head bias for all
+        theirs = np.broadcast_to(ours, (N, h, L, S)).reshape(N * h, L, S)
+    elif mask_kind == "causal":
+        causal, theirs = True, ~np.tril(np.ones((L, S), dtype=bool))   # torch: a 2-D causal attn_mask
+    out, A = multi_head_attention(x_q, x_k, params, num_heads=h, x_v=x_v, mask=ours, causal=causal,
+                                  add_zero_attn=add_zero_attn, return_weights=True)
+    expected, expected_A = torch_mha_reference(x_q, x_k, x_v, h, **torch_arguments(params),
+                                               add_zero_attn=add_zero_attn, attn_mask=theirs)
+    assert A.shape == (N, h, L, S + add_bias_kv + add_zero_attn)
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(A, expected_A, rtol=1e-12, atol=1e-12)
+
+
+def test_multi_head_vjp_with_bias_kv_against_finite_differences():
+    from refattn import init_multi_head, multi_head_attention
+    from refattn.oracle.vjp import multi_head_vjp
+
+    rng = np.random.default_rng(32)
+    params = random_biases(init_multi_head(rng, 4, 2, kdim=3, vdim=5, add_bias_kv=True), rng)
+    x_q, x_k, x_v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 3)), rng.standard_normal((2, 4, 5))
+    mask = rng.random((2, 2, 3, 4)) < 0.7
+    d_out = rng.standard_normal((2, 3, 4))
+    g = multi_head_vjp(x_q, x_k, params, d_out, num_heads=2, x_v=x_v, mask=mask, causal=True)
+    from dataclasses import replace
+
+    def loss(**change):
+        return float(np.sum(d_out * multi_head_attention(x_q, x_k, replace(params, **change), num_heads=2, x_v=x_v,
+                                                          mask=mask, causal=True)))
+
+    # Central differences, step 1e-5: truncation ~ h²·|f'''| ~ 1e-10 and rounding ~ eps·|f|/h ~ 1e-10 at these
+    # unit-scale inputs, so 1e-8 holds with margin.
+    step = 1e-5
+    for name in ("bias_k", "bias_v", "w_k", "w_v"):
+        x = getattr(params, name)
+        fd = np.zeros_like(x)
+        for index in np.ndindex(x.shape):
+            plus, minus = x.copy(), x.copy()
+            plus[index] += step
+            minus[index] -= step
+            fd[index] = (loss(**{name: plus}) - loss(**{name: minus})) / (2 * step)
+        np.testing.assert_allclose(getattr(g.dparams, name), fd, rtol=0, atol=1e-8, err_msg=name)
+
+
+# ------------------------------------------------------------------------------ per-head masks, one rule
+
+
+def test_per_head_mask_rule_and_errors():
+    from refattn import init_multi_head, multi_head_attention
+
+    rng = np.random.default_rng(33)
+    B, n, m, d, h = 3, 2, 4, 4, 2
+    params = random_biases(init_multi_head(rng, d, h), rng)
+    x, mem = rng.standard_normal((B, n, d)), rng.standard_normal((B, m, d))
+    per_head = rng.random((B, h, n, m)) < 0.6
+    per_head[..., 0] = True
+    _, A = multi_head_attention(x, mem, params, num_heads=h, mask=per_head, return_weights=True)
+    np.testing.assert_array_equal(A[~per_head], 0.0)               # each head its own mask
+    # (1, h, n, m) is per head and shared by the batch, never a batch of masks (torch: (B·h, n, m) repeated)
+    out, A = multi_head_attention(x, mem, params, num_heads=h, mask=per_head[:1], return_weights=True)
+    expected, _ = torch_mha_reference(x, mem, mem, h, **torch_arguments(params),
+                                      attn_mask=~np.broadcast_to(per_head[:1], per_head.shape).reshape(B * h, n, m))
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+    # Unbatched inputs: (h, n, m) is per head.
+    out = multi_head_attention(x[0], mem[0], params, num_heads=h, mask=per_head[0])
+    np.testing.assert_allclose(out, multi_head_attention(x[:1], mem[:1], params, num_heads=h, mask=per_head[:1])[0],
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 2, 2, 4\): with inputs of 0 batch dims .* at most 3 dims"):
+        multi_head_attention(x[0], mem[0], params, num_heads=h, mask=per_head)
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 3, 2, 4\).*head axis has 3 entries and num_heads=2"):
+        multi_head_attention(x, mem, params, num_heads=h, mask=np.ones((B, 3, n, m), dtype=bool))
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 2, 4\): 3 dims with inputs of 0 batch dims"):
+        multi_head_attention(x[0], mem[0], params, num_heads=h, mask=np.ones((B, n, m), dtype=bool))

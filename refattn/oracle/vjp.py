@@ -42,7 +42,8 @@ from ..common import (
 from ..core.masks import attention_mask, check_mask_shape
 from ..core.multi_head import (
     MultiHeadParams,
-    head_shared,
+    added_keys,
+    head_mask,
     merge_heads,
     multi_head_attention,
     project_heads,
@@ -333,7 +334,8 @@ def multi_head_vjp(
         \quad (\text{likewise } K, V)
 
     with :math:`C = \operatorname{Concat}(\mathrm{head}_i)` and the sums over every token and batch
-    entry. When ``x_v`` is not given, :math:`x_{kv}` feeds both K and V and
+    entry. Parameters with ``bias_k`` and ``bias_v`` (``add_bias_kv``) get their gradients too: the
+    added key's and value's rows of :math:`\bar K`, :math:`\bar V`, summed over the batch. When ``x_v`` is not given, :math:`x_{kv}` feeds both K and V and
     :math:`\bar x_{kv} = \bar K W^{K\top} + \bar V W^{V\top}`.
 
     Parameters
@@ -348,8 +350,8 @@ def multi_head_vjp(
         Upstream gradient, of the forward output's (broadcast) shape.
     num_heads : int
         *h* in the paper.
-    mask : (..., n, m) array_like of bool or float, optional
-        Shared by all heads, as in :func:`~refattn.multi_head_attention`.
+    mask : (..., n, m) or (..., h, n, m) array_like of bool or float, optional
+        Shared by all heads or per head, as in :func:`~refattn.multi_head_attention`.
     causal : {False, True, "top-left", "bottom-right"}, default False
         As in :func:`~refattn.scaled_dot_product_attention`.
     scale : float, optional
@@ -393,7 +395,9 @@ def multi_head_vjp(
     Q = project_heads(x_q, w_q, params.b_q, num_heads)             # (..., h, n, d_k)  x_q Wᵠ + bᵠ
     K = project_heads(x_kv, w_k, params.b_k, num_heads)            # (..., h, m, d_k)
     V = project_heads(x_v, w_v, params.b_v, num_heads)             # (..., h, m, d_v)
-    options["mask"] = head_shared(mask)                            # every head sees the same mask
+    m = K.shape[-2]
+    K, V, options["mask"], options["causal"] = added_keys(     # (..., h, m + e, ·): bias_k/bias_v appended
+        Q.shape[-2], K, V, head_mask(mask, x_q, x_kv, x_v, num_heads), causal, params, num_heads, False)
     heads = scaled_dot_product_attention(Q, K, V, **options)       # (..., h, n, d_v)
     C = merge_heads(heads)                                         # (..., n, h·d_v)  Concat(head_i)
 
@@ -401,7 +405,9 @@ def multi_head_vjp(
     db_o = None if params.b_o is None else _flat(d_out).sum(axis=0)
     d_heads = split_heads(d_out @ w_o.T, num_heads)                # (..., h, n, d_v)  dO Wᴼᵀ, per head
     g = sdpa_vjp(Q, K, V, d_heads, **options)
-    dQ, dK, dV = (merge_heads(x) for x in (g.dq, g.dk, g.dv))      # (..., T, h·d_head)
+    dQ, dK, dV = (merge_heads(x) for x in (g.dq, g.dk[..., :m, :], g.dv[..., :m, :]))   # (..., T, h·d_head)
+    d_bias_kv = () if params.bias_k is None else \
+        tuple(_flat(merge_heads(d[..., m:, :])).sum(axis=0) for d in (g.dk, g.dv))     # Σ over the batch
 
     def linear_grads(x, w, b, dy):                                 # y = x W + b
         return _flat(x).T @ _flat(dy), None if b is None else _flat(dy).sum(axis=0), dy @ w.T
@@ -411,7 +417,7 @@ def multi_head_vjp(
     dw_v, db_v, dx_v = linear_grads(x_v, w_v, params.b_v, dV)
     if shared_v:
         dx_kv, dx_v = dx_kv + dx_v, None                           # x_kv fed K and V
-    dparams = MultiHeadParams(dw_q, dw_k, dw_v, dw_o, db_q, db_k, db_v, db_o)
+    dparams = MultiHeadParams(dw_q, dw_k, dw_v, dw_o, db_q, db_k, db_v, db_o, *d_bias_kv)
     return MultiHeadGrads(dx_q, dx_kv, dx_v, dparams)
 
 
