@@ -270,3 +270,71 @@ def test_per_head_mask_rule_and_errors():
         multi_head_attention(x, mem, params, num_heads=h, mask=np.ones((B, 3, n, m), dtype=bool))
     with pytest.raises(ValueError, match=r"mask has shape \(3, 2, 4\): 3 dims with inputs of 0 batch dims"):
         multi_head_attention(x[0], mem[0], params, num_heads=h, mask=np.ones((B, n, m), dtype=bool))
+
+
+# ------------------------------------------------------------------- feed-forward activations
+
+
+def sigmoid(z):
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+# PyTorch's documented formulas (torch.nn.GELU, torch.nn.SiLU, torch.nn.ReLU) and Shazeer (2020)'s
+# FFN_SwiGLU / FFN_GEGLU (arXiv:2002.05202v1, Eqs. 5-6), one element at a time.
+SCALAR_ACTIVATIONS = {
+    "relu": lambda z: max(0.0, z),
+    "gelu": lambda z: z * 0.5 * (1.0 + math.erf(z / math.sqrt(2.0))),                  # GELU(approximate="none")
+    "gelu_tanh": lambda z: 0.5 * z * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3))),
+    "swiglu": lambda z: z * sigmoid(z),                                                # SiLU = Swish_1
+    "geglu": lambda z: z * 0.5 * (1.0 + math.erf(z / math.sqrt(2.0))),
+}
+
+
+def transcribed_ffn(x, params, activation):
+    """FFN(x) = f(x W₁ + b₁) [⊗ (x V + c)] W₂ + b₂ with Python loops over positions and units."""
+    d_model, d_ff = params.w_1.shape
+    out = np.zeros_like(x)
+    for row in np.ndindex(x.shape[:-1]):
+        hidden = []
+        for j in range(d_ff):
+            z = sum(x[row][i] * params.w_1[i, j] for i in range(d_model)) + (0.0 if params.b_1 is None else params.b_1[j])
+            a = SCALAR_ACTIVATIONS[activation](z)
+            if activation in ("swiglu", "geglu"):
+                a *= sum(x[row][i] * params.w_gate[i, j] for i in range(d_model)) + (
+                    0.0 if params.b_gate is None else params.b_gate[j])
+            hidden.append(a)
+        for c in range(d_model):
+            out[row][c] = sum(hidden[j] * params.w_2[j, c] for j in range(d_ff)) + (
+                0.0 if params.b_2 is None else params.b_2[c])
+    return out
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "swiglu", "geglu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_feed_forward_activations_match_their_definitions(activation, bias):
+    from dataclasses import replace
+
+    from refattn.core.ffn import feed_forward, init_feed_forward
+
+    rng = np.random.default_rng(41)
+    gated = activation in ("swiglu", "geglu")
+    params = init_feed_forward(rng, 4, 6, gated=gated, bias=bias)
+    assert (params.b_1 is None, params.w_gate is None) == (not bias, not gated)
+    if bias:
+        params = replace(params, **{name: rng.standard_normal(np.shape(getattr(params, name)))
+                                    for name in ("b_1", "b_2") + (("b_gate",) if gated else ())})
+    x = 2.0 * rng.standard_normal((2, 3, 4))
+    np.testing.assert_allclose(feed_forward(x, params, activation=activation), transcribed_ffn(x, params, activation),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_feed_forward_refuses_a_gate_mismatch():
+    from refattn.core.ffn import feed_forward, init_feed_forward
+
+    plain, gated = init_feed_forward(0, 4, 6), init_feed_forward(0, 4, 6, gated=True)
+    with pytest.raises(ValueError, match=r'activation="swiglu" needs params.w_gate'):
+        feed_forward(np.ones((2, 4)), plain, activation="swiglu")
+    with pytest.raises(ValueError, match=r'activation="gelu" has no gate, but params.w_gate has shape \(4, 6\)'):
+        feed_forward(np.ones((2, 4)), gated, activation="gelu")
+    with pytest.raises(ValueError, match="activation"):
+        feed_forward(np.ones((2, 4)), plain, activation="silu")
