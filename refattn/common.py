@@ -167,8 +167,20 @@ def kv_groups(q: NDArray, k: NDArray, v: NDArray) -> int:
     ``repeat_interleave`` under ``enable_gqa``, FlashAttention); the oracle and
     :func:`~refattn.scaled_dot_product_attention` use this one rule.
 
-    Raises ``ValueError`` when ``k`` and ``v`` have different heads or ``h`` is not a multiple of
-    ``h_kv``.
+    Parameters
+    ----------
+    q : (..., h, n, d_k) ndarray
+        Queries.
+    k : (..., h_kv, m, d_k) ndarray
+        Keys.
+    v : (..., h_kv, m, d_v) ndarray
+        Values.
+
+    Returns
+    -------
+    int
+        ``h // h_kv``; 1 when the heads are equal or an array has no head axis. Raises
+        ``ValueError`` when ``k`` and ``v`` have different heads or ``h`` is not a multiple of ``h_kv``.
     """
     if q.ndim < 3 or k.ndim < 3 or k.shape[-3] == q.shape[-3]:
         return 1
@@ -184,12 +196,36 @@ def kv_groups(q: NDArray, k: NDArray, v: NDArray) -> int:
 
 
 def repeat_over_groups(x: NDArray, groups: int) -> NDArray:
-    """(..., h_kv, m, d) → (..., h, m, d): each key/value head repeated for its group (``repeat_interleave``)."""
+    """(..., h_kv, m, d) → (..., h, m, d): each key/value head repeated for its group (``repeat_interleave``).
+
+    Parameters
+    ----------
+    x : (..., h_kv, m, d) ndarray
+        Keys or values.
+    groups : int
+        Query heads per key/value head (:func:`kv_groups`).
+
+    Returns
+    -------
+    (..., h_kv·groups, m, d) ndarray
+    """
     return x if groups == 1 else np.repeat(x, groups, axis=-3)
 
 
 def sum_over_groups(g: NDArray, groups: int) -> NDArray:
-    """(..., h, m, d) gradient of :func:`repeat_over_groups`'s output → (..., h_kv, m, d), summed over each group."""
+    """(..., h, m, d) gradient of :func:`repeat_over_groups`'s output → (..., h_kv, m, d), summed over each group.
+
+    Parameters
+    ----------
+    g : (..., h, m, d) ndarray
+        Gradient with respect to the repeated keys or values.
+    groups : int
+        Query heads per key/value head (:func:`kv_groups`).
+
+    Returns
+    -------
+    (..., h // groups, m, d) ndarray
+    """
     if groups == 1:
         return g
     return g.reshape(*g.shape[:-3], g.shape[-3] // groups, groups, *g.shape[-2:]).sum(axis=-3)
@@ -198,8 +234,20 @@ def sum_over_groups(g: NDArray, groups: int) -> NDArray:
 def grouped_kv(q: NDArray, k: NDArray, v: NDArray) -> tuple[NDArray, NDArray, int]:
     """``(k, v, groups)`` with the key/value heads repeated over their query groups (``enable_gqa=True``).
 
-    ``q`` (..., h, n, d_k), ``k`` (..., h_kv, m, d_k), ``v`` (..., h_kv, m, d_v), ``h`` divisible by
-    ``h_kv`` (:func:`kv_groups`); a ``ValueError`` naming the shapes for arrays without a head axis.
+    Parameters
+    ----------
+    q : (..., h, n, d_k) ndarray
+        Queries.
+    k : (..., h_kv, m, d_k) ndarray
+        Keys, ``h`` divisible by ``h_kv`` (:func:`kv_groups`).
+    v : (..., h_kv, m, d_v) ndarray
+        Values.
+
+    Returns
+    -------
+    (k, v, groups)
+        Keys and values with ``h`` heads, and ``h // h_kv``. A ``ValueError`` naming the shapes for
+        arrays without a head axis.
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim < 3:
