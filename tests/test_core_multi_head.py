@@ -215,8 +215,16 @@ def test_params_with_inconsistent_shapes(rng):
     w = rng.standard_normal((4, 4))
     with pytest.raises(ValueError, match=r"w_k has shape \(4, 6\) but w_q has shape \(4, 4\)"):
         MultiHeadParams(w, rng.standard_normal((4, 6)), w, w)
-    with pytest.raises(ValueError, match=r"w_v has shape \(5, 4\)"):
-        MultiHeadParams(w, w, rng.standard_normal((5, 4)), w)
+    # A w_k or w_v with other rows than d_model is PyTorch's kdim/vdim: valid, and then the inputs must have it.
+    wide = MultiHeadParams(w, rng.standard_normal((3, 4)), rng.standard_normal((5, 4)), w)
+    with pytest.raises(ValueError, match=r"x_kv has kdim=4 \(shape \(2, 4\)\) but params have kdim=3"):
+        multi_head_attention(np.ones((2, 4)), np.ones((2, 4)), wide, num_heads=2, x_v=np.ones((2, 5)))
+    with pytest.raises(ValueError, match=r"x_v has vdim=3 \(shape \(2, 3\)\) but params have vdim=5 \(x_v defaults"):
+        multi_head_attention(np.ones((2, 4)), np.ones((2, 3)), wide, num_heads=2)
+    with pytest.raises(ValueError, match=r"bias_k and bias_v are given together"):
+        MultiHeadParams(w, w, w, w, bias_k=np.zeros(4))
+    with pytest.raises(ValueError, match=r"bias_v has shape \(3,\); expected \(4,\)"):
+        MultiHeadParams(w, w, w, w, bias_k=np.zeros(4), bias_v=np.zeros(3))
     with pytest.raises(ValueError, match=r"w_o has shape \(4, 3\).*\(4, 4\)"):
         MultiHeadParams(w, w, w, rng.standard_normal((4, 3)))
     with pytest.raises(ValueError, match=r"w_q must be a 2-D matrix, got shape \(4,\)"):

@@ -9,6 +9,16 @@ likewise owns rows i·d_v … (i+1)·d_v − 1 for head i. Written with those ro
     Concat(head_1, …, head_h) Wᴼ = Σ_i head_i Wᴼ_i         (survey Eq. 14)
 
 which the tests check.
+
+Options of PyTorch's ``nn.MultiheadAttention``: keys and values may have their own widths (``kdim``,
+``vdim``: W_iᴷ is kdim × d_k, W_iⱽ vdim × d_v); ``add_bias_kv`` appends one learned key and value
+(``bias_k``, ``bias_v``) to every sequence after the projections, and ``add_zero_attn`` then a key and
+value of zeros in every head. The added positions are visible to every query.
+
+Masks are shared by the heads or given per head, by one rule: with inputs of batch shape (B₁, …, B_r),
+a mask of at most r + 2 dims is (…, n, m), shared by all heads, and a mask of r + 3 dims is
+(B₁, …, B_r, h, n, m), per head (any of its axes may be 1). More dims, or a head axis other than 1 or h,
+is a ValueError naming the shapes: a mask never adds batch axes and is never read two ways.
 """
 from __future__ import annotations
 
@@ -17,10 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, broadcast_batch, check_positive_int, glorot
+from ..common import as_float, as_rng, broadcast_batch, check_bool, check_positive_int, glorot
 from ..mechanism import AttentionResult, Mechanism
 from ..papers import VASWANI
-from .masks import check_mask_shape
+from .masks import attention_mask, check_mask_shape
 from .sdpa import allowed_pairs, scaled_dot_product_attention
 
 __all__ = ["MultiHeadParams", "init_multi_head", "multi_head_attention"]
@@ -37,6 +47,14 @@ class MultiHeadParams:
     w_o : (h·d_v, d_model) ndarray
     b_q, b_k, b_v, b_o : ndarray or None
         Biases of the four projections (the paper writes none; most code has them).
+    bias_k : (h·d_k,) ndarray or None
+        A learned key appended to every key sequence after the projection (PyTorch's
+        ``add_bias_kv=True``); given together with ``bias_v``.
+    bias_v : (h·d_v,) ndarray or None
+        The learned value appended with ``bias_k``.
+
+    ``w_k`` has ``kdim`` rows and ``w_v`` ``vdim`` rows, the widths of the key and value inputs
+    (``d_model`` unless given otherwise, as PyTorch's ``kdim``/``vdim``).
     """
 
     w_q: NDArray
@@ -47,19 +65,28 @@ class MultiHeadParams:
     b_k: NDArray | None = None
     b_v: NDArray | None = None
     b_o: NDArray | None = None
+    bias_k: NDArray | None = None
+    bias_v: NDArray | None = None
 
     def __post_init__(self) -> None:
         d_model = check_matrices(self)
-        if self.w_k.shape != self.w_q.shape:
-            raise ValueError(f"w_k has shape {self.w_k.shape} but w_q has shape {self.w_q.shape}")
-        if self.w_v.shape[0] != d_model:
-            raise ValueError(f"w_v has shape {self.w_v.shape}; expected ({d_model}, h·d_v)")
+        if self.w_k.shape[1] != self.w_q.shape[1]:
+            raise ValueError(f"w_k has shape {self.w_k.shape} but w_q has shape {self.w_q.shape}; "
+                             "they must have the same h·d_k columns")
         if self.w_o.shape != (self.w_v.shape[1], d_model):
             raise ValueError(
                 f"w_o has shape {self.w_o.shape}; expected (h·d_v, d_model) = "
                 f"({self.w_v.shape[1]}, {d_model})"
             )
         check_biases(self)
+        if (self.bias_k is None) != (self.bias_v is None):
+            raise ValueError("bias_k and bias_v are given together (add_bias_kv) or not at all, got "
+                             f"bias_k shape {np.shape(self.bias_k)} and bias_v shape {np.shape(self.bias_v)}")
+        for name, w in (("bias_k", "w_k"), ("bias_v", "w_v")):
+            bias = getattr(self, name)
+            if bias is not None and np.shape(bias) != (getattr(self, w).shape[1],):
+                raise ValueError(f"{name} has shape {np.shape(bias)}; expected ({getattr(self, w).shape[1]},) to "
+                                 f"match {w} {getattr(self, w).shape}")
 
     @property
     def d_model(self) -> int:
@@ -88,6 +115,7 @@ def check_biases(params) -> None:
 def init_multi_head(
     rng, d_model: int, num_heads: int, *, bias: bool = True,
     d_k: int | None = None, d_v: int | None = None,
+    kdim: int | None = None, vdim: int | None = None, add_bias_kv: bool = False,
 ) -> MultiHeadParams:
     r"""Draw multi-head attention parameters (Glorot/Xavier uniform, zero biases).
 
@@ -105,6 +133,11 @@ def init_multi_head(
         Query/key width per head. Default ``d_model // num_heads`` (the paper's choice).
     d_v : int, optional
         Value width per head. Default ``d_k``.
+    kdim, vdim : int, optional
+        Widths of the key and value inputs (rows of ``w_k``, ``w_v``). Default ``d_model``.
+    add_bias_kv : bool, default False
+        Draw ``bias_k`` and ``bias_v``, N(0, 1/(h·d)) each (PyTorch's ``xavier_normal_`` of its
+        ``(1, 1, embed_dim)`` tensors), after the four matrices.
 
     Returns
     -------
@@ -128,11 +161,16 @@ def init_multi_head(
     d_v = d_k if d_v is None else d_v
     check_positive_int("d_k", d_k)
     check_positive_int("d_v", d_v)
+    kdim = d_model if kdim is None else check_positive_int("kdim", kdim)
+    vdim = d_model if vdim is None else check_positive_int("vdim", vdim)
     h = num_heads
-    w_q, w_k = glorot(rng, d_model, h * d_k), glorot(rng, d_model, h * d_k)
-    w_v, w_o = glorot(rng, d_model, h * d_v), glorot(rng, h * d_v, d_model)
+    w_q, w_k = glorot(rng, d_model, h * d_k), glorot(rng, kdim, h * d_k)
+    w_v, w_o = glorot(rng, vdim, h * d_v), glorot(rng, h * d_v, d_model)
     b = (lambda size: np.zeros(size)) if bias else (lambda size: None)
-    return MultiHeadParams(w_q, w_k, w_v, w_o, b(h * d_k), b(h * d_k), b(h * d_v), b(d_model))
+    bias_kv = ()
+    if check_bool("add_bias_kv", add_bias_kv):
+        bias_kv = rng.normal(0.0, (h * d_k) ** -0.5, h * d_k), rng.normal(0.0, (h * d_v) ** -0.5, h * d_v)
+    return MultiHeadParams(w_q, w_k, w_v, w_o, b(h * d_k), b(h * d_k), b(h * d_v), b(d_model), *bias_kv)
 
 
 def multi_head_attention(
@@ -146,6 +184,7 @@ def multi_head_attention(
     scale: float | None = None,
     fully_masked: str = "zero",
     x_v: ArrayLike | None = None,
+    add_zero_attn: bool = False,
     return_weights: bool = False,
     method: str | None = None,
     dtype=np.float64,
@@ -162,23 +201,38 @@ def multi_head_attention(
     ----------
     x_q : (..., n, d_model) array_like
         Query-side input :math:`Q` (the decoder states in cross-attention).
-    x_kv : (..., m, d_model) array_like
+    x_kv : (..., m, kdim) array_like
         Key-side input :math:`K` (and :math:`V` unless ``x_v`` is given): ``x_q`` itself for
-        self-attention, the encoder output for cross-attention.
+        self-attention, the encoder output for cross-attention. ``kdim`` = rows of ``params.w_k``
+        (``d_model`` unless the parameters were drawn with another ``kdim``).
     params : MultiHeadParams
-        Projections; ``params.w_q.shape[1]`` must be divisible by ``num_heads``.
+        Projections; ``params.w_q.shape[1]`` must be divisible by ``num_heads``. With ``bias_k``
+        and ``bias_v`` (PyTorch's ``add_bias_kv``) one learned key and value are appended to every
+        key/value sequence after the projections.
     num_heads : int
         *h* in the paper.
-    mask : (..., n, m) array_like of bool or float, optional
-        As in :func:`~refattn.scaled_dot_product_attention`, shared by all heads.
+    mask : (..., n, m) or (..., h, n, m) array_like of bool or float, optional
+        As in :func:`~refattn.scaled_dot_product_attention`. With inputs of batch shape
+        ``(B_1, …, B_r)``: at most ``r + 2`` dims, ``(..., n, m)``, shared by all heads; exactly
+        ``r + 3`` dims, ``(B_1, …, B_r, h, n, m)``, one mask per head (axes of size 1 broadcast, so
+        ``(1, h, n, m)`` gives every batch entry the same per-head masks). More dims, or a head axis
+        other than 1 or ``h``, raise ``ValueError`` naming the shapes. PyTorch's 3-D
+        ``(B·h, n, m)`` ``attn_mask`` is ``mask.reshape(B, h, n, m)`` here (with the opposite
+        boolean polarity: ``True`` = may attend).
     causal : {False, True, "top-left", "bottom-right"}, default False
         As in :func:`~refattn.scaled_dot_product_attention`.
     scale : float, optional
         Default :math:`1/\sqrt{d_k}` with the per-head width :math:`d_k`.
     fully_masked : {"zero", "nan", "uniform"}, default "zero"
         As in :func:`~refattn.scaled_dot_product_attention`.
-    x_v : (..., m, d_model) array_like, optional
-        Value-side input :math:`V` when it differs from the keys' input.
+    x_v : (..., m, vdim) array_like, optional
+        Value-side input :math:`V` when it differs from the keys' input (needed when ``vdim``
+        differs from ``kdim``).
+    add_zero_attn : bool, default False
+        Append a key and a value of zeros to every head after the projections (and after
+        ``bias_k``/``bias_v``), as PyTorch's ``add_zero_attn``: a key every query may attend to with
+        score 0, whose value adds nothing. The added positions (this one and ``bias_k``'s) are
+        visible to every query whatever ``mask`` and ``causal`` say of the m given keys.
     return_weights : bool, default False
         Also return every head's attention matrix.
     method : {None, "equation", "blocked", "auto"}, default None
@@ -194,12 +248,15 @@ def multi_head_attention(
     Returns
     -------
     out : (..., n, d_model) ndarray
-    weights : (..., h, n, m) ndarray
-        Only if ``return_weights``; ``weights[..., i, :, :]`` is head *i*'s matrix.
+    weights : (..., h, n, m + e) ndarray
+        Only if ``return_weights``; ``weights[..., i, :, :]`` is head *i*'s matrix, over the m keys
+        then the ``e`` added positions (``bias_k``, then the zero key).
 
     References
     ----------
     .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762v7, §3.2.2.
+    .. [2] PyTorch documentation, ``torch.nn.MultiheadAttention`` (kdim, vdim, add_bias_kv,
+       add_zero_attn, the 3-D ``attn_mask``).
 
     Examples
     --------
@@ -213,14 +270,15 @@ def multi_head_attention(
     check_positive_int("num_heads", num_heads)
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be MultiHeadParams (see init_multi_head), got {type(params).__name__}")
-    x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model, dtype)
-    if mask is not None:
-        mask = check_mask_shape(mask, x_q.shape[-2], x_kv.shape[-2])   # as given, before the head axis
+    x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model, dtype,
+                                  kdim=params.w_k.shape[0], vdim=params.w_v.shape[0])
+    mask = head_mask(mask, x_q, x_kv, x_v, num_heads)              # (..., h or 1, n, m) or None
     Q = project_heads(x_q, params.w_q, params.b_q, num_heads)      # (..., h, n, d_k)  Q W_iᵠ
     K = project_heads(x_kv, params.w_k, params.b_k, num_heads)     # (..., h, m, d_k)  K W_iᴷ
     V = project_heads(x_v, params.w_v, params.b_v, num_heads)      # (..., h, m, d_v)  V W_iⱽ
-    result = scaled_dot_product_attention(                         # (..., h, n, d_v) [, (..., h, n, m)]
-        Q, K, V, mask=head_shared(mask), causal=causal, scale=scale,
+    K, V, mask, causal = added_keys(Q.shape[-2], K, V, mask, causal, params, num_heads, add_zero_attn)
+    result = scaled_dot_product_attention(                         # (..., h, n, d_v) [, (..., h, n, m + e)]
+        Q, K, V, mask=mask, causal=causal, scale=scale,
         fully_masked=fully_masked, return_weights=return_weights, method=method, dtype=dtype,
     )
     heads, A = result if return_weights else (result, None)
@@ -229,19 +287,25 @@ def multi_head_attention(
 
 
 def layer_inputs(x_q: ArrayLike, x_kv: ArrayLike, x_v: ArrayLike | None, d_model: int,
-                 dtype=np.float64) -> tuple[NDArray, NDArray, NDArray]:
+                 dtype=np.float64, *, kdim: int | None = None,
+                 vdim: int | None = None) -> tuple[NDArray, NDArray, NDArray]:
     """A layer's inputs checked and converted: (x_q, x_kv, x_v), x_v = x_kv when None.
 
-    Each is a float array of at least 2 dimensions with ``d_model`` columns; x_v has x_kv's m
-    rows; the leading (batch) dims broadcast. ``ValueError``/``TypeError`` naming the argument and
-    the shapes seen otherwise.
+    Each is a float array of at least 2 dimensions, x_q with ``d_model`` columns, x_kv with ``kdim``
+    and x_v with ``vdim`` (both ``d_model`` by default); x_v has x_kv's m rows; the leading (batch)
+    dims broadcast. ``ValueError``/``TypeError`` naming the argument and the shapes seen otherwise.
     """
     x_q = as_float("x_q", x_q, dtype, min_ndim=2)
     x_kv = as_float("x_kv", x_kv, dtype, min_ndim=2)
     x_v = x_kv if x_v is None else as_float("x_v", x_v, dtype, min_ndim=2)
+    widths = {"x_q": ("d_model", d_model),
+              "x_kv": ("d_model", d_model) if kdim in (None, d_model) else ("kdim", kdim),
+              "x_v": ("d_model", d_model) if vdim in (None, d_model) else ("vdim", vdim)}
     for name, x in (("x_q", x_q), ("x_kv", x_kv), ("x_v", x_v)):
-        if x.shape[-1] != d_model:
-            raise ValueError(f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but params have d_model={d_model}")
+        symbol, width = widths[name]
+        if x.shape[-1] != width:
+            raise ValueError(f"{name} has {symbol}={x.shape[-1]} (shape {x.shape}) but params have {symbol}={width}"
+                             + (" (x_v defaults to x_kv)" if name == "x_v" and x_v is x_kv else ""))
     if x_v.shape[-2] != x_kv.shape[-2]:
         raise ValueError(f"x_v has m={x_v.shape[-2]} but x_kv has m={x_kv.shape[-2]}")
     broadcast_batch({"x_q": x_q.shape[:-2], "x_kv": x_kv.shape[:-2], "x_v": x_v.shape[:-2]})
@@ -278,6 +342,64 @@ def merge_heads(heads: NDArray) -> NDArray:
     """(..., h, T, d_head) → (..., T, h·d_head), the inverse of :func:`split_heads` (Concat(head_i))."""
     concat = np.swapaxes(heads, -2, -3)                            # (..., T, h, d_head)
     return concat.reshape(*concat.shape[:-2], concat.shape[-2] * concat.shape[-1])   # (..., T, h·d_head)
+
+
+def head_mask(mask: ArrayLike | None, x_q: NDArray, x_kv: NDArray, x_v: NDArray, num_heads: int) -> NDArray | None:
+    """A multi-head layer's ``mask`` with its head axis: ``(..., h or 1, n, m)`` (None stays None).
+
+    The rule of :func:`multi_head_attention`: with inputs of batch shape (B₁, …, B_r), at most r + 2
+    dims is a mask shared by the heads, r + 3 dims is (B₁, …, B_r, h, n, m) per head; anything else
+    is a ``ValueError`` naming the shapes.
+    """
+    if mask is None:
+        return None
+    n, m = x_q.shape[-2], x_kv.shape[-2]
+    mask = check_mask_shape(mask, n, m)                            # as given, before the head axis
+    r = max(x.ndim for x in (x_q, x_kv, x_v)) - 2
+    inputs = f"x_q {x_q.shape}, x_kv {x_kv.shape}, x_v {x_v.shape}"
+    if mask.ndim <= r + 2:
+        return head_shared(mask)
+    if mask.ndim > r + 3:
+        raise ValueError(f"mask has shape {mask.shape}: with inputs of {r} batch dims ({inputs}) a mask has at most "
+                         f"{r + 3} dims, (batch, h, n, m); a mask may not add batch axes")
+    if mask.shape[-3] not in (1, num_heads):
+        raise ValueError(f"mask has shape {mask.shape}: {r + 3} dims with inputs of {r} batch dims ({inputs}) is "
+                         f"(batch, h, n, m) per head, but its head axis has {mask.shape[-3]} entries and "
+                         f"num_heads={num_heads}")
+    return mask
+
+
+def added_keys(n: int, K: NDArray, V: NDArray, mask: NDArray | None, causal, params: MultiHeadParams,
+               num_heads: int, add_zero_attn: bool) -> tuple[NDArray, NDArray, NDArray | None, bool | str]:
+    """``(K, V, mask, causal)`` with ``bias_k``/``bias_v`` and the zero key/value appended (PyTorch's
+    ``add_bias_kv``, ``add_zero_attn``), and the mask, causal included, padded with allowed columns.
+
+    ``n`` queries, ``K`` (..., h, m, d_k), ``V`` (..., h, m, d_v), ``mask`` with its head axis.
+    Unchanged when nothing is added.
+    """
+    added_k, added_v = [], []
+    if params.bias_k is not None:
+        added_k.append(split_heads(params.bias_k.astype(K.dtype, copy=False)[None, :], num_heads))  # (h, 1, d_k)
+        added_v.append(split_heads(params.bias_v.astype(V.dtype, copy=False)[None, :], num_heads))  # (h, 1, d_v)
+    if check_bool("add_zero_attn", add_zero_attn):
+        added_k.append(np.zeros((num_heads, 1, K.shape[-1]), dtype=K.dtype))
+        added_v.append(np.zeros((num_heads, 1, V.shape[-1]), dtype=V.dtype))
+    if not added_k:
+        return K, V, mask, causal
+    e, m = len(added_k), K.shape[-2]
+    K = np.concatenate([K, *(np.broadcast_to(a, (*K.shape[:-2], 1, K.shape[-1])) for a in added_k)], axis=-2)
+    V = np.concatenate([V, *(np.broadcast_to(a, (*V.shape[:-2], 1, V.shape[-1])) for a in added_v)], axis=-2)
+    allowed, bias = attention_mask(mask, causal, n, m, K.dtype)    # over the m given keys
+    if allowed is None and bias is None:
+        return K, V, None, False
+    if bias is None:                                               # bool: the added keys are allowed
+        mask = np.broadcast_to(allowed, (*allowed.shape[:-1], m))
+        pad = np.ones((*mask.shape[:-1], e), dtype=bool)
+    else:                                                          # float: bias 0 on the added keys
+        mask = bias if allowed is None else np.where(allowed, bias, -np.inf)
+        mask = np.broadcast_to(mask, (*mask.shape[:-1], m))
+        pad = np.zeros((*mask.shape[:-1], e), dtype=mask.dtype)
+    return K, V, np.concatenate([mask, pad], axis=-1), False
 
 
 def head_shared(mask: ArrayLike | None) -> ArrayLike | None:
@@ -320,7 +442,12 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2
                                                     causal=causal), draws=draws)
     out, A = multi_head_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask, causal=causal,
                                   return_weights=True)
-    return AttentionResult(out, A, allowed_pairs(head_shared(mask), causal, A.shape), draws)
+    k, v = as_float("k", k, min_ndim=2), as_float("v", v, min_ndim=2)
+    m = k.shape[-2]
+    allowed = allowed_pairs(head_mask(mask, q, k, v, num_heads), causal, (*A.shape[:-1], m))
+    if allowed is not None and A.shape[-1] > m:                    # bias_k/bias_v: one more key, always visible
+        allowed = np.concatenate([allowed, np.ones((*A.shape[:-1], A.shape[-1] - m), dtype=bool)], axis=-1)
+    return AttentionResult(out, A, allowed, draws)
 
 
 RECORD = Mechanism(

@@ -26,6 +26,7 @@ from ..common import (
     check_scale,
     compute_dtype,
     default_scale,
+    grouped_kv,
     memory_budget,
     weighted_values,
 )
@@ -61,6 +62,7 @@ def scaled_dot_product_attention(
     method: str | None = None,
     block_size: int | tuple[int, int] | None = None,
     dtype=np.float64,
+    enable_gqa: bool = False,
 ) -> NDArray | tuple[NDArray, ...]:
     r"""Scaled dot-product attention.
 
@@ -119,6 +121,12 @@ def scaled_dot_product_attention(
     dtype : float dtype, default float64
         Compute and output dtype. Inputs of any float precision are converted to it; float32 or
         float16 run the same equation in that precision (a same-dtype baseline).
+    enable_gqa : bool, default False
+        Grouped-query attention (PyTorch's ``enable_gqa``): ``q`` is ``(..., h, n, d_k)`` and ``k``,
+        ``v`` are ``(..., h_kv, m, ·)`` with ``h`` divisible by ``h_kv``; query head ``i`` reads
+        key/value head ``i // (h / h_kv)`` (:func:`refattn.common.kv_groups`, the rule of
+        :func:`refattn.oracle.check`). A mask and ``key_lengths`` are then in the query heads'
+        layout ``(..., h, n, m)``. False: the head axes broadcast as any other batch axis.
 
     Returns
     -------
@@ -175,6 +183,8 @@ def scaled_dot_product_attention(
     check_choice("method", method, METHODS)
     return_weights, return_lse = check_bool("return_weights", return_weights), check_bool("return_lse", return_lse)
     q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
+    if check_bool("enable_gqa", enable_gqa):
+        k, v, _ = grouped_kv(q, k, v)                              # (..., h, m, ·): head i reads i // (h/h_kv)
     batch = check_qkv(q, k, v)
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     scale = default_scale(d_k) if scale is None else check_scale(scale)

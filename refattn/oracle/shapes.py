@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float
+from ..common import as_float, kv_groups, repeat_over_groups, sum_over_groups
 
 __all__ = [
     "LAYOUTS",
@@ -47,37 +47,6 @@ def sum_to_shape(x: NDArray, shape: tuple[int, ...]) -> NDArray:
     if axes:
         x = x.sum(axis=axes, keepdims=True)
     return x.reshape(shape)
-
-
-def kv_groups(q: NDArray, k: NDArray, v: NDArray) -> int:
-    """Query heads per key/value head (1 without grouped-query attention); arrays in (..., h, n, d).
-
-    Raises ``ValueError`` when ``k`` and ``v`` have different heads or ``h`` is not a multiple of
-    ``h_kv``.
-    """
-    if q.ndim < 3 or k.ndim < 3 or k.shape[-3] == q.shape[-3]:
-        return 1
-    h, h_kv = q.shape[-3], k.shape[-3]
-    if v.ndim < 3 or v.shape[-3] != h_kv:
-        raise ValueError(f"k has h_kv={h_kv} heads but v has shape {v.shape}; they must have the same heads")
-    if h % h_kv:
-        raise ValueError(
-            f"q has h={h} heads but k has h_kv={h_kv} (q shape {q.shape}, k shape {k.shape}): grouped-query "
-            "attention needs h divisible by h_kv"
-        )
-    return h // h_kv
-
-
-def repeat_over_groups(x: NDArray, groups: int) -> NDArray:
-    """(..., h_kv, m, d) → (..., h, m, d): each key/value head repeated for its group (``repeat_interleave``)."""
-    return x if groups == 1 else np.repeat(x, groups, axis=-3)
-
-
-def sum_over_groups(g: NDArray, groups: int) -> NDArray:
-    """(..., h, m, d) gradient of :func:`repeat_over_groups`'s output → (..., h_kv, m, d), summed over each group."""
-    if groups == 1:
-        return g
-    return g.reshape(*g.shape[:-3], g.shape[-3] // groups, groups, *g.shape[-2:]).sum(axis=-3)
 
 
 def as_upstream_gradient(name: str, d: ArrayLike, shape: tuple[int, ...], inputs: str, dtype=np.float64) -> NDArray:

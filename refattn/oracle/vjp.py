@@ -32,18 +32,22 @@ from numpy.typing import ArrayLike, NDArray
 from ..common import (
     as_float,
     broadcast_batch,
+    check_bool,
     check_choice,
     check_qkv,
     check_scale,
     compute_dtype,
     default_scale,
+    grouped_kv,
+    sum_over_groups,
     weighted_values,
 )
 from ..core.masks import attention_mask, check_mask_shape
 from ..core.multi_head import RECORD as MULTI_HEAD
 from ..core.multi_head import (
     MultiHeadParams,
-    head_shared,
+    added_keys,
+    head_mask,
     merge_heads,
     multi_head_attention,
     project_heads,
@@ -183,6 +187,7 @@ def sdpa_vjp(
     scale: float | None = None,
     fully_masked: str = "zero",
     dtype=np.float64,
+    enable_gqa: bool = False,
 ) -> SdpaGrads:
     r"""Gradients of :func:`refattn.scaled_dot_product_attention` with respect to q, k, v and the bias.
 
@@ -226,6 +231,10 @@ def sdpa_vjp(
         float16 run the same equations with every intermediate in that precision (the same-dtype
         gradient baseline of :func:`refattn.oracle.check`), as ``dtype`` does in
         :func:`~refattn.scaled_dot_product_attention`.
+    enable_gqa : bool, default False
+        Grouped-query attention, as in :func:`~refattn.scaled_dot_product_attention`: ``k``, ``v``
+        have ``h_kv`` heads, query head ``i`` reads head ``i // (h / h_kv)``, and ``dk``, ``dv`` are
+        each key/value head's gradient summed over its group of query heads.
 
     Returns
     -------
@@ -261,6 +270,9 @@ def sdpa_vjp(
     """
     dtype = compute_dtype(dtype)
     q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
+    groups = 1
+    if check_bool("enable_gqa", enable_gqa):
+        k, v, groups = grouped_kv(q, k, v)                         # (..., h, m, ·): head i reads i // groups
     check_qkv(q, k, v)
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
@@ -297,7 +309,9 @@ def sdpa_vjp(
     dq = scale * weighted_values(dS, k, keys_used, None, "zero")  # (..., n, d_k)  s·dS K
     dk = scale * weighted_values(np.swapaxes(dS, -1, -2), q, np.swapaxes(keys_used, -1, -2), None, "zero")
     d_bias = None if bias is None else sum_to_shape(dS, bias.shape)   # dB = dS
-    return SdpaGrads(sum_to_shape(dq, q.shape), sum_to_shape(dk, k.shape), sum_to_shape(dv, v.shape), d_bias)
+    dk = sum_over_groups(sum_to_shape(dk, k.shape), groups)       # each key/value head: Σ over its query group
+    dv = sum_over_groups(sum_to_shape(dv, v.shape), groups)
+    return SdpaGrads(sum_to_shape(dq, q.shape), dk, dv, d_bias)
 
 
 def multi_head_vjp(
@@ -327,7 +341,8 @@ def multi_head_vjp(
         \quad (\text{likewise } K, V)
 
     with :math:`C = \operatorname{Concat}(\mathrm{head}_i)` and the sums over every token and batch
-    entry. When ``x_v`` is not given, :math:`x_{kv}` feeds both K and V and
+    entry. Parameters with ``bias_k`` and ``bias_v`` (``add_bias_kv``) get their gradients too: the
+    added key's and value's rows of :math:`\bar K`, :math:`\bar V`, summed over the batch. When ``x_v`` is not given, :math:`x_{kv}` feeds both K and V and
     :math:`\bar x_{kv} = \bar K W^{K\top} + \bar V W^{V\top}`.
 
     Parameters
@@ -342,8 +357,8 @@ def multi_head_vjp(
         Upstream gradient, of the forward output's (broadcast) shape.
     num_heads : int
         *h* in the paper.
-    mask : (..., n, m) array_like of bool or float, optional
-        Shared by all heads, as in :func:`~refattn.multi_head_attention`.
+    mask : (..., n, m) or (..., h, n, m) array_like of bool or float, optional
+        Shared by all heads or per head, as in :func:`~refattn.multi_head_attention`.
     causal : {False, True, "top-left", "bottom-right"}, default False
         As in :func:`~refattn.scaled_dot_product_attention`.
     scale : float, optional
@@ -387,7 +402,9 @@ def multi_head_vjp(
     Q = project_heads(x_q, w_q, params.b_q, num_heads)             # (..., h, n, d_k)  x_q Wᵠ + bᵠ
     K = project_heads(x_kv, w_k, params.b_k, num_heads)            # (..., h, m, d_k)
     V = project_heads(x_v, w_v, params.b_v, num_heads)             # (..., h, m, d_v)
-    options["mask"] = head_shared(mask)                            # every head sees the same mask
+    m = K.shape[-2]
+    K, V, options["mask"], options["causal"] = added_keys(     # (..., h, m + e, ·): bias_k/bias_v appended
+        Q.shape[-2], K, V, head_mask(mask, x_q, x_kv, x_v, num_heads), causal, params, num_heads, False)
     heads = scaled_dot_product_attention(Q, K, V, **options)       # (..., h, n, d_v)
     C = merge_heads(heads)                                         # (..., n, h·d_v)  Concat(head_i)
 
@@ -395,7 +412,9 @@ def multi_head_vjp(
     db_o = None if params.b_o is None else _flat(d_out).sum(axis=0)
     d_heads = split_heads(d_out @ w_o.T, num_heads)                # (..., h, n, d_v)  dO Wᴼᵀ, per head
     g = sdpa_vjp(Q, K, V, d_heads, **options)
-    dQ, dK, dV = (merge_heads(x) for x in (g.dq, g.dk, g.dv))      # (..., T, h·d_head)
+    dQ, dK, dV = (merge_heads(x) for x in (g.dq, g.dk[..., :m, :], g.dv[..., :m, :]))   # (..., T, h·d_head)
+    d_bias_kv = () if params.bias_k is None else \
+        tuple(_flat(merge_heads(d[..., m:, :])).sum(axis=0) for d in (g.dk, g.dv))     # Σ over the batch
 
     def linear_grads(x, w, b, dy):                                 # y = x W + b
         return _flat(x).T @ _flat(dy), None if b is None else _flat(dy).sum(axis=0), dy @ w.T
@@ -405,7 +424,7 @@ def multi_head_vjp(
     dw_v, db_v, dx_v = linear_grads(x_v, w_v, params.b_v, dV)
     if shared_v:
         dx_kv, dx_v = dx_kv + dx_v, None                           # x_kv fed K and V
-    dparams = MultiHeadParams(dw_q, dw_k, dw_v, dw_o, db_q, db_k, db_v, db_o)
+    dparams = MultiHeadParams(dw_q, dw_k, dw_v, dw_o, db_q, db_k, db_v, db_o, *d_bias_kv)
     return MultiHeadGrads(dx_q, dx_kv, dx_v, dparams)
 
 

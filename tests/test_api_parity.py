@@ -1,0 +1,340 @@
+"""API parity with other libraries: each test holds refattn to a NumPy transcription of the other
+library's documented semantics (written here from its documentation; torch is never imported)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from refattn import scaled_dot_product_attention
+from refattn.oracle.vjp import sdpa_vjp
+
+# ------------------------------------------------------------------ grouped-query attention (enable_gqa)
+
+
+def torch_sdpa_reference(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
+    """The reference implementation printed in the documentation of
+    ``torch.nn.functional.scaled_dot_product_attention`` (PyTorch 2.5), in NumPy, dropout 0.
+
+    ``key.repeat_interleave(query.size(-3) // key.size(-3), -3)`` is written as the loop it means:
+    repeated head ``i`` is key head ``i // (h / h_kv)``.
+    """
+    L, S = query.shape[-2], key.shape[-2]
+    scale_factor = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    attn_bias = np.zeros((L, S))
+    if is_causal:
+        assert attn_mask is None
+        temp_mask = np.tril(np.ones((L, S), dtype=bool), k=0)
+        attn_bias[~temp_mask] = -np.inf
+    if attn_mask is not None:
+        if attn_mask.dtype == np.bool_:
+            attn_bias = np.where(attn_mask, attn_bias, -np.inf)
+        else:
+            attn_bias = attn_mask + attn_bias
+    if enable_gqa:
+        h, h_kv = query.shape[-3], key.shape[-3]
+        key = np.stack([key[..., i // (h // h_kv), :, :] for i in range(h)], axis=-3)
+        value = np.stack([value[..., i // (h // h_kv), :, :] for i in range(h)], axis=-3)
+    attn_weight = query @ np.swapaxes(key, -2, -1) * scale_factor
+    attn_weight = attn_weight + attn_bias
+    attn_weight = np.exp(attn_weight - attn_weight.max(axis=-1, keepdims=True))
+    attn_weight = attn_weight / attn_weight.sum(axis=-1, keepdims=True)
+    return attn_weight @ value
+
+
+@pytest.mark.parametrize(("h", "h_kv"), [(6, 2), (4, 1), (3, 3)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_enable_gqa_matches_torch_reference(h, h_kv, causal):
+    rng = np.random.default_rng(19)
+    q, k, v = rng.standard_normal((2, h, 5, 4)), rng.standard_normal((2, h_kv, 5, 4)), rng.standard_normal((2, h_kv, 5, 3))
+    expected = torch_sdpa_reference(q, k, v, is_causal=causal, enable_gqa=True)
+    for method in ("equation", "blocked"):
+        out = scaled_dot_product_attention(q, k, v, causal=causal, enable_gqa=True, method=method)
+        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12, err_msg=method)
+
+
+def test_sdpa_enable_gqa_with_a_per_head_mask():
+    rng = np.random.default_rng(20)
+    q, k, v = rng.standard_normal((4, 3, 4)), rng.standard_normal((2, 6, 4)), rng.standard_normal((2, 6, 2))
+    mask = rng.random((4, 3, 6)) < 0.7
+    mask[..., 0] = True                                            # no fully masked row (torch would give NaN)
+    expected = torch_sdpa_reference(q, k, v, attn_mask=mask, enable_gqa=True)
+    out = scaled_dot_product_attention(q, k, v, mask, enable_gqa=True)
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_sdpa_enable_gqa_errors_name_the_shapes():
+    rng = np.random.default_rng(21)
+    q, k, v = rng.standard_normal((4, 3, 4)), rng.standard_normal((3, 6, 4)), rng.standard_normal((3, 6, 2))
+    with pytest.raises(ValueError, match=r"h=4 heads but k has h_kv=3"):
+        scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    with pytest.raises(ValueError, match=r"head axis.*\(3, 4\)"):
+        scaled_dot_product_attention(q[0], k[0], v[0], enable_gqa=True)
+    with pytest.raises(ValueError, match=r"k has h_kv=2 heads but v has shape \(1, 6, 2\)"):
+        scaled_dot_product_attention(q, k[:2], v[:1], enable_gqa=True)
+    with pytest.raises(TypeError, match="enable_gqa"):
+        scaled_dot_product_attention(q, k[:2], v[:2], enable_gqa="yes")
+    with pytest.raises(ValueError, match="broadcast"):             # without enable_gqa heads broadcast only
+        scaled_dot_product_attention(q, k[:2], v[:2])
+
+
+def test_sdpa_vjp_enable_gqa_against_finite_differences_of_the_torch_reference():
+    rng = np.random.default_rng(22)
+    q, k, v = rng.standard_normal((4, 3, 2)), rng.standard_normal((2, 4, 2)), rng.standard_normal((2, 4, 2))
+    d_out = rng.standard_normal((4, 3, 2))
+    g = sdpa_vjp(q, k, v, d_out, causal="bottom-right", enable_gqa=True)
+    assert (g.dq.shape, g.dk.shape, g.dv.shape) == (q.shape, k.shape, v.shape)
+    bias = np.where(np.tril(np.ones((3, 4), dtype=bool), k=1), 0.0, -np.inf)   # bottom-right: j <= i + (m − n)
+
+    def loss(q, k, v):
+        return float(np.sum(d_out * torch_sdpa_reference(q, k, v, attn_mask=bias, enable_gqa=True)))
+
+    # Central differences, step 1e-5: truncation h²/6·|f'''| ~ 1e-10 (third derivatives O(1) at these
+    # unit-scale inputs) plus rounding ~ eps·|f|/h ~ 2e-16·5/1e-5 = 1e-10, so 1e-8 holds with margin.
+    step = 1e-5
+    for name, x, grad in (("q", q, g.dq), ("k", k, g.dk), ("v", v, g.dv)):
+        fd = np.zeros_like(x)
+        for index in np.ndindex(x.shape):
+            plus, minus = x.copy(), x.copy()
+            plus[index] += step
+            minus[index] -= step
+            args = {"q": q, "k": k, "v": v}
+            fd[index] = (loss(**{**args, name: plus}) - loss(**{**args, name: minus})) / (2 * step)
+        np.testing.assert_allclose(grad, fd, rtol=0, atol=1e-8, err_msg=name)
+
+
+def test_sdpa_vjp_enable_gqa_sums_each_group_exactly():
+    """Autodiff of ``repeat_interleave`` sums the copies: dK of head g = Σ of the repeated heads' dK."""
+    rng = np.random.default_rng(23)
+    q, k, v = rng.standard_normal((2, 6, 3, 4)), rng.standard_normal((2, 3, 5, 4)), rng.standard_normal((2, 3, 5, 2))
+    d_out = rng.standard_normal((2, 6, 3, 2))
+    g = sdpa_vjp(q, k, v, d_out, causal=True, enable_gqa=True)
+    k_full = np.stack([k[:, i // 2] for i in range(6)], axis=1)
+    v_full = np.stack([v[:, i // 2] for i in range(6)], axis=1)
+    full = sdpa_vjp(q, k_full, v_full, d_out, causal=True)
+    np.testing.assert_allclose(g.dq, full.dq, rtol=1e-12, atol=1e-12)
+    for head in range(3):
+        np.testing.assert_allclose(g.dk[:, head], full.dk[:, 2 * head] + full.dk[:, 2 * head + 1], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(g.dv[:, head], full.dv[:, 2 * head] + full.dv[:, 2 * head + 1], rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------ nn.MultiheadAttention: kdim, vdim, add_bias_kv, add_zero_attn
+
+
+def torch_mha_reference(query, key, value, num_heads, q_proj_weight, k_proj_weight, v_proj_weight, in_proj_bias,
+                        out_proj_weight, out_proj_bias, bias_k=None, bias_v=None, add_zero_attn=False,
+                        attn_mask=None):
+    """``torch.nn.MultiheadAttention(embed_dim, num_heads, bias=True, add_bias_kv, add_zero_attn, kdim, vdim,
+    batch_first=True)`` forward in NumPy, as its documentation and ``F.multi_head_attention_forward`` define it
+    (dropout 0): weights (out, in) act as ``x @ W.T``; ``bias_k``/``bias_v`` of shape (1, 1, E) are appended to
+    the projected key/value sequences and ``attn_mask`` padded with one allowed column; heads are
+    (N·num_heads, len, E / num_heads); ``add_zero_attn`` appends a zero key/value per head and pads the mask
+    again; a boolean ``attn_mask`` is True where attention is NOT allowed, a float one is added; a 3-D mask is
+    (N·num_heads, L, S). Returns the output and the per-head weights (``average_attn_weights=False``)."""
+    N, L, E = query.shape
+    head_dim = E // num_heads
+    b_q, b_k, b_v = np.split(in_proj_bias, 3)
+    q = query @ q_proj_weight.T + b_q
+    k = key @ k_proj_weight.T + b_k
+    v = value @ v_proj_weight.T + b_v
+    if attn_mask is not None and attn_mask.dtype == np.bool_:
+        attn_mask = np.where(attn_mask, -np.inf, 0.0)
+    if bias_k is not None:
+        k = np.concatenate([k, np.broadcast_to(bias_k, (N, 1, E))], axis=1)
+        v = np.concatenate([v, np.broadcast_to(bias_v, (N, 1, E))], axis=1)
+        if attn_mask is not None:
+            attn_mask = np.concatenate([attn_mask, np.zeros((*attn_mask.shape[:-1], 1))], axis=-1)
+
+    def heads(x):                                                  # (N, T, E) -> (N·num_heads, T, head_dim)
+        return x.reshape(N, x.shape[1], num_heads, head_dim).transpose(0, 2, 1, 3).reshape(N * num_heads, -1, head_dim)
+
+    q, k, v = heads(q), heads(k), heads(v)
+    if add_zero_attn:
+        k = np.concatenate([k, np.zeros((N * num_heads, 1, head_dim))], axis=1)
+        v = np.concatenate([v, np.zeros((N * num_heads, 1, head_dim))], axis=1)
+        if attn_mask is not None:
+            attn_mask = np.concatenate([attn_mask, np.zeros((*attn_mask.shape[:-1], 1))], axis=-1)
+    scores = (q / math.sqrt(head_dim)) @ k.transpose(0, 2, 1)
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = weights / weights.sum(axis=-1, keepdims=True)
+    out = (weights @ v).reshape(N, num_heads, L, head_dim).transpose(0, 2, 1, 3).reshape(N, L, E)
+    return out @ out_proj_weight.T + out_proj_bias, weights.reshape(N, num_heads, L, -1)
+
+
+def torch_arguments(params):
+    """refattn's parameters in torch's layout: (out, in) weights, ``in_proj_bias`` = [b_q, b_k, b_v]."""
+    args = {"q_proj_weight": params.w_q.T, "k_proj_weight": params.w_k.T, "v_proj_weight": params.w_v.T,
+            "in_proj_bias": np.concatenate([params.b_q, params.b_k, params.b_v]),
+            "out_proj_weight": params.w_o.T, "out_proj_bias": params.b_o}
+    if params.bias_k is not None:
+        args.update(bias_k=params.bias_k[None, None, :], bias_v=params.bias_v[None, None, :])
+    return args
+
+
+def random_biases(params, rng):
+    """Nonzero projection biases (init draws zeros, which would hide a misplaced bias)."""
+    from dataclasses import replace
+    return replace(params, **{name: rng.standard_normal(np.shape(getattr(params, name)))
+                              for name in ("b_q", "b_k", "b_v", "b_o")})
+
+
+@pytest.mark.parametrize("add_bias_kv", [False, True])
+@pytest.mark.parametrize("add_zero_attn", [False, True])
+@pytest.mark.parametrize("mask_kind", ["none", "per_head_bool", "per_head_float", "causal"])
+def test_multi_head_matches_torch_multihead_attention(add_bias_kv, add_zero_attn, mask_kind):
+    from refattn import init_multi_head, multi_head_attention
+
+    rng = np.random.default_rng(31)
+    N, L, S, E, h, kdim, vdim = 2, 3, 5, 6, 2, 4, 7
+    params = random_biases(init_multi_head(rng, E, h, kdim=kdim, vdim=vdim, add_bias_kv=add_bias_kv), rng)
+    assert (params.w_k.shape, params.w_v.shape, params.bias_k is None) == ((kdim, E), (vdim, E), not add_bias_kv)
+    x_q, x_k, x_v = rng.standard_normal((N, L, E)), rng.standard_normal((N, S, kdim)), rng.standard_normal((N, S, vdim))
+    ours, theirs, causal = None, None, False
+    if mask_kind == "per_head_bool":
+        ours = rng.random((N, h, L, S)) < 0.6
+        ours[..., 0] = True                                        # no fully masked row (torch gives NaN there)
+        theirs = ~ours.reshape(N * h, L, S)                        # torch: 3-D (N·num_heads, L, S), True = masked
+    elif mask_kind == "per_head_float":
+        ours = rng.standard_normal((1, h, L, S))                   # (1, h, L, S): the same per-head bias for all
+        theirs = np.broadcast_to(ours, (N, h, L, S)).reshape(N * h, L, S)
+    elif mask_kind == "causal":
+        causal, theirs = True, ~np.tril(np.ones((L, S), dtype=bool))   # torch: a 2-D causal attn_mask
+    out, A = multi_head_attention(x_q, x_k, params, num_heads=h, x_v=x_v, mask=ours, causal=causal,
+                                  add_zero_attn=add_zero_attn, return_weights=True)
+    expected, expected_A = torch_mha_reference(x_q, x_k, x_v, h, **torch_arguments(params),
+                                               add_zero_attn=add_zero_attn, attn_mask=theirs)
+    assert A.shape == (N, h, L, S + add_bias_kv + add_zero_attn)
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(A, expected_A, rtol=1e-12, atol=1e-12)
+
+
+def test_multi_head_vjp_with_bias_kv_against_finite_differences():
+    from refattn import init_multi_head, multi_head_attention
+    from refattn.oracle.vjp import multi_head_vjp
+
+    rng = np.random.default_rng(32)
+    params = random_biases(init_multi_head(rng, 4, 2, kdim=3, vdim=5, add_bias_kv=True), rng)
+    x_q, x_k, x_v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 3)), rng.standard_normal((2, 4, 5))
+    mask = rng.random((2, 2, 3, 4)) < 0.7
+    d_out = rng.standard_normal((2, 3, 4))
+    g = multi_head_vjp(x_q, x_k, params, d_out, num_heads=2, x_v=x_v, mask=mask, causal=True)
+    from dataclasses import replace
+
+    def loss(**change):
+        return float(np.sum(d_out * multi_head_attention(x_q, x_k, replace(params, **change), num_heads=2, x_v=x_v,
+                                                          mask=mask, causal=True)))
+
+    # Central differences, step 1e-5: truncation ~ h²·|f'''| ~ 1e-10 and rounding ~ eps·|f|/h ~ 1e-10 at these
+    # unit-scale inputs, so 1e-8 holds with margin.
+    step = 1e-5
+    for name in ("bias_k", "bias_v", "w_k", "w_v"):
+        x = getattr(params, name)
+        fd = np.zeros_like(x)
+        for index in np.ndindex(x.shape):
+            plus, minus = x.copy(), x.copy()
+            plus[index] += step
+            minus[index] -= step
+            fd[index] = (loss(**{name: plus}) - loss(**{name: minus})) / (2 * step)
+        np.testing.assert_allclose(getattr(g.dparams, name), fd, rtol=0, atol=1e-8, err_msg=name)
+
+
+# ------------------------------------------------------------------------------ per-head masks, one rule
+
+
+def test_per_head_mask_rule_and_errors():
+    from refattn import init_multi_head, multi_head_attention
+
+    rng = np.random.default_rng(33)
+    B, n, m, d, h = 3, 2, 4, 4, 2
+    params = random_biases(init_multi_head(rng, d, h), rng)
+    x, mem = rng.standard_normal((B, n, d)), rng.standard_normal((B, m, d))
+    per_head = rng.random((B, h, n, m)) < 0.6
+    per_head[..., 0] = True
+    _, A = multi_head_attention(x, mem, params, num_heads=h, mask=per_head, return_weights=True)
+    np.testing.assert_array_equal(A[~per_head], 0.0)               # each head its own mask
+    # (1, h, n, m) is per head and shared by the batch, never a batch of masks (torch: (B·h, n, m) repeated)
+    out, A = multi_head_attention(x, mem, params, num_heads=h, mask=per_head[:1], return_weights=True)
+    expected, _ = torch_mha_reference(x, mem, mem, h, **torch_arguments(params),
+                                      attn_mask=~np.broadcast_to(per_head[:1], per_head.shape).reshape(B * h, n, m))
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+    # Unbatched inputs: (h, n, m) is per head.
+    out = multi_head_attention(x[0], mem[0], params, num_heads=h, mask=per_head[0])
+    np.testing.assert_allclose(out, multi_head_attention(x[:1], mem[:1], params, num_heads=h, mask=per_head[:1])[0],
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 2, 2, 4\): with inputs of 0 batch dims .* at most 3 dims"):
+        multi_head_attention(x[0], mem[0], params, num_heads=h, mask=per_head)
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 3, 2, 4\).*head axis has 3 entries and num_heads=2"):
+        multi_head_attention(x, mem, params, num_heads=h, mask=np.ones((B, 3, n, m), dtype=bool))
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 2, 4\): 3 dims with inputs of 0 batch dims"):
+        multi_head_attention(x[0], mem[0], params, num_heads=h, mask=np.ones((B, n, m), dtype=bool))
+
+
+# ------------------------------------------------------------------- feed-forward activations
+
+
+def sigmoid(z):
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+# PyTorch's documented formulas (torch.nn.GELU, torch.nn.SiLU, torch.nn.ReLU) and Shazeer (2020)'s
+# FFN_SwiGLU / FFN_GEGLU (arXiv:2002.05202v1, Eqs. 5-6), one element at a time.
+SCALAR_ACTIVATIONS = {
+    "relu": lambda z: max(0.0, z),
+    "gelu": lambda z: z * 0.5 * (1.0 + math.erf(z / math.sqrt(2.0))),                  # GELU(approximate="none")
+    "gelu_tanh": lambda z: 0.5 * z * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3))),
+    "swiglu": lambda z: z * sigmoid(z),                                                # SiLU = Swish_1
+    "geglu": lambda z: z * 0.5 * (1.0 + math.erf(z / math.sqrt(2.0))),
+}
+
+
+def transcribed_ffn(x, params, activation):
+    """FFN(x) = f(x W₁ + b₁) [⊗ (x V + c)] W₂ + b₂ with Python loops over positions and units."""
+    d_model, d_ff = params.w_1.shape
+    out = np.zeros_like(x)
+    for row in np.ndindex(x.shape[:-1]):
+        hidden = []
+        for j in range(d_ff):
+            z = sum(x[row][i] * params.w_1[i, j] for i in range(d_model)) + (0.0 if params.b_1 is None else params.b_1[j])
+            a = SCALAR_ACTIVATIONS[activation](z)
+            if activation in ("swiglu", "geglu"):
+                a *= sum(x[row][i] * params.w_gate[i, j] for i in range(d_model)) + (
+                    0.0 if params.b_gate is None else params.b_gate[j])
+            hidden.append(a)
+        for c in range(d_model):
+            out[row][c] = sum(hidden[j] * params.w_2[j, c] for j in range(d_ff)) + (
+                0.0 if params.b_2 is None else params.b_2[c])
+    return out
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "swiglu", "geglu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_feed_forward_activations_match_their_definitions(activation, bias):
+    from dataclasses import replace
+
+    from refattn.core.ffn import feed_forward, init_feed_forward
+
+    rng = np.random.default_rng(41)
+    gated = activation in ("swiglu", "geglu")
+    params = init_feed_forward(rng, 4, 6, gated=gated, bias=bias)
+    assert (params.b_1 is None, params.w_gate is None) == (not bias, not gated)
+    if bias:
+        params = replace(params, **{name: rng.standard_normal(np.shape(getattr(params, name)))
+                                    for name in ("b_1", "b_2") + (("b_gate",) if gated else ())})
+    x = 2.0 * rng.standard_normal((2, 3, 4))
+    np.testing.assert_allclose(feed_forward(x, params, activation=activation), transcribed_ffn(x, params, activation),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_feed_forward_refuses_a_gate_mismatch():
+    from refattn.core.ffn import feed_forward, init_feed_forward
+
+    plain, gated = init_feed_forward(0, 4, 6), init_feed_forward(0, 4, 6, gated=True)
+    with pytest.raises(ValueError, match=r'activation="swiglu" needs params.w_gate'):
+        feed_forward(np.ones((2, 4)), plain, activation="swiglu")
+    with pytest.raises(ValueError, match=r'activation="gelu" has no gate, but params.w_gate has shape \(4, 6\)'):
+        feed_forward(np.ones((2, 4)), gated, activation="gelu")
+    with pytest.raises(ValueError, match="activation"):
+        feed_forward(np.ones((2, 4)), plain, activation="silu")
