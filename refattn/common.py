@@ -251,7 +251,8 @@ def grouped_kv(q: NDArray, k: NDArray, v: NDArray) -> tuple[NDArray, NDArray, in
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim < 3:
-            raise ValueError(f"enable_gqa=True needs {name} with a head axis, (..., h, length, dim), got shape {x.shape}")
+            raise ValueError(f"enable_gqa=True needs {name} with a head axis, (..., h, length, dim), "
+                             f"got shape {x.shape}")
     groups = kv_groups(q, k, v)
     return repeat_over_groups(k, groups), repeat_over_groups(v, groups), groups
 

@@ -13,13 +13,11 @@ The paper's gated units have no biases; b₁, c, b₂ may each be None (PyTorch'
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-
-import math
-
 from scipy.special import erf, expit
 
 from ..common import as_float, as_rng, check_bool, check_choice, check_positive_int, glorot
