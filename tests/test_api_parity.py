@@ -47,7 +47,8 @@ def torch_sdpa_reference(query, key, value, attn_mask=None, is_causal=False, sca
 @pytest.mark.parametrize("causal", [False, True])
 def test_sdpa_enable_gqa_matches_torch_reference(h, h_kv, causal):
     rng = np.random.default_rng(19)
-    q, k, v = rng.standard_normal((2, h, 5, 4)), rng.standard_normal((2, h_kv, 5, 4)), rng.standard_normal((2, h_kv, 5, 3))
+    q, k = rng.standard_normal((2, h, 5, 4)), rng.standard_normal((2, h_kv, 5, 4))
+    v = rng.standard_normal((2, h_kv, 5, 3))
     expected = torch_sdpa_reference(q, k, v, is_causal=causal, enable_gqa=True)
     for method in ("equation", "blocked"):
         out = scaled_dot_product_attention(q, k, v, causal=causal, enable_gqa=True, method=method)
@@ -115,8 +116,8 @@ def test_sdpa_vjp_enable_gqa_sums_each_group_exactly():
     full = sdpa_vjp(q, k_full, v_full, d_out, causal=True)
     np.testing.assert_allclose(g.dq, full.dq, rtol=1e-12, atol=1e-12)
     for head in range(3):
-        np.testing.assert_allclose(g.dk[:, head], full.dk[:, 2 * head] + full.dk[:, 2 * head + 1], rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(g.dv[:, head], full.dv[:, 2 * head] + full.dv[:, 2 * head + 1], rtol=1e-12, atol=1e-12)
+        for got, want in ((g.dk, full.dk), (g.dv, full.dv)):
+            np.testing.assert_allclose(got[:, head], want[:, 2 * head] + want[:, 2 * head + 1], rtol=1e-12, atol=1e-12)
 
 
 # ------------------------------------------------ nn.MultiheadAttention: kdim, vdim, add_bias_kv, add_zero_attn
@@ -264,7 +265,8 @@ def test_per_head_mask_rule_and_errors():
     out = multi_head_attention(x[0], mem[0], params, num_heads=h, mask=per_head[0])
     np.testing.assert_allclose(out, multi_head_attention(x[:1], mem[:1], params, num_heads=h, mask=per_head[:1])[0],
                                rtol=1e-12, atol=1e-12)
-    with pytest.raises(ValueError, match=r"mask has shape \(3, 2, 2, 4\): with inputs of 0 batch dims .* at most 3 dims"):
+    with pytest.raises(ValueError,
+                       match=r"mask has shape \(3, 2, 2, 4\): with inputs of 0 batch dims .* at most 3 dims"):
         multi_head_attention(x[0], mem[0], params, num_heads=h, mask=per_head)
     with pytest.raises(ValueError, match=r"mask has shape \(3, 3, 2, 4\).*head axis has 3 entries and num_heads=2"):
         multi_head_attention(x, mem, params, num_heads=h, mask=np.ones((B, 3, n, m), dtype=bool))
@@ -297,7 +299,8 @@ def transcribed_ffn(x, params, activation):
     for row in np.ndindex(x.shape[:-1]):
         hidden = []
         for j in range(d_ff):
-            z = sum(x[row][i] * params.w_1[i, j] for i in range(d_model)) + (0.0 if params.b_1 is None else params.b_1[j])
+            bias = 0.0 if params.b_1 is None else params.b_1[j]
+            z = sum(x[row][i] * params.w_1[i, j] for i in range(d_model)) + bias
             a = SCALAR_ACTIVATIONS[activation](z)
             if activation in ("swiglu", "geglu"):
                 a *= sum(x[row][i] * params.w_gate[i, j] for i in range(d_model)) + (

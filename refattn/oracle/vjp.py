@@ -342,8 +342,8 @@ def multi_head_vjp(
 
     with :math:`C = \operatorname{Concat}(\mathrm{head}_i)` and the sums over every token and batch
     entry. Parameters with ``bias_k`` and ``bias_v`` (``add_bias_kv``) get their gradients too: the
-    added key's and value's rows of :math:`\bar K`, :math:`\bar V`, summed over the batch. When ``x_v`` is not given, :math:`x_{kv}` feeds both K and V and
-    :math:`\bar x_{kv} = \bar K W^{K\top} + \bar V W^{V\top}`.
+    added key's and value's rows of :math:`\bar K`, :math:`\bar V`, summed over the batch. When ``x_v``
+    is not given, :math:`x_{kv}` feeds both K and V and :math:`\bar x_{kv} = \bar K W^{K\top} + \bar V W^{V\top}`.
 
     Parameters
     ----------
