@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..common import write_npz
 from ..core.padding_mask import padding_mask
 from ..core.sdpa import scaled_dot_product_attention
 from .check import check, check_mechanism
@@ -218,8 +219,7 @@ def export_case(name: str, path: str | Path, *, layout: str = "bhnd") -> dict:
         The arrays written.
     """
     arrays = make_case(name, layout=layout)
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
+    write_npz(path, arrays)
     return arrays
 
 

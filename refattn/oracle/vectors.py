@@ -57,17 +57,15 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
-import io
 import json
 import math
-import zipfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
 from .. import registry
-from ..common import default_scale
+from ..common import default_scale, write_npz
 from .fixtures import FixtureError, _representable
 from .vjp import GRADIENT_IDS, record_vjp
 
@@ -77,7 +75,6 @@ __all__ = ["CASE_NAMES", "FORMAT", "decode_tree", "export_vector", "load_vector"
 FORMAT = "refattn-vectors-1"
 CASE_NAMES = ("default", "causal", "bottom_right")
 CAUSAL_NAMES = {False: "none", True: "top-left", "bottom-right": "bottom-right"}
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)                                  # zip's earliest date: the same bytes every run
 
 
 def vector_ids() -> list[str]:
@@ -155,21 +152,6 @@ def make_vector(id: str, case: str = "default") -> dict:  # noqa: A002 - the reg
         arrays.update(scale=np.array(default_scale(q.shape[-1]), dtype=np.float64), fully_masked=np.array("zero"),
                       layout=np.array("bhnd"))
     return arrays
-
-
-def write_npz(path: str | Path, arrays: dict) -> bytes:
-    """Write ``arrays`` to ``path`` as an uncompressed ``.npz`` with fixed zip dates; return the bytes written."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
-        for name, value in arrays.items():
-            member = io.BytesIO()
-            np.lib.format.write_array(member, np.asarray(value), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
-            info.external_attr = 0o644 << 16
-            archive.writestr(info, member.getvalue())
-    data = buffer.getvalue()
-    Path(path).write_bytes(data)
-    return data
 
 
 def export_vector(id: str, path: str | Path, case: str = "default") -> dict:  # noqa: A002 - the registry's word

@@ -14,18 +14,16 @@ weights give the same bytes.
 """
 from __future__ import annotations
 
-import io
 import math
 import sys
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from ..common import check_non_negative_int, check_positive_int
+from ..common import check_non_negative_int, check_positive_int, write_npz
 from .adam import adam_init, adam_update
 from .model import (
     decoder_logits,
@@ -40,8 +38,8 @@ from .model import (
 )
 from .tasks import Batch, Task, get_task
 
-__all__ = ["History", "compare_params", "init_params", "load_params", "pretrained", "pretrained_path", "save_arrays",
-           "save_params", "train", "train_accuracy"]
+__all__ = ["History", "compare_params", "init_params", "load_params", "pretrained", "pretrained_path", "save_params",
+           "train", "train_accuracy"]
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 ADAM = dict(beta1=0.9, beta2=0.98, eps=1e-9)                      # Vaswani et al., 2017, §5.3
@@ -286,31 +284,9 @@ def save_params(path: str | Path, params) -> Path:
     -------
     Path
     """
-    return save_arrays(path, {name: np.asarray(leaf, dtype=np.float64)
-                              for name, leaf in zip(leaf_names(params), flatten(params), strict=True)})
-
-
-def save_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
-    """Write named arrays to ``path`` as an uncompressed ``.npz``, byte-stable (fixed zip timestamps).
-
-    Parameters
-    ----------
-    path : str or Path
-        The file (its folder must exist).
-    arrays : dict of str to ndarray
-        The arrays, by name (no object arrays).
-
-    Returns
-    -------
-    Path
-    """
-    path = Path(path)
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
-        for name, array in arrays.items():
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
-            archive.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
-    return path
+    write_npz(path, {name: np.asarray(leaf, dtype=np.float64)
+                     for name, leaf in zip(leaf_names(params), flatten(params), strict=True)})
+    return Path(path)
 
 
 def load_params(path: str | Path, task):

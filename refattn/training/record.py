@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .loop import WEIGHTS_DIR, init_params, save_arrays, train
+from ..common import write_npz
+from .loop import WEIGHTS_DIR, init_params, train
 from .model import decoder_logits, seq2seq_logits
 from .scores import head_scores
 from .tasks import get_task
@@ -107,7 +108,7 @@ def record_training(task, *, seed: int | None = None, steps: int | None = None, 
 
 
 def save_record(path: str | Path, record: TrainingRecord) -> Path:
-    """Write a record as a byte-stable ``.npz`` (:func:`~refattn.training.loop.save_arrays`).
+    """Write a record as a byte-stable ``.npz`` (:func:`refattn.common.write_npz`).
 
     Parameters
     ----------
@@ -124,7 +125,8 @@ def save_record(path: str | Path, record: TrainingRecord) -> Path:
     arrays |= {f"tokens/{name}": value for name, value in record.tokens.items()}
     arrays |= {f"weights/{name}": value.astype(np.float32) for name, value in record.weights.items()}   # display only
     arrays |= {f"scores/{name}": value for name, value in record.scores.items()}
-    return save_arrays(path, arrays)
+    write_npz(path, arrays)
+    return Path(path)
 
 
 def load_record(path: str | Path) -> TrainingRecord:
