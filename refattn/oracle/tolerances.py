@@ -118,7 +118,7 @@ def table_tolerance(table: str, dtype: np.dtype, gradient: bool) -> tuple[float,
     if table not in TABLES:
         raise ValueError(f"table must be one of {tuple(TABLES)!r}, got {table!r}")
     entries = TABLES[table].backward if gradient else TABLES[table].forward
-    name = np.dtype(dtype).name
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
     if name not in entries:
         raise ValueError(
             f"table {table!r} has no entry for the candidate's dtype {name} (it lists {', '.join(entries)})"
@@ -160,8 +160,10 @@ def rule_spec(rule: str, table: str | None, max_ulps) -> RuleSpec:
                                                  "the array's largest |o| (spacing of max|o|)")
 
 
-def floor_spec(dtype: np.dtype) -> tuple[float, str]:
+def floor_spec(dtype) -> tuple[float, str]:
     r"""``(c, combine)`` of the ratio rule's floor :math:`c\,\varepsilon \max \kappa` for a candidate dtype.
+
+    ``dtype``: a NumPy float dtype or a format name ("bfloat16" included).
 
     float16: ``(1, "rss")``. The errors that matter in float16 are the roundings of the weights and
     outputs to float16, which the baseline makes too (NumPy's float16 matmul accumulates in float32,
@@ -185,8 +187,8 @@ def floor_spec(dtype: np.dtype) -> tuple[float, str]:
     a float64 sequential online softmax over up to 8000 keys at most 0.47. A float16 softmax whose
     sums over keys are accumulated key by key in float16 fails (m = 64 to 1024 keys).
     """
-    dtype = np.dtype(dtype)
-    return (2.0, "abs") if dtype == np.float64 else (1.0, "abs") if dtype == np.float32 else (1.0, "rss")
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    return (2.0, "abs") if name == "float64" else (1.0, "abs") if name == "float32" else (1.0, "rss")
 
 
 def _finite(x: NDArray) -> NDArray:
