@@ -150,9 +150,12 @@ def check(
     effect of one rounding of every score (relative to :math:`|s| \sum_l |q_{il}||k_{jl}| +
     |B_{ij}|`, so large logits and cancellation raise it), every weight and every product
     (:func:`~refattn.oracle.tolerances.forward_noise`, ``gradient_noise``): for float16 the
-    root-sum-square of those independent errors (their typical size), for float32 their
-    worst-case sum, for float64 (whose baseline is the oracle itself) the worst-case sum doubled;
-    :func:`~refattn.oracle.tolerances.floor_spec` gives the reasons and the measurements.
+    root-sum-square of those independent errors (their typical size; bfloat16 too), for float32
+    their worst-case sum, for float64 (whose baseline is the oracle itself) the worst-case sum
+    doubled. For outputs :math:`c` is 1/4 (float32) or 1/8 (float16, bfloat16), small enough that
+    the threshold is FlashAttention's 2× plus a small margin; for gradients 1 (2 for float64).
+    :func:`~refattn.oracle.tolerances.floor_spec` gives the reasons and the measurements, and
+    ``python -m refattn bench oracle`` the false-rejection and detection rates.
 
     **Alternatives.** On failure, each of these replaces one convention and the whole comparison is
     redone (oracle, baseline, floor): the other causal alignments and no causal mask, the inverted
@@ -346,7 +349,7 @@ def _threshold(name, fmt: Format, oracle: Evaluation, spec: RuleSpec, problem, c
         return tol, (f"|c − o| ≤ {spec.max_ulps:g} ulp × {gap:.3g} (spacing of max|o| = {top:.4g} in "
                      f"{fmt.name}) = {tol:.3g}"), None, 0
     factor = RATIO_FACTORS[name]
-    c, combine = floor_spec(fmt.name)
+    c, combine = floor_spec(fmt.name, gradient)
     floor = c * fmt.eps * oracle.noise[combine][name]
     if fmt.name == "float64":
         base_err, base_bad, source = 0.0, 0, "refattn in float64 = the oracle"
