@@ -193,3 +193,69 @@ def test_bfloat16_bug_mask_is_named(bf16_problem):
     assert not report.passed
     assert report.alternatives == ("the boolean mask is inverted (True = masked out, as torch.nn.MultiheadAttention)",)
     assert "matches if the boolean mask is inverted" in str(report)
+
+
+# ------------------------------------------------------------------ non-finite values in masked-out inputs
+
+
+def additive_mask_attention(q, k, v, keep, scale):
+    """Masking by adding -inf and multiplying by zero weights, as a plain PyTorch softmax does (no selection)."""
+    with np.errstate(invalid="ignore"):
+        S = (q.astype(np.float32) @ np.swapaxes(k.astype(np.float32), -1, -2)) * np.float32(scale)
+        S = S + np.where(keep, np.float32(0), np.float32(-np.inf))
+        P = np.exp(S - np.max(S, axis=-1, keepdims=True))
+        return (P / P.sum(axis=-1, keepdims=True)) @ v.astype(np.float32)
+
+
+@pytest.mark.parametrize("poisoned", ["k", "v"])
+def test_nonfinite_masked_out_inputs_get_the_exact_hint(bf16_problem, poisoned):
+    q, k, v = (x.copy() for x in bf16_problem)
+    keep = np.ones((2, 1, 1, 9), bool)
+    keep[0, ..., 7:] = False                                       # batch 0 pads its last two keys
+    (k if poisoned == "k" else v)[0, 1, 7, 2] = np.nan             # garbage in a padded slot of head 1
+    out = additive_mask_attention(q, k, v, keep, 0.25)
+    report = check(out, q, k, v, mask=keep)
+    assert not report.passed
+    assert report.alternatives == ()                               # "the mask is ignored" does not match by NaN
+    assert "the mask is ignored" in report.alternatives_tried
+    want = 5 * 8 if poisoned == "k" else 5                         # every row of head 1, or its column 2
+    assert report["out"].nan_where_finite == want
+    assert report.hints == (
+        f"the candidate differs from the oracle only at {want} output elements, all NaN/Inf in the candidate, each "
+        f"where a NaN/Inf in a masked-out key ({int(poisoned == 'k')} positions) or value ({int(poisoned == 'v')} "
+        "positions) reaches when masking is not by selection (a NaN key's score is NaN, and NaN + -inf = NaN; a zero "
+        "weight times a NaN value is NaN). refattn masks by selection, so masked-out inputs never reach the output: "
+        "select instead of adding -inf (torch.where on scores and weights), or replace NaN/Inf in the padding of k "
+        "and v by 0 before the call",)
+    assert "hint: the candidate differs from the oracle only at" in str(report)
+
+
+def test_no_hint_when_other_elements_differ_too(bf16_problem):
+    q, k, v = (x.copy() for x in bf16_problem)
+    keep = np.ones((2, 1, 1, 9), bool)
+    keep[0, ..., 7:] = False
+    v[0, 1, 8, 0] = np.inf
+    out = additive_mask_attention(q, k, v, keep, 0.25)
+    out[1, 0, 0, 0] += 1.0                                         # a real error elsewhere
+    report = check(out, q, k, v, mask=keep)
+    assert not report.passed and report.hints == ()
+
+
+def test_nan_matching_nan_never_makes_an_alternative_match(bf16_problem):
+    q, k, v = (x.copy() for x in bf16_problem)
+    keep = np.ones((2, 1, 1, 9), bool)
+    keep[..., 8] = False
+    k[..., 8, :] = np.nan                                          # every batch and head pads key 8 with NaN
+    out = additive_mask_attention(q, k, v, np.ones((1, 9), bool), 0.25)   # the mask really ignored: all NaN
+    report = check(out, q, k, v, mask=keep)
+    assert not report.passed and report.alternatives == () and report.partial_alternatives == ()
+    assert "the mask is ignored" in report.alternatives_tried
+
+
+def test_fully_masked_nan_policy_is_still_named(bf16_problem):
+    q, k, v = bf16_problem
+    keep = np.ones((2, 1, 5, 9), bool)
+    keep[1, 0, 3] = False                                          # query 3 of batch 1 sees no key
+    out = additive_mask_attention(q, k, v, keep, 0.25)             # -inf everywhere: NaN row
+    report = check(out, q, k, v, mask=keep)
+    assert report.alternatives == ('fully_masked="nan" instead of "zero"',)

@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 from .. import common
 from ..common import as_float, causal_alignment, check_choice, check_positive_int, check_scale, default_scale
 from ..core.softmax import FULLY_MASKED_POLICIES
-from .diagnose import describe, try_alternatives
+from .diagnose import describe, masked_nonfinite_hint, try_alternatives
 from .evaluate import Conventions, Evaluation, Problem, evaluate
 from .precision import BFLOAT16, Format, bfloat16_values, host_array, number_format, spacing
 from .report import Comparison, FullyMaskedRows, Report, compare_arrays, elementwise_ok
@@ -174,7 +174,12 @@ def check(
 
     **Non-finite values** are never covered by a tolerance: a NaN or Inf where the oracle is
     finite fails; a NaN (Inf) in the oracle passes only where the candidate has NaN (the same Inf)
-    too, and the report counts them either way.
+    too, and the report counts them either way. An alternative convention is never accepted
+    because NaN matched NaN where the oracle is finite (except the NaN rows of the policy "nan").
+    When the candidate differs only by NaN or Inf where a non-finite value in a masked-out key or
+    value would reach it if masking were not by selection (a masked NaN key makes its score NaN
+    whatever the additive mask; a masked NaN value gives 0 × NaN = NaN), the report's hint says
+    so (:func:`~refattn.oracle.diagnose.masked_nonfinite_hint`).
 
     Examples
     --------
@@ -228,10 +233,12 @@ def check(
     run = _run(problem, conv, spec)
     passed = all(c.passed for c in run.comparisons)
     fully = _fully_masked_rows(problem, conv, spec, run)
-    tried, matches, partial = (), (), ()
+    tried, matches, partial, hints = (), (), (), ()
     if not passed:
         tried, matches, partial = try_alternatives(problem, conv, run.oracle,
-                                                   lambda p, alt: _run(p, alt, spec).comparisons)
+                                                   lambda p, alt: _alternative(p, alt, spec, run))
+        hint = masked_nonfinite_hint(problem, conv, run.passed.get("out"))
+        hints = () if hint is None else (hint,)
     return Report(
         passed=passed,
         rule=rule,
@@ -243,6 +250,7 @@ def check(
         alternatives=matches,
         alternatives_tried=tried,
         partial_alternatives=() if matches else partial,
+        hints=hints,
     )
 
 
@@ -328,6 +336,31 @@ def _run(problem: Problem, conv: Conventions, spec: RuleSpec) -> _Run:
         comparison, passed[name] = compare_arrays(name, c, o, tol, text, base_err, base_bad, fmt)
         comparisons.append(comparison)
     return _Run(comparisons, passed, tolerances, oracle)
+
+
+def _alternative(problem: Problem, alt: Conventions, spec: RuleSpec, run: _Run) -> list[Comparison]:
+    """The comparisons under another convention, where NaN matching NaN never counts as agreement.
+
+    An element that is non-finite in the alternative's oracle but finite in the oracle of the
+    conventions asked for fails, whatever the candidate holds there: that NaN comes from a
+    non-finite input the alternative lets through (a masked-out key under "the mask is ignored"),
+    and a candidate that propagates it does not follow that convention. The exception is the NaN
+    that the fully-masked policy "nan" puts in the rows (and dq rows) of queries that see no key.
+    """
+    alt_run = _run(problem, alt, spec)
+    comparisons = []
+    for c in alt_run.comparisons:
+        ok, o, main = alt_run.passed.get(c.name), alt_run.oracle.arrays[c.name], run.oracle.arrays[c.name]
+        if ok is not None and c.passed and o.shape == main.shape:
+            borrowed = ~np.isfinite(o) & np.isfinite(main)
+            if alt.fully_masked == "nan" and c.name in ("out", "dq"):
+                borrowed &= ~np.broadcast_to(alt_run.oracle.empty[..., None], o.shape)
+            elif alt.fully_masked == "nan":                        # a NaN row poisons its batch element's dk, dv
+                borrowed[...] = False
+            if np.any(borrowed & ok):
+                c = replace(c, passed=False)
+        comparisons.append(c)
+    return comparisons
 
 
 def _threshold(name, fmt: Format, oracle: Evaluation, spec: RuleSpec, problem, conv, baselines: dict):

@@ -250,6 +250,9 @@ class Report:
     partial_alternatives : tuple of str
         When no alternative matches everything: those under which some of the arrays pass, e.g.
         "out match if ... (dq, dk, dv still fail)".
+    hints : tuple of str
+        When the check fails: what else explains the difference (non-finite values in masked-out
+        inputs that the candidate let through).
     """
 
     passed: bool
@@ -262,6 +265,7 @@ class Report:
     alternatives: tuple = ()
     alternatives_tried: tuple = field(default=())
     partial_alternatives: tuple = field(default=())
+    hints: tuple = field(default=())
 
     def __getitem__(self, name: str) -> Comparison:
         """The comparison of ``name`` ("out", "dq", "dk" or "dv")."""
@@ -285,6 +289,7 @@ class Report:
                 lines.append(f"no alternative convention matches (tried {len(self.alternatives_tried)}: "
                              + "; ".join(self.alternatives_tried) + ")")
                 lines.extend(f"partly: {alt}" for alt in self.partial_alternatives)
+            lines.extend(f"hint: {hint}" for hint in self.hints)
         return "\n".join(lines)
 
 
