@@ -346,7 +346,8 @@ def test_tables_are_the_sources_numbers():
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
-    ({"candidate": np.zeros((5, 6), int)}, TypeError, "candidate must be a float16, float32 or float64 array"),
+    ({"candidate": np.zeros((5, 6), int)}, TypeError,
+     "candidate must be a float16, float32, float64 or bfloat16 array"),
     ({"q": np.zeros((5, 8), int)}, TypeError, "q must be a real floating-point array"),
     ({"rule": "close-enough"}, ValueError, "rule must be one of"),
     ({"rule": "table", "table": "numpy"}, ValueError, "table must be one of"),

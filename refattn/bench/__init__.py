@@ -6,9 +6,9 @@ times, and states each target with its measured value.
 """
 from __future__ import annotations
 
-from . import beyond, content, linear, lowrank, memory, sdpa, sparse
+from . import beyond, content, linear, lowrank, memory, oracle, sdpa, sparse
 
 FAMILIES = {"sdpa": sdpa, "sparse": sparse, "linear": linear, "content": content, "lowrank": lowrank,
-            "beyond": beyond, "memory": memory}
+            "beyond": beyond, "memory": memory, "oracle": oracle}
 
 __all__ = ["FAMILIES"]

@@ -20,8 +20,9 @@ from numpy.typing import ArrayLike, NDArray
 from .. import common
 from ..common import as_float, causal_alignment, check_choice, check_positive_int, check_scale, default_scale
 from ..core.softmax import FULLY_MASKED_POLICIES
-from .diagnose import describe, try_alternatives
+from .diagnose import describe, masked_nonfinite_hint, try_alternatives
 from .evaluate import Conventions, Evaluation, Problem, evaluate
+from .precision import BFLOAT16, Format, bfloat16_values, host_array, number_format, spacing
 from .report import Comparison, FullyMaskedRows, Report, compare_arrays, elementwise_ok
 from .shapes import LAYOUTS, swap_heads
 from .tolerances import RATIO_FACTORS, RuleSpec, floor_spec, rule_spec, table_tolerance
@@ -51,6 +52,7 @@ def check(
     layout: str = "bhnd",
     max_ulps: float | None = None,
     memory_budget: int | None = None,
+    candidate_dtype: str | None = None,
 ) -> Report:
     r"""Compare a candidate attention output (and gradients) with refattn's float64 oracle.
 
@@ -61,9 +63,12 @@ def check(
 
     Parameters
     ----------
-    candidate : (..., n, d_v) array_like of float16, float32 or float64
+    candidate : (..., n, d_v) array_like of float16, float32, float64 or bfloat16
         The other implementation's output for these inputs. Its dtype is "the candidate's dtype":
-        the baseline runs in it and ULPs and table entries are taken for it.
+        the baseline runs in it and ULPs and table entries are taken for it. Another framework's
+        tensor is read by duck typing (:func:`refattn.oracle.precision.host_array`; a bfloat16
+        tensor, e.g. PyTorch's, through ``.float()``, exactly), which is also how ``q``, ``k``,
+        ``v``, ``mask``, ``d_out`` and the gradients are read.
     q : (..., n, d_k) array_like
         The queries the candidate was given (in ``layout``; any float dtype, compared in float64).
     k : (..., m, d_k) array_like
@@ -105,6 +110,11 @@ def check(
         once. Above it the output is computed by blocks of query rows (the same arithmetic per
         row), and gradients raise ``ValueError`` (see Notes). Default
         :func:`refattn.common.memory_budget` (4 GiB unless set).
+    candidate_dtype : {"bfloat16"}, optional
+        The format of the candidate's values when its array does not say it: "bfloat16" for a
+        bfloat16 result cast to float32 (or float64), e.g. ``tensor.float().numpy()``; every value
+        must then be a bfloat16 number (``ValueError`` otherwise). A bfloat16 tensor or
+        ``ml_dtypes`` array needs no such hint.
 
     Returns
     -------
@@ -116,8 +126,8 @@ def check(
     Raises
     ------
     TypeError
-        A candidate that is not float16/32/64, integer or complex inputs, a mask neither bool nor
-        float.
+        A candidate that is not float16/32/64 or bfloat16, integer or complex inputs, a mask
+        neither bool nor float.
     ValueError
         Unknown rule, table, layout or policy; inputs with fewer than two dimensions or shapes that
         do not fit each other; gradients without ``d_out``; gradients at a size whose dense
@@ -129,7 +139,11 @@ def check(
     **Same-dtype baseline.** :func:`refattn.scaled_dot_product_attention` and
     :func:`~refattn.oracle.vjp.sdpa_vjp` with ``dtype=`` the candidate's dtype (the inputs cast to
     it, every intermediate kept in it). A float64 candidate's baseline is the oracle itself
-    (error 0), so its threshold is the floor alone.
+    (error 0), so its threshold is the floor alone. A bfloat16 candidate's baseline is the same
+    equation path with bfloat16 rounding emulated on float32
+    (:func:`~refattn.oracle.precision.sdpa_bfloat16`: inputs, scores, weights and output rounded
+    to bfloat16, products and softmax accumulated in float32); its gradients are judged by rule
+    "table" only (``ValueError`` under "ratio" and "ulp": refattn has no bfloat16 backward pass).
 
     **Floor.** Twice the baseline error can be accidentally tiny (a lucky rounding, a short
     sequence), so the ratio rule adds :math:`c\,\varepsilon \max \kappa`, with
@@ -137,9 +151,12 @@ def check(
     effect of one rounding of every score (relative to :math:`|s| \sum_l |q_{il}||k_{jl}| +
     |B_{ij}|`, so large logits and cancellation raise it), every weight and every product
     (:func:`~refattn.oracle.tolerances.forward_noise`, ``gradient_noise``): for float16 the
-    root-sum-square of those independent errors (their typical size), for float32 their
-    worst-case sum, for float64 (whose baseline is the oracle itself) the worst-case sum doubled;
-    :func:`~refattn.oracle.tolerances.floor_spec` gives the reasons and the measurements.
+    root-sum-square of those independent errors (their typical size; bfloat16 too), for float32
+    their worst-case sum, for float64 (whose baseline is the oracle itself) the worst-case sum
+    doubled. For outputs :math:`c` is 1/4 (float32) or 1/8 (float16, bfloat16), small enough that
+    the threshold is FlashAttention's 2× plus a small margin; for gradients 1 (2 for float64).
+    :func:`~refattn.oracle.tolerances.floor_spec` gives the reasons and the measurements, and
+    ``python -m refattn bench oracle`` the false-rejection and detection rates.
 
     **Alternatives.** On failure, each of these replaces one convention and the whole comparison is
     redone (oracle, baseline, floor): the other causal alignments and no causal mask, the inverted
@@ -158,7 +175,12 @@ def check(
 
     **Non-finite values** are never covered by a tolerance: a NaN or Inf where the oracle is
     finite fails; a NaN (Inf) in the oracle passes only where the candidate has NaN (the same Inf)
-    too, and the report counts them either way.
+    too, and the report counts them either way. An alternative convention is never accepted
+    because NaN matched NaN where the oracle is finite (except the NaN rows of the policy "nan").
+    When the candidate differs only by NaN or Inf where a non-finite value in a masked-out key or
+    value would reach it if masking were not by selection (a masked NaN key makes its score NaN
+    whatever the additive mask; a masked NaN value gives 0 × NaN = NaN), the report's hint says
+    so (:func:`~refattn.oracle.diagnose.masked_nonfinite_hint`).
 
     Examples
     --------
@@ -175,16 +197,22 @@ def check(
     >>> check(wrong, q, k, v, causal=True).alternatives
     ('scale=1 (no scaling) instead of 0.353553',)
     """
-    cands = {"out": _as_candidate("candidate", candidate)}
-    for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
-        if g is not None:
-            cands[name] = _as_candidate(name, g)
-    q, k, v = (as_float(name, x, min_ndim=2) for name, x in (("q", q), ("k", k), ("v", v)))
+    if candidate_dtype is not None:
+        check_choice("candidate_dtype", candidate_dtype, (BFLOAT16,))
+    cands, formats = {}, {}
+    for name, label, x in (("out", "candidate", candidate), ("dq", "dq", dq), ("dk", "dk", dk), ("dv", "dv", dv)):
+        if x is not None:
+            cands[name], formats[name] = _as_candidate(label, x, candidate_dtype)
+    q, k, v = (as_float(name, host_array(name, x)[0], min_ndim=2) for name, x in (("q", q), ("k", k), ("v", v)))
     grads = len(cands) > 1
     if grads and d_out is None:
         raise ValueError("dq, dk and dv are checked against the gradient for d_out: pass d_out, the upstream "
                          "gradient the candidate's gradients were computed with")
-    d_out = as_float("d_out", d_out) if grads else None
+    grad_formats = [formats[name] for name in ("dq", "dk", "dv") if name in formats]
+    if rule != "table" and BFLOAT16 in grad_formats:
+        raise ValueError(f"bfloat16 gradients are judged by rule='table' only (refattn has no bfloat16 backward pass "
+                         f"to serve as the baseline of rule={rule!r}); got dq, dk, dv in {', '.join(grad_formats)}")
+    d_out = as_float("d_out", host_array("d_out", d_out)[0]) if grads else None
     check_choice("layout", layout, LAYOUTS)
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     spec = rule_spec(rule, table, max_ulps)
@@ -195,32 +223,35 @@ def check(
                 raise ValueError(f"layout 'bnhd' needs {name} of shape (..., n, h, d), got shape {x.shape}")
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     if mask is not None:
-        mask = np.asarray(mask)
+        mask = host_array("mask", mask)[0]
         if mask.dtype != np.bool_ and mask.dtype.kind != "f":
             raise TypeError(f"mask must be bool (True = may attend) or a float bias, got dtype {mask.dtype} "
                             f"with shape {mask.shape}")
     conv = Conventions(alignment, scale, fully_masked, mask, layout)
     problem = Problem(q, k, v, d_out, cands, grads, common.memory_budget() if memory_budget is None
-                      else check_positive_int("memory_budget", memory_budget))
+                      else check_positive_int("memory_budget", memory_budget), formats)
 
     run = _run(problem, conv, spec)
     passed = all(c.passed for c in run.comparisons)
     fully = _fully_masked_rows(problem, conv, spec, run)
-    tried, matches, partial = (), (), ()
+    tried, matches, partial, hints = (), (), (), ()
     if not passed:
         tried, matches, partial = try_alternatives(problem, conv, run.oracle,
-                                                   lambda p, alt: _run(p, alt, spec).comparisons)
+                                                   lambda p, alt: _alternative(p, alt, spec, run))
+        hint = masked_nonfinite_hint(problem, conv, run.passed.get("out"))
+        hints = () if hint is None else (hint,)
     return Report(
         passed=passed,
         rule=rule,
         rule_detail=spec.detail,
-        dtype=cands["out"].dtype.name,
+        dtype=formats["out"],
         conventions=describe(conv, problem, run.oracle),
         comparisons=tuple(run.comparisons),
         fully_masked=fully,
         alternatives=matches,
         alternatives_tried=tried,
         partial_alternatives=() if matches else partial,
+        hints=hints,
     )
 
 
@@ -270,20 +301,22 @@ class _Run:
     oracle: Evaluation
 
 
-def _as_candidate(name: str, x: ArrayLike) -> NDArray:
-    arr = np.asarray(x)
+def _as_candidate(name: str, x, declared: str | None) -> tuple[NDArray, str]:
+    """``(array, format name)`` of a candidate array: a float16/32/64 array, or float32 holding bfloat16 values."""
+    arr, fmt = host_array(name, x)
+    if fmt is None and declared == BFLOAT16:
+        arr, fmt = bfloat16_values(name, arr), BFLOAT16
+    if fmt == BFLOAT16:
+        return arr, fmt
     if arr.dtype.type not in _CANDIDATE_DTYPES:
-        raise TypeError(
-            f"{name} must be a float16, float32 or float64 array, got dtype {arr.dtype} with shape {arr.shape}"
-            + ("; cast bfloat16 results to float32 (and compare with float32 tolerances)"
-               if "bfloat16" in arr.dtype.name else "")
-        )
-    return arr
+        raise TypeError(f"{name} must be a float16, float32, float64 or bfloat16 array, got dtype {arr.dtype} with "
+                        f"shape {arr.shape}")
+    return arr, arr.dtype.name
 
 
 def _run(problem: Problem, conv: Conventions, spec: RuleSpec) -> _Run:
     """Compare every candidate array with the oracle under ``conv``."""
-    noise = {floor_spec(c.dtype)[1] for c in problem.candidates.values()} if spec.rule == "ratio" else ()
+    noise = {floor_spec(fmt)[1] for fmt in problem.formats.values()} if spec.rule == "ratio" else ()
     oracle = evaluate(problem, conv, np.float64, noise=noise)
     baselines = {}
     comparisons, passed, tolerances = [], {}, {}
@@ -295,57 +328,83 @@ def _run(problem: Problem, conv: Conventions, spec: RuleSpec) -> _Run:
         o = oracle.arrays[name]
         if c.shape != o.shape:
             comparisons.append(Comparison(
-                name, o.shape, c.shape, c.dtype.name, False, "-",
+                name, o.shape, c.shape, problem.formats[name], False, "-",
                 note=f"shape mismatch: the candidate has shape {c.shape}, the oracle {o.shape}"))
             continue
-        tol, text, base_err, base_bad = _threshold(name, c.dtype, oracle, spec, problem, conv, baselines)
+        fmt = number_format(problem.formats[name])
+        tol, text, base_err, base_bad = _threshold(name, fmt, oracle, spec, problem, conv, baselines)
         tolerances[name] = tol
-        comparison, passed[name] = compare_arrays(name, c, o, tol, text, base_err, base_bad)
+        comparison, passed[name] = compare_arrays(name, c, o, tol, text, base_err, base_bad, fmt)
         comparisons.append(comparison)
     return _Run(comparisons, passed, tolerances, oracle)
 
 
-def _threshold(name, dtype, oracle: Evaluation, spec: RuleSpec, problem, conv, baselines: dict):
+def _alternative(problem: Problem, alt: Conventions, spec: RuleSpec, run: _Run) -> list[Comparison]:
+    """The comparisons under another convention, where NaN matching NaN never counts as agreement.
+
+    An element that is non-finite in the alternative's oracle but finite in the oracle of the
+    conventions asked for fails, whatever the candidate holds there: that NaN comes from a
+    non-finite input the alternative lets through (a masked-out key under "the mask is ignored"),
+    and a candidate that propagates it does not follow that convention. The exception is the NaN
+    that the fully-masked policy "nan" puts in the rows (and dq rows) of queries that see no key.
+    """
+    alt_run = _run(problem, alt, spec)
+    comparisons = []
+    for c in alt_run.comparisons:
+        ok, o, main = alt_run.passed.get(c.name), alt_run.oracle.arrays[c.name], run.oracle.arrays[c.name]
+        if ok is not None and c.passed and o.shape == main.shape:
+            borrowed = ~np.isfinite(o) & np.isfinite(main)
+            if alt.fully_masked == "nan" and c.name in ("out", "dq"):
+                borrowed &= ~np.broadcast_to(alt_run.oracle.empty[..., None], o.shape)
+            elif alt.fully_masked == "nan":                        # a NaN row poisons its batch element's dk, dv
+                borrowed[...] = False
+            if np.any(borrowed & ok):
+                c = replace(c, passed=False)
+        comparisons.append(c)
+    return comparisons
+
+
+def _threshold(name, fmt: Format, oracle: Evaluation, spec: RuleSpec, problem, conv, baselines: dict):
     """(tolerance, description, baseline error, baseline non-finite count) for one array.
 
-    ``baselines`` caches the same-dtype evaluation by dtype name.
+    ``baselines`` caches the same-dtype evaluation by format name.
     """
-    dtype = np.dtype(dtype)
     o = oracle.arrays[name]
     if spec.rule != "ratio":
-        return _fixed_threshold(name, o, dtype, spec)
+        return _fixed_threshold(name, o, fmt, spec)
     factor = RATIO_FACTORS[name]
-    c, combine = floor_spec(dtype)
-    floor = c * float(np.finfo(dtype).eps) * oracle.noise[combine][name]
-    if dtype == np.float64:
+    c, combine = floor_spec(fmt.name, name != "out")
+    floor = c * fmt.eps * oracle.noise[combine][name]
+    if fmt.name == "float64":
         base_err, base_bad, source = 0.0, 0, "refattn in float64 = the oracle"
     else:
-        if dtype.name not in baselines:
-            baselines[dtype.name] = evaluate(problem, conv, dtype)
-        b = baselines[dtype.name].arrays[name]
+        if fmt.name not in baselines:
+            baselines[fmt.name] = evaluate(problem, conv, fmt.name)
+        b = baselines[fmt.name].arrays[name]
         both = np.isfinite(o) & np.isfinite(b)
         base_bad = int(np.sum(np.isfinite(o) & ~np.isfinite(b)))
         base_err = float(np.max(np.abs(b[both] - o[both]))) if both.any() else 0.0
-        source = f"refattn's equation path in {dtype.name}"
+        source = f"refattn's equation path in {fmt.name}" + (" (bfloat16 rounding emulated)" if fmt.name == BFLOAT16
+                                                              else "")
     tol = factor * base_err + floor
     text = (f"max|c − o| ≤ {factor:g} × {base_err:.3g} (baseline: {source}) + {floor:.3g} (rounding-noise floor) "
             f"= {tol:.3g}")
     return tol, text, base_err, base_bad
 
 
-def _fixed_threshold(name: str, o: NDArray, dtype: np.dtype, spec: RuleSpec):
+def _fixed_threshold(name: str, o: NDArray, fmt: Format, spec: RuleSpec):
     """(tolerance, description, None, 0) of the rules that need no baseline: "table" and "ulp"."""
     gradient = name != "out"
     if spec.rule == "table":
-        rtol, atol = table_tolerance(spec.table, dtype, gradient)
+        rtol, atol = table_tolerance(spec.table, fmt.name, gradient)
         return (atol + rtol * np.abs(o), f"|c − o| ≤ atol + rtol·|o|, rtol={rtol:g}, atol={atol:g} "
-                f"(table {spec.table!r}, {dtype.name} {'gradients' if gradient else 'output'})", None, 0)
+                f"(table {spec.table!r}, {fmt.name} {'gradients' if gradient else 'output'})", None, 0)
     finite = o[np.isfinite(o)]
     top = float(np.max(np.abs(finite))) if finite.size else 0.0
-    spacing = float(np.abs(np.spacing(dtype.type(min(top, float(np.finfo(dtype).max))))))
-    tol = spec.max_ulps * spacing
-    return tol, (f"|c − o| ≤ {spec.max_ulps:g} ulp × {spacing:.3g} (spacing of max|o| = {top:.4g} in "
-                 f"{dtype.name}) = {tol:.3g}"), None, 0
+    gap = float(spacing(min(top, fmt.max), fmt))
+    tol = spec.max_ulps * gap
+    return tol, (f"|c − o| ≤ {spec.max_ulps:g} ulp × {gap:.3g} (spacing of max|o| = {top:.4g} in "
+                 f"{fmt.name}) = {tol:.3g}"), None, 0
 
 
 def _fully_masked_rows(problem: Problem, conv: Conventions, spec: RuleSpec, run: _Run) -> FullyMaskedRows:
@@ -362,8 +421,8 @@ def _fully_masked_rows(problem: Problem, conv: Conventions, spec: RuleSpec, run:
     for policy in FULLY_MASKED_POLICIES:
         other = run.oracle if policy == conv.fully_masked else \
             evaluate(replace(problem, grads=False), replace(conv, fully_masked=policy), np.float64)
-        tol = _threshold("out", c.dtype, other, spec, problem, conv, {})[0] if spec.rule == "table" \
-            else run.tolerances["out"]
+        tol = run.tolerances["out"] if spec.rule != "table" else \
+            _threshold("out", number_format(problem.formats["out"]), other, spec, problem, conv, {})[0]
         policy_ok, _, _ = elementwise_ok(c, other.arrays["out"], tol)
         if policy_ok[rows].all():
             follows.append(policy)
@@ -451,10 +510,13 @@ def check_mechanism(candidate: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLi
         raise ValueError(error.args[0]) from None
     if mech.apply is None:
         raise ValueError(f"mechanism {mechanism!r} is a component: it has no apply to check")
-    cands = {"out": _as_candidate("candidate", candidate)}
-    for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
-        if g is not None:
-            cands[name] = _as_candidate(name, g)
+    cands = {}
+    for name, label, x in (("out", "candidate", candidate), ("dq", "dq", dq), ("dk", "dk", dk), ("dv", "dv", dv)):
+        if x is not None:
+            cands[name], fmt = _as_candidate(label, x, None)
+            if fmt == BFLOAT16:
+                raise ValueError(f"{label}: bfloat16 candidates are judged for sdpa (check) only; the other mechanisms "
+                                 "have no bfloat16 baseline yet: pass the values as float32")
     grads = len(cands) > 1
     if grads and mechanism not in GRADIENT_IDS:
         raise ValueError(f"refattn has gradients of {', '.join(GRADIENT_IDS)} only, not of {mechanism!r}: "
@@ -478,13 +540,13 @@ def check_mechanism(candidate: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLi
                     note=f"shape mismatch: the candidate has shape {c.shape}, the oracle {o.shape}"))
                 continue
             if spec.rule != "ratio":
-                tol, text, base_err, base_bad = _fixed_threshold(name, o, c.dtype, spec)
+                tol, text, base_err, base_bad = _fixed_threshold(name, o, number_format(c.dtype), spec)
             else:
                 tol, text, base_err, base_bad = _mechanism_ratio(name, o, c.dtype, k.shape[-2] + q.shape[-1],
                                                                  lambda dt: _mechanism_arrays(
                                                                      mech, q, k, v, d_out, setting, options,
                                                                      draws, grads, dt), baselines)
-            comparisons.append(compare_arrays(name, c, o, tol, text, base_err, base_bad)[0])
+            comparisons.append(compare_arrays(name, c, o, tol, text, base_err, base_bad, number_format(c.dtype))[0])
         return comparisons
 
     comparisons = run(causal)

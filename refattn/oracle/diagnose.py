@@ -10,7 +10,11 @@ When a candidate fails, each usual mix-up replaces one convention and the whole 
     layout      the candidate's arrays in the other layout, or the inputs read in the other layout
 
 Each one under which every array passes is reported as "matches if ..."; when none does, those under
-which some arrays pass are listed as "partly".
+which some arrays pass are listed as "partly". NaN matching NaN never makes an alternative match
+where the oracle asked for is finite.
+
+    non-finite  the candidate differs only by NaN/Inf where a non-finite value in a masked-out key
+                or value reaches when masking is not by selection (:func:`masked_nonfinite_hint`)
 """
 from __future__ import annotations
 
@@ -20,12 +24,13 @@ from dataclasses import replace
 import numpy as np
 
 from ..common import default_scale
+from ..core.masks import attention_mask
 from ..core.softmax import FULLY_MASKED_POLICIES
 from .evaluate import Conventions, Evaluation, Problem
 from .report import Comparison
-from .shapes import LAYOUT_SHAPES, other_layout
+from .shapes import LAYOUT_SHAPES, kv_groups, other_layout, repeat_over_groups, swap_heads
 
-__all__ = ["alternatives", "describe", "try_alternatives"]
+__all__ = ["alternatives", "describe", "masked_nonfinite_hint", "try_alternatives"]
 
 _CAUSAL_NAMES = {None: "no causal mask", "top-left": 'causal="top-left" (query i sees keys j <= i)',
                  "bottom-right": 'causal="bottom-right" (query i sees keys j <= i + m - n)'}
@@ -120,3 +125,52 @@ def describe(conv: Conventions, problem: Problem, oracle: Evaluation) -> dict[st
         described["heads"] = (f"grouped-query, h={problem.q.shape[h_axis]} query heads over "
                               f"h_kv={problem.k.shape[h_axis]} key/value heads ({oracle.groups} per group)")
     return described
+
+
+def masked_nonfinite_hint(problem: Problem, conv: Conventions, passed_out) -> str | None:
+    """The hint when the output differs only where non-finite masked-out keys or values would reach.
+
+    Masking by selection keeps a masked-out key's score and value out of the arithmetic. An
+    implementation that masks by adding ``-inf`` (or a large negative number) to the scores and
+    multiplying by zero weights does not: a NaN or Inf in a masked-out key ``k_j`` makes the score
+    ``q_i·k_j`` NaN, and NaN + (-inf) is NaN, so row ``i`` becomes NaN; a NaN or Inf in a masked-out
+    value ``v_je`` gives 0 × NaN = NaN in column ``e`` of row ``i``. When every failing element of
+    the output is non-finite in the candidate and reachable that way, the difference is exactly
+    that, and the hint says so; otherwise ``None``. ``passed_out``: the output's elementwise pass
+    mask (``None`` when its shape does not fit).
+    """
+    c = problem.candidates["out"]
+    if passed_out is None or passed_out.all() or conv.outputs_transposed:
+        return None
+    q, k, v = problem.q, problem.k, problem.v
+    if conv.layout == "bnhd":
+        q, k, v = swap_heads(q), swap_heads(k), swap_heads(v)
+    groups = kv_groups(q, k, v)
+    k, v = repeat_over_groups(k, groups), repeat_over_groups(v, groups)
+    n, m = q.shape[-2], k.shape[-2]
+    allowed, _ = attention_mask(conv.mask, conv.causal or False, n, m, np.float64)
+    bad_k, bad_v = ~np.all(np.isfinite(k), axis=-1), ~np.isfinite(v)        # (..., m), (..., m, d_v)
+    if allowed is None or not (bad_k.any() or bad_v.any()):
+        return None
+    masked = ~allowed                                              # (..., n, m)
+    rows = np.any(masked & bad_k[..., None, :], axis=-1)           # (..., n)  a masked non-finite key
+    cells = (masked.astype(np.float64) @ bad_v.astype(np.float64)) > 0   # (..., n, d_v)  a masked non-finite value
+    reach = rows[..., None] | cells
+    if conv.layout == "bnhd":
+        reach = swap_heads(reach)
+    try:
+        reach = np.broadcast_to(reach, c.shape)
+    except ValueError:
+        return None
+    failing = ~passed_out
+    if not np.all(reach[failing] & ~np.isfinite(c[failing])):
+        return None
+    hidden = np.any(masked, axis=-2)                               # (..., m)  keys masked out for some query
+    keys = int(np.sum(bad_k & hidden))
+    values = int(np.sum(np.any(bad_v, axis=-1) & hidden))
+    return (f"the candidate differs from the oracle only at {int(failing.sum())} output elements, all NaN/Inf in the "
+            f"candidate, each where a NaN/Inf in a masked-out key ({keys} positions) or value ({values} positions) "
+            "reaches when masking is not by selection (a NaN key's score is NaN, and NaN + -inf = NaN; a zero weight "
+            "times a NaN value is NaN). refattn masks by selection, so masked-out inputs never reach the output: "
+            "select instead of adding -inf (torch.where on scores and weights), or replace NaN/Inf in the padding "
+            "of k and v by 0 before the call")

@@ -28,6 +28,7 @@ from .. import common
 from ..common import broadcast_batch, check_qkv
 from ..core.masks import attention_mask, check_mask_shape
 from ..core.sdpa import scaled_dot_product_attention
+from .precision import BFLOAT16, sdpa_bfloat16
 from .shapes import kv_groups, repeat_over_groups, sum_over_groups, sum_to_shape, swap_heads
 from .tolerances import forward_noise, gradient_noise
 from .vjp import sdpa_vjp
@@ -85,6 +86,9 @@ class Problem:
         Gradients are checked.
     memory_budget : int
         Bytes an evaluation's ``(..., n, m)`` arrays may take (see the module docstring).
+    formats : dict of str to str
+        The number format of each candidate array: its dtype's name, or "bfloat16" for a float32
+        array holding bfloat16 values.
     """
 
     q: NDArray
@@ -94,6 +98,7 @@ class Problem:
     candidates: dict[str, NDArray]
     grads: bool
     memory_budget: int = field(default_factory=common.memory_budget)
+    formats: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,8 @@ class Evaluation:
 def evaluate(problem: Problem, conv: Conventions, dtype, *, noise=()) -> Evaluation:
     r"""Output (and gradients) of ``problem`` under ``conv`` in ``dtype``, in the layout the arrays came in.
 
-    float64 is the oracle, float16/32 the same-dtype baseline. For each ``combine`` in ``noise``
+    float64 is the oracle, float16/32 and "bfloat16" (emulated, output only:
+    :func:`~refattn.oracle.precision.sdpa_bfloat16`) the same-dtype baseline. For each ``combine`` in ``noise``
     ("abs", "rss"), also the ratio rule's :math:`\kappa` of every array. Above the problem's
     ``memory_budget``, by blocks of :func:`block_rows` query rows (gradients: ``ValueError``).
     """
@@ -179,8 +185,11 @@ def block_rows(q: NDArray, k: NDArray, v: NDArray, mask: NDArray | None, memory_
 def _attend(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int, grads: bool):
     """(arrays, empty, κ maxima) of one dense evaluation, inputs in layout "bhnd" with heads repeated."""
     options = {"causal": conv.causal or False, "scale": conv.scale, "fully_masked": conv.fully_masked}
-    out, A, lse = scaled_dot_product_attention(q, k, v, conv.mask, return_weights=True, return_lse=True,
-                                               dtype=dtype, **options)
+    if dtype == BFLOAT16:
+        out, A, lse = sdpa_bfloat16(q, k, v, conv.mask, **options)
+    else:
+        out, A, lse = scaled_dot_product_attention(q, k, v, conv.mask, return_weights=True, return_lse=True,
+                                                   dtype=dtype, **options)
     arrays, empty = {"out": out}, lse == -np.inf
     if grads:
         with np.errstate(invalid="ignore", over="ignore"):         # a float16 baseline may overflow: reported

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from .precision import Format, spacing
+
 __all__ = ["Comparison", "FullyMaskedRows", "Report", "compare_arrays", "elementwise_ok"]
 
 
@@ -148,8 +150,9 @@ def elementwise_ok(c: NDArray, o: NDArray, tol) -> tuple[NDArray, NDArray, NDArr
 
 
 def compare_arrays(name: str, c: NDArray, o: NDArray, tol, threshold: str, baseline_error: float | None,
-                   baseline_nonfinite: int) -> tuple[Comparison, NDArray]:
-    """The :class:`Comparison` of candidate ``c`` with oracle ``o`` under ``tol``, and the elementwise pass mask."""
+                   baseline_nonfinite: int, fmt: Format) -> tuple[Comparison, NDArray]:
+    """The :class:`Comparison` of candidate ``c`` (of number format ``fmt``) with oracle ``o`` under ``tol``,
+    and the elementwise pass mask."""
     ok, err, both = elementwise_ok(c, o, tol)
     c64 = c.astype(np.float64)
     fin_o = np.isfinite(o)
@@ -161,21 +164,20 @@ def compare_arrays(name: str, c: NDArray, o: NDArray, tol, threshold: str, basel
         stats.update(max_abs_error=float(err[i]), max_abs_index=_ints(i), max_abs_values=(float(c64[i]), float(o[i])))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             rel = np.where(both, np.where(err == 0, 0.0, err / np.abs(o)), -1.0)
-            spacing = np.abs(np.spacing(o.astype(c.dtype)))
-            ulp = np.where(both & np.isfinite(spacing), err / spacing, -1.0)
+            gaps = spacing(o, fmt)
+            ulp = np.where(both & np.isfinite(gaps), err / gaps, -1.0)
         i = np.unravel_index(np.argmax(rel), o.shape)
         stats.update(max_rel_error=float(rel[i]), max_rel_index=_ints(i), max_rel_values=(float(c64[i]), float(o[i])))
         i = np.unravel_index(np.argmax(ulp), o.shape)
         stats.update(max_ulp_error=float(ulp[i]), max_ulp_index=_ints(i))
         top = float(np.max(np.abs(o[fin_o])))
-        with np.errstate(over="ignore"):
-            scale_spacing = float(np.abs(np.spacing(c.dtype.type(min(top, float(np.finfo(c.dtype).max))))))
+        scale_spacing = float(spacing(min(top, fmt.max), fmt))
         stats["scale_ulp_error"] = float(err.max()) / scale_spacing
         stats["mean_abs_error"] = float(np.mean(err[both]))
         stats["rms_error"] = float(np.sqrt(np.mean(err[both] ** 2)))
     first = _ints(np.unravel_index(int(np.argmax(mismatch)), o.shape)) if mismatch.any() else None
     comparison = Comparison(
-        name=name, shape=o.shape, candidate_shape=c.shape, dtype=c.dtype.name, passed=bool(ok.all()),
+        name=name, shape=o.shape, candidate_shape=c.shape, dtype=fmt.name, passed=bool(ok.all()),
         threshold=threshold, size=int(o.size), n_failing=int(o.size - np.sum(ok)),
         nan_where_finite=int(np.sum(fin_o & np.isnan(c64))), inf_where_finite=int(np.sum(fin_o & np.isinf(c64))),
         oracle_nonfinite=int(np.sum(~fin_o)), oracle_nonfinite_matched=int(np.sum(same_nonfinite)),
@@ -248,6 +250,9 @@ class Report:
     partial_alternatives : tuple of str
         When no alternative matches everything: those under which some of the arrays pass, e.g.
         "out match if ... (dq, dk, dv still fail)".
+    hints : tuple of str
+        When the check fails: what else explains the difference (non-finite values in masked-out
+        inputs that the candidate let through).
     """
 
     passed: bool
@@ -260,6 +265,7 @@ class Report:
     alternatives: tuple = ()
     alternatives_tried: tuple = field(default=())
     partial_alternatives: tuple = field(default=())
+    hints: tuple = field(default=())
 
     def __getitem__(self, name: str) -> Comparison:
         """The comparison of ``name`` ("out", "dq", "dk" or "dv")."""
@@ -283,6 +289,7 @@ class Report:
                 lines.append(f"no alternative convention matches (tried {len(self.alternatives_tried)}: "
                              + "; ".join(self.alternatives_tried) + ")")
                 lines.extend(f"partly: {alt}" for alt in self.partial_alternatives)
+            lines.extend(f"hint: {hint}" for hint in self.hints)
         return "\n".join(lines)
 
 
