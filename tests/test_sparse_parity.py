@@ -1,0 +1,132 @@
+"""API parity of the sparse family with other libraries, each against a NumPy transcription of that
+library's documented or coded semantics (torch is never imported)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from refattn.sparse import SparsePattern, sparse_attention
+
+TIGHT = {"rtol": 1e-12, "atol": 1e-12}
+METHODS = ("equation", "csr", "auto")
+
+
+def torch_sdpa_reference(query, key, value, attn_mask=None):
+    """``torch.nn.functional.scaled_dot_product_attention``'s reference code from its documentation
+    (pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html),
+    transcribed: a bool mask is ``True`` where a pair takes part (``masked_fill`` of ``-inf``
+    elsewhere), a float mask is added to the scores; a row with no pair left is NaN (softmax of
+    ``-inf`` only)."""
+    L, S = query.shape[-2], key.shape[-2]
+    scale_factor = 1 / np.sqrt(query.shape[-1])
+    attn_bias = np.zeros((L, S))
+    if attn_mask is not None:
+        if attn_mask.dtype == np.bool_:
+            attn_bias = np.where(np.logical_not(attn_mask), -np.inf, attn_bias)
+        else:
+            attn_bias = attn_mask + attn_bias
+    attn_weight = query @ np.swapaxes(key, -2, -1) * scale_factor
+    attn_weight = attn_weight + attn_bias
+    with np.errstate(invalid="ignore"):                        # an all −inf row: NaN, as torch.softmax
+        e = np.exp(attn_weight - attn_weight.max(axis=-1, keepdims=True))
+        attn_weight = e / e.sum(axis=-1, keepdims=True)
+    return attn_weight @ value
+
+
+def random_grid(rng, shape, n, m, density=0.5):
+    """Independent random patterns in a grid, with their stacked dense masks."""
+    masks = rng.random((*shape, n, m)) < density
+    grid = np.empty(shape, dtype=object)
+    for cell in np.ndindex(shape):
+        grid[cell] = SparsePattern.from_mask(masks[cell])
+    return grid.tolist(), masks
+
+
+@pytest.fixture
+def problem(rng):
+    B, H, n, m = 2, 3, 5, 7
+    q, k, v = rng.standard_normal((B, H, n, 4)), rng.standard_normal((B, H, m, 4)), rng.standard_normal((B, H, m, 3))
+    return q, k, v
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_pattern_per_batch_entry_and_head_is_torch_sdpa_under_its_mask(rng, problem, method):
+    q, k, v = problem
+    patterns, kept = random_grid(rng, (2, 3), 5, 7)
+    expected = torch_sdpa_reference(q, k, v, kept)
+    out = sparse_attention(q, k, v, patterns, fully_masked="nan", method=method)
+    np.testing.assert_allclose(out, expected, **TIGHT)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_pattern_per_batch_entry_is_shared_by_the_heads(rng, problem, method):
+    q, k, v = problem
+    patterns, kept = random_grid(rng, (2, 1), 5, 7)            # one per batch entry, broadcast over the heads
+    out = sparse_attention(q, k, v, patterns, fully_masked="nan", method=method)
+    np.testing.assert_allclose(out, torch_sdpa_reference(q, k, v, kept), **TIGHT)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_pattern_and_boolean_mask_is_torch_sdpa_under_their_conjunction(rng, problem, method):
+    q, k, v = problem
+    patterns, kept = random_grid(rng, (3,), 5, 7, density=0.7)  # one per head
+    mask = rng.random((2, 1, 5, 7)) < 0.7                      # one per batch entry
+    out = sparse_attention(q, k, v, patterns, mask=mask, fully_masked="nan", method=method)
+    np.testing.assert_allclose(out, torch_sdpa_reference(q, k, v, kept & mask), **TIGHT)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_pattern_and_additive_bias_is_torch_sdpa_with_the_bias_on_the_kept_pairs(rng, problem, method):
+    q, k, v = problem
+    pattern = SparsePattern.from_mask(rng.random((5, 7)) < 0.7)
+    bias = 3 * rng.standard_normal((3, 5, 7))                  # one per head, a few pairs −inf
+    bias[rng.random(bias.shape) < 0.2] = -np.inf
+    expected = torch_sdpa_reference(q, k, v, np.where(pattern.to_mask(), bias, -np.inf))
+    out = sparse_attention(q, k, v, pattern, mask=bias, fully_masked="nan", method=method)
+    np.testing.assert_allclose(out, expected, **TIGHT)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_pattern_and_key_lengths_is_torch_key_padding_mask(rng, problem, method):
+    # torch.nn.MultiheadAttention's key_padding_mask (N, S) is True where a key is IGNORED; as an
+    # attn_mask it is ~key_padding_mask[:, None, None, :] (per batch entry, shared by heads and rows).
+    q, k, v = problem
+    patterns, kept = random_grid(rng, (2, 3), 5, 7, density=0.8)
+    lengths = np.array([7, 3])
+    key_padding_mask = np.arange(7)[None, :] >= lengths[:, None]          # (N, S), True = padding
+    expected = torch_sdpa_reference(q, k, v, kept & ~key_padding_mask[:, None, None, :])
+    out = sparse_attention(q, k, v, patterns, key_lengths=lengths[:, None], fully_masked="nan", method=method)
+    np.testing.assert_allclose(out, expected, **TIGHT)
+
+
+@pytest.mark.parametrize("fully_masked", ["zero", "nan", "uniform"])
+def test_every_method_agrees_with_all_combined_and_garbage_in_hidden_keys(rng, problem, fully_masked):
+    q, k, v = problem
+    k, v = k.copy(), v.copy()
+    k[..., 6, :], v[..., 5, :] = np.nan, np.inf                # hidden below: by key_lengths, by the mask
+    patterns, _ = random_grid(rng, (2, 3), 5, 7)
+    bias = rng.standard_normal((2, 1, 5, 7))
+    bias[..., 5] = -np.inf
+    results = {method: sparse_attention(q, k, v, patterns, mask=bias, key_lengths=np.array([[6], [6]]),
+                                        fully_masked=fully_masked, return_weights=True, method=method)
+               for method in ("equation", "csr")}
+    out, dense = results["equation"]
+    if fully_masked == "zero":                                 # "uniform" averages all m values, garbage too
+        assert np.isfinite(out).all()
+    np.testing.assert_allclose(results["csr"][0], out, **TIGHT)
+    np.testing.assert_allclose(sparse_attention(q, k, v, patterns, mask=bias, key_lengths=np.array([[6], [6]]),
+                                                fully_masked=fully_masked), out, **TIGHT)
+    for b in range(2):                                         # csr weights: one per pattern pair, nested (B, H)
+        for h in range(3):
+            p, w = patterns[b][h], results["csr"][1][b][h]
+            assert w.shape == (p.nnz,)
+            np.testing.assert_allclose(w, dense[b, h][p.row_ids(), p.indices], **TIGHT)
+
+
+def test_a_grid_that_does_not_line_up_is_refused(rng, problem):
+    q, k, v = problem
+    patterns, _ = random_grid(rng, (3, 3), 5, 7)
+    with pytest.raises(ValueError, match=r"grid of shape \(3, 3\).*leading \(batch\) dims of q, k, v .* \(2, 3\)"):
+        sparse_attention(q, k, v, patterns)
+    with pytest.raises(TypeError, match="mask must be bool .* or float"):
+        sparse_attention(q, k, v, patterns[0], mask=np.ones((5, 7), int))
