@@ -130,3 +130,63 @@ def test_a_grid_that_does_not_line_up_is_refused(rng, problem):
         sparse_attention(q, k, v, patterns)
     with pytest.raises(TypeError, match="mask must be bool .* or float"):
         sparse_attention(q, k, v, patterns[0], mask=np.ones((5, 7), int))
+
+
+def softmax_rows(s):
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def huggingface_bigbird(q, k, v, b, rand_attn):
+    """HuggingFace ``BigBirdBlockSparseAttention.bigbird_block_sparse_attention``
+    (transformers/models/big_bird/modeling_big_bird.py), transcribed for one head without padding:
+    rows 0 and n_b − 1 see every key; row 1 concatenates key blocks [0, 1, 2, −1, random];
+    rows 2 … n_b − 3 [0, I − 1, I, I + 1, random, −1]; row n_b − 2 [0, −3, −2, −1, random]; one
+    softmax over each concatenation, so a block listed twice enters it twice."""
+    n, d = q.shape
+    nb = n // b
+    bq, bk, bv = (x.reshape(nb, b, -1) for x in (q, k, v))
+    gk, gv = bk[rand_attn].reshape(nb - 2, -1, d), bv[rand_attn].reshape(nb - 2, -1, v.shape[-1])
+    rows = [softmax_rows(bq[0] @ k.T / np.sqrt(d)) @ v]
+    for I in range(1, nb - 1):
+        if I == 1:
+            blocks = [0, 1, 2, nb - 1]
+        elif I == nb - 2:
+            blocks = [0, nb - 3, nb - 2, nb - 1]
+        else:
+            blocks = [0, I - 1, I, I + 1, nb - 1]                      # (the order of a concatenation is immaterial)
+        keys = np.concatenate([bk[blocks].reshape(-1, d), gk[I - 1]])
+        values = np.concatenate([bv[blocks].reshape(-1, v.shape[-1]), gv[I - 1]])
+        rows.append(softmax_rows(bq[I] @ keys.T / np.sqrt(d)) @ values)
+    rows.append(softmax_rows(bq[-1] @ k.T / np.sqrt(d)) @ v)
+    return np.concatenate(rows)
+
+
+@pytest.mark.parametrize("rand_attn", [
+    np.zeros((6, 2), dtype=np.int32),                                  # eval mode: _bigbird_block_rand_mask's zeros
+    np.array([[3, 3], [4, 0], [1, 2], [6, 6], [1, 1], [3, 2]]),        # repeats within rows and of window blocks
+])
+@pytest.mark.parametrize("method", METHODS)
+def test_bigbird_random_blocks_as_given_count_their_repeats_as_huggingface(rng, rand_attn, method):
+    from refattn.sparse.bigbird import RECORD
+
+    b, nb = 2, 8
+    q, k, v = rng.standard_normal((3, nb * b, 4))
+    random_blocks = np.concatenate([[[-1, -1]], rand_attn, [[-1, -1]]])   # a -1 row for each global block row
+    expected = huggingface_bigbird(q, k, v, b, rand_attn)
+    result = RECORD.apply(q, k, v, block_size=b, num_random_blocks=2, random_blocks=random_blocks,
+                          repeats="count", method=method, return_draws=True)
+    np.testing.assert_allclose(result.output, expected, **TIGHT)
+    np.testing.assert_array_equal(result.draws["random_blocks"], random_blocks)
+    once = RECORD.apply(q, k, v, block_size=b, num_random_blocks=2, random_blocks=random_blocks, method=method)
+    assert np.abs(once.output - expected).max() > 1e-3                    # a set keeps a repeated key once
+
+
+def test_bigbird_repeated_random_blocks_keep_the_set_once():
+    from refattn.sparse import bigbird_block_layout
+
+    layout = bigbird_block_layout(6, num_random_blocks=2, random_blocks=[[-1, -1], [4, 4], [0, 4], [0, 1],
+                                                                        [1, 2], [-1, -1]])
+    single = bigbird_block_layout(6, num_random_blocks=2, random_blocks=[[-1, -1], [4, -1], [0, 4], [0, 1],
+                                                                        [1, 2], [-1, -1]])
+    np.testing.assert_array_equal(layout, single)

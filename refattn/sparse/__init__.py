@@ -39,7 +39,7 @@ from .axial import axial_pattern, axial_patterns
 from .band import RECORD as BAND
 from .band import band_pattern
 from .bigbird import RECORD as BIGBIRD
-from .bigbird import bigbird_block_layout, bigbird_pattern, draw_bigbird_random_blocks
+from .bigbird import bigbird_block_layout, bigbird_key_counts, bigbird_pattern, draw_bigbird_random_blocks
 from .block_local import RECORD as BLOCK_LOCAL
 from .block_local import block_local_pattern
 from .bp_transformer import RECORD as BP_TRANSFORMER
@@ -119,6 +119,7 @@ __all__ = [
     "axial_patterns",
     "band_pattern",
     "bigbird_block_layout",
+    "bigbird_key_counts",
     "bigbird_pattern",
     "block_local_pattern",
     "block_summaries",

@@ -49,6 +49,7 @@ def sparse_attention(
     *,
     mask: ArrayLike | None = None,
     key_lengths: ArrayLike | None = None,
+    pair_bias: ArrayLike | None = None,
     scale: float | None = None,
     fully_masked: str = "zero",
     return_weights: bool = False,
@@ -62,7 +63,7 @@ def sparse_attention(
         \frac{\exp(q_i k_j^\top / \sqrt{d} + B_{ij})}{\sum_{l \in J_i} \exp(q_i k_l^\top / \sqrt{d} + B_{il})}\, v_j
 
     where :math:`J_i` is the pattern's row *i* less the pairs that ``mask`` or ``key_lengths``
-    hide, and :math:`B` the additive bias of a float ``mask`` (0 without one).
+    hide, and :math:`B` the additive bias of a float ``mask`` plus ``pair_bias`` (0 without them).
 
     Parameters
     ----------
@@ -88,6 +89,10 @@ def sparse_attention(
         Key padding as lengths, as in :func:`~refattn.scaled_dot_product_attention`: the rows of
         batch index ``b`` keep only keys ``j < key_lengths[b]``; its shape broadcasts against the
         leading dims from the right (``lengths[:, None]`` for ``(B, H, n, d)`` inputs).
+    pair_bias : (..., nnz) array_like of float, optional
+        An additive bias per kept pair of one pattern, in its CSR order (e.g. the log of each
+        pair's multiplicity, :func:`~refattn.sparse.bigbird_key_counts`); ``-inf`` leaves the
+        pair out. Its leading dims broadcast against those of q, k, v. One pattern only.
     scale : float, optional
         Default :math:`1/\sqrt{d}`.
     fully_masked : {"zero", "nan", "uniform"}, default "zero"
@@ -154,23 +159,46 @@ def sparse_attention(
         key_lengths = check_key_lengths(key_lengths, m)
         batch = broadcast_batch({"q, k, v (and mask)": batch, "key_lengths": key_lengths.shape})
     patterns = _check_patterns(pattern, n, m, batch)              # object array: the grid, 0-d for one
+    if pair_bias is not None:
+        pair_bias = _check_pair_bias(pair_bias, patterns)
+        batch = broadcast_batch({"q, k, v (and mask, key_lengths)": batch, "pair_bias": pair_bias.shape[:-1]})
 
     if method == "auto":
         dense = 4 * 8 * math.prod((*batch, n, m))                 # the equation path peaks near 4× its scores
         method = "equation" if return_weights or dense <= memory_budget() else "csr"
     if method == "equation":
         kept = np.stack([p.to_mask() for p in patterns.ravel()]).reshape(*patterns.shape, n, m)
+        if pair_bias is not None:                                  # float: the pattern's pairs carry their bias
+            kept = patterns[()].to_dense(pair_bias, fill=-np.inf)
         if mask is None:
             mask = kept
         else:
-            mask = kept & mask if mask.dtype == np.bool_ else np.where(kept, mask, -np.inf)
+            mask = _combined(kept, mask)
         return scaled_dot_product_attention(q, k, v, mask, key_lengths=key_lengths, method="equation", **options)
     if patterns.ndim == 0:
-        return _csr(q, k, v, patterns[()], mask, key_lengths, batch, **options)
+        return _csr(q, k, v, patterns[()], mask, key_lengths, pair_bias, batch, **options)
     return _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options)
 
 
-def _csr(q, k, v, pattern, mask, key_lengths, batch, *, scale, fully_masked, return_weights):
+def _combined(kept: NDArray, mask: NDArray) -> NDArray:
+    """The pattern (bool, or float with −∞ off it) and a boolean or float ``mask`` as one mask for sdpa."""
+    if kept.dtype == np.bool_:
+        return kept & mask if mask.dtype == np.bool_ else np.where(kept, mask, -np.inf)
+    return np.where(mask, kept, -np.inf) if mask.dtype == np.bool_ else kept + mask
+
+
+def _check_pair_bias(pair_bias, patterns: NDArray) -> NDArray:
+    """``pair_bias`` as a float array (..., nnz) of the one pattern given, or a named error."""
+    if patterns.ndim:
+        raise ValueError(f"pair_bias needs one pattern (its pairs' CSR order), got a grid of shape {patterns.shape}")
+    pair_bias = as_float("pair_bias", pair_bias)
+    nnz = patterns[()].nnz
+    if pair_bias.shape[-1:] != (nnz,):
+        raise ValueError(f"pair_bias must have shape (..., nnz={nnz}), got shape {pair_bias.shape}")
+    return pair_bias
+
+
+def _csr(q, k, v, pattern, mask, key_lengths, pair_bias, batch, *, scale, fully_masked, return_weights):
     from ..kernels import POLICY_CODES
     from ..kernels.csr import sparse_attention_csr  # Numba loads on first use only
 
@@ -180,6 +208,8 @@ def _csr(q, k, v, pattern, mask, key_lengths, batch, *, scale, fully_masked, ret
     out = np.empty((B, n, d_v))
     weights = np.empty((B, pattern.nnz if return_weights else 0))
     bias = _pair_bias(pattern, mask, key_lengths, batch)
+    if pair_bias is not None:
+        bias = np.broadcast_to(pair_bias, (*batch, pattern.nnz)) + (0.0 if bias is None else bias)
     sparse_attention_csr(*flat, (pattern.indptr, pattern.indices), scale, POLICY_CODES[fully_masked], out, weights,
                          None if bias is None else bias.reshape(B, pattern.nnz))
     out = out.reshape(*batch, n, d_v)
@@ -219,7 +249,7 @@ def _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options):
         def part(x, core):
             return None if x is None else np.broadcast_to(x, (*batch, *x.shape[x.ndim - core:]))[(*at, *(slice(None),) * core)]
 
-        result = _csr(part(q, 2), part(k, 2), part(v, 2), patterns[cell], part(mask, 2), part(key_lengths, 0),
+        result = _csr(part(q, 2), part(k, 2), part(v, 2), patterns[cell], part(mask, 2), part(key_lengths, 0), None,
                       batch[:len(batch) - p], **options)
         out[(*at, slice(None), slice(None))], weights[cell] = result if options["return_weights"] else (result, None)
     return (out, weights.tolist()) if options["return_weights"] else out
@@ -257,7 +287,7 @@ def _check_pattern(pattern: SparsePattern, n: int, m: int, name: str) -> None:
 
 
 def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
-                   return_weights: bool = False) -> AttentionResult:
+                   return_weights: bool = False, pair_bias: NDArray | None = None) -> AttentionResult:
     """Sparse attention over ``pattern`` as an :class:`~refattn.mechanism.AttentionResult`.
 
     With ``return_weights``, the weights are dense (n × m, for plots and error measurements), exactly
@@ -276,6 +306,8 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
         As in :func:`sparse_attention`.
     return_weights : bool, default False
         Also return the dense weights and the pattern's mask.
+    pair_bias : (nnz,) ndarray, optional
+        An additive bias per kept pair, as in :func:`sparse_attention`.
 
     Returns
     -------
@@ -287,9 +319,9 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
         raise TypeError(f"pattern must be a SparsePattern, got {type(pattern).__name__}")
     _check_pattern(pattern, q.shape[-2], k.shape[-2], "pattern")
     if not check_bool("return_weights", return_weights):
-        return AttentionResult(sparse_attention(q, k, v, pattern, method=method))
+        return AttentionResult(sparse_attention(q, k, v, pattern, pair_bias=pair_bias, method=method))
     check_weights_fit(batch, pattern.n, pattern.m)
-    out, w = sparse_attention(q, k, v, pattern, method=method, return_weights=True)
+    out, w = sparse_attention(q, k, v, pattern, pair_bias=pair_bias, method=method, return_weights=True)
     mask = pattern.to_mask(max_size=pattern.n * pattern.m)         # within budget: 1/8 of the weights
     if method != "csr":                                            # "auto" with weights is "equation"
         np.copyto(w, 0.0, where=~mask)                             # a NaN row (non-finite kept score) too
@@ -304,7 +336,7 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
 
     A maker that draws from ``rng`` returns ``(pattern, draws)`` instead: ``draws`` maps each of its
     options holding a random draw to the draw it made (or was given), as the record's ``draws``
-    names them.
+    names them; ``(pattern, draws, pair_bias)`` adds a bias per kept pair (:func:`sparse_attention`).
 
     ``make`` builds the pattern for n queries and m keys with small demonstration defaults; its
     docstring says which, and its keyword parameters after ``rng`` are the entry's options (any
@@ -359,11 +391,13 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
         if return_weights:
             check_weights_fit(batch, n, m)
         if alignment == "bottom-right":
-            pattern, draws = _made(make(m, m, True, rng, **options))
+            pattern, draws, pair_bias = _made(make(m, m, True, rng, **options))
+            if pair_bias is not None:                              # the last n rows' pairs: the CSR tail
+                pair_bias = pair_bias[pattern.indptr[m - n]:]
             pattern = pattern.last_rows(n)
         else:
-            pattern, draws = _made(make(n, m, alignment is not None, rng, **options))
-        result = attend_pattern(q, k, v, pattern, method=method, return_weights=return_weights)
+            pattern, draws, pair_bias = _made(make(n, m, alignment is not None, rng, **options))
+        result = attend_pattern(q, k, v, pattern, method=method, return_weights=return_weights, pair_bias=pair_bias)
         return result._replace(draws=draws)
 
     own = [p for p in inspect.signature(apply).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
@@ -373,9 +407,11 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
     return apply
 
 
-def _made(made) -> tuple[SparsePattern, dict]:
-    """A maker's pattern and the draws it reports (none when it returns the pattern alone)."""
-    return (made, {}) if isinstance(made, SparsePattern) else made
+def _made(made) -> tuple[SparsePattern, dict, NDArray | None]:
+    """A maker's pattern, the draws it reports (none when it returns the pattern alone) and its per-pair bias."""
+    if isinstance(made, SparsePattern):
+        return made, {}, None
+    return (*made, None) if len(made) == 2 else made
 
 
 def check_options(name: str, options: dict, accepted: Iterable[str]) -> None:
