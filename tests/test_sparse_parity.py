@@ -190,3 +190,104 @@ def test_bigbird_repeated_random_blocks_keep_the_set_once():
     single = bigbird_block_layout(6, num_random_blocks=2, random_blocks=[[-1, -1], [4, -1], [0, 4], [0, 1],
                                                                         [1, 2], [-1, -1]])
     np.testing.assert_array_equal(layout, single)
+
+
+MAX_NEG = -np.finfo(np.float64).max                               # lucidrains' max_neg_value: -finfo.max
+
+
+def look_around(x, backward=1, forward=0, pad_value=-1):
+    """lucidrains/local-attention ``look_around`` (dim 2): each block followed by its neighbours'
+    contents, blocks before the first and after the last filled with ``pad_value``."""
+    pad = [(0, 0)] * x.ndim
+    pad[1] = (backward, forward)
+    padded = np.pad(x, pad, constant_values=pad_value)
+    windows = x.shape[1]
+    return np.concatenate([padded[:, t:t + windows] for t in range(backward + forward + 1)], axis=2)
+
+
+def lucidrains_local_attention(q, k, v, window_size, *, causal=False, look_backward=1, look_forward=None,
+                               exact_windowsize=False, autopad=False, mask=None):
+    """``LocalAttention.forward`` (lucidrains/local-attention, local_attention/local_attention.py,
+    commit af58e53) transcribed for (b, n, d) inputs, no rotary embedding, no shared_qk, no dropout."""
+    look_forward = (0 if causal else 1) if look_forward is None else look_forward
+    assert not (causal and look_forward > 0)
+    orig_seq_len = q.shape[1]
+    if autopad and orig_seq_len % window_size:                   # pad_to_multiple with zeros
+        remainder = -orig_seq_len % window_size
+        q, k, v = (np.pad(t, ((0, 0), (0, remainder), (0, 0))) for t in (q, k, v))
+        if mask is not None:
+            mask = np.pad(mask, ((0, 0), (0, remainder)), constant_values=False)
+    b, n, dim_head = q.shape
+    assert n % window_size == 0
+    windows = n // window_size
+    scale = dim_head ** -0.5
+    b_t = np.arange(n).reshape(1, windows, window_size)
+    bq, bk, bv = (t.reshape(b, windows, window_size, -1) for t in (q, k, v))
+    bq = bq * scale
+    kwargs = {"backward": look_backward, "forward": look_forward}
+    bk, bv = look_around(bk, **kwargs, pad_value=-1), look_around(bv, **kwargs, pad_value=-1)
+    bq_t = b_t[..., :, None]
+    bq_k = look_around(b_t, **kwargs, pad_value=-1)[..., None, :]
+    pad_mask = bq_k == -1
+    sim = np.einsum("bwie,bwje->bwij", bq, bk)
+    if causal:
+        causal_mask = bq_t < bq_k
+        if exact_windowsize:
+            causal_mask = causal_mask | (bq_t > (bq_k + window_size * look_backward))
+        sim = np.where(causal_mask, MAX_NEG, sim)
+    if not causal and exact_windowsize:
+        window_mask = (((bq_k - window_size * look_forward) > bq_t) | (bq_t > (bq_k + window_size * look_backward))
+                       | pad_mask)
+        sim = np.where(window_mask, MAX_NEG, sim)
+    else:
+        sim = np.where(pad_mask, MAX_NEG, sim)
+    if mask is not None:
+        mask = look_around(mask.reshape(b, windows, window_size), **kwargs, pad_value=False)[:, :, None, :]
+        sim = np.where(~mask, MAX_NEG, sim)
+    attn = softmax_rows(sim)
+    out = np.einsum("bwij,bwje->bwie", attn, bv).reshape(b, n, -1)
+    return out[:, :orig_seq_len]
+
+
+@pytest.mark.parametrize("settings", [
+    {"window_size": 3, "look_backward": 1},                                     # non-causal default: look_forward 1
+    {"window_size": 2, "look_backward": 2, "look_forward": 0},
+    {"window_size": 3, "look_backward": 0, "look_forward": 2},
+    {"window_size": 3, "look_backward": 1, "exact_windowsize": True},
+    {"window_size": 2, "look_backward": 2, "look_forward": 1, "exact_windowsize": True},
+    {"window_size": 3, "causal": True},
+    {"window_size": 2, "look_backward": 2, "causal": True, "exact_windowsize": True},
+])
+@pytest.mark.parametrize("method", METHODS)
+def test_block_window_is_lucidrains_local_attention(rng, settings, method):
+    from refattn.sparse import block_window_pattern
+
+    q, k, v = rng.standard_normal((3, 2, 12, 4))
+    expected = lucidrains_local_attention(q, k, v, **settings)
+    out = sparse_attention(q, k, v, block_window_pattern(12, **settings), method=method)
+    np.testing.assert_allclose(out, expected, **TIGHT)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_window_of_a_ragged_length_is_autopad_with_the_padding_masked(rng, causal):
+    from refattn.sparse import block_window_pattern
+
+    q, k, v = rng.standard_normal((3, 2, 10, 4))
+    settings = {"window_size": 4, "look_backward": 1, "causal": causal, "exact_windowsize": True}
+    real = np.ones((2, 10), dtype=bool)
+    expected = lucidrains_local_attention(q, k, v, autopad=True, mask=real, **settings)
+    pattern = block_window_pattern(10, **settings)
+    for method in METHODS:
+        np.testing.assert_allclose(sparse_attention(q, k, v, pattern, method=method), expected, **TIGHT)
+    if not causal:                                                # unmasked zero padding dilutes the last blocks
+        diluted = lucidrains_local_attention(q, k, v, autopad=True, **settings)
+        assert np.abs(diluted - expected)[:, 8:].max() > 1e-3
+
+
+def test_block_window_refuses_looking_forward_when_causal():
+    from refattn.sparse import block_window_pattern
+
+    with pytest.raises(ValueError, match="a causal window cannot look forward: got causal=True with look_forward=1"):
+        block_window_pattern(8, 2, causal=True, look_forward=1)
+    with pytest.raises(ValueError, match="window_size must be a positive int"):
+        block_window_pattern(8, 0)
