@@ -58,7 +58,7 @@ for batch, n, m, d, d_v in [((2,), 5, 7, 3, 2), ((2,), 7, 5, 3, 2), ((1,), 0, 4,
 q = np.ones((1, 2, 3))
 indptr, indices = np.array([0, 1, 2]), np.array([0, 5], dtype=np.int32)   # key 5 of 2: out of bounds
 with pytest.raises(IndexError):
-    csr._csr_loop(q, q, q, (indptr, indices), 1.0, 0, np.empty((1, 2, 3)), np.empty((1, 0)))
+    csr._csr_loop(q, q, q, (indptr, indices), 1.0, 0, np.empty((1, 2, 3)), np.empty((1, 0)), np.empty((1, 0)))
 '''
 
 

@@ -93,10 +93,12 @@ def test_kernel_python_source_equals_compiled(rng):
     q, k, v = qkv(rng, 5, 7, batch=(2,))
     p = SparsePattern.from_mask(random_pattern_mask(rng, 5, 7, 0.5))
     results = []
+    bias = rng.standard_normal((2, p.nnz))
+    bias[0, 0] = -np.inf                                         # a pair left out by its bias
     python_source = getattr(_csr_loop, "py_func", _csr_loop)    # no py_func when JIT is disabled
     for fn in (sparse_attention_csr, python_source):             # the checked entry runs the compiled loop
         out, w = np.empty((2, 5, 3)), np.empty((2, p.nnz))
-        fn(q, k, v, (p.indptr, p.indices), 0.5, POLICY_CODES["uniform"], out, w)
+        fn(q, k, v, (p.indptr, p.indices), 0.5, POLICY_CODES["uniform"], out, w, bias)
         results.append((out, w))
     np.testing.assert_allclose(results[0][0], results[1][0], **TIGHT)
     np.testing.assert_allclose(results[0][1], results[1][1], **TIGHT)

@@ -114,7 +114,7 @@ def test_apply_signatures_list_the_makers_options_with_their_defaults():
     assert options("band") == {"w": 2}
     assert options("axial") == {"width": None}
     assert options("etc") == {"num_global": 2, "radius": 1, "segment_ids": None, "hard_g2l": False, "hard_l2g": False}
-    assert options("bigbird") == {"block_size": 2, "num_random_blocks": 1, "num_global_blocks": 2,
+    assert options("bigbird") == {"block_size": 2, "num_random_blocks": 1, "num_global_blocks": 2, "repeats": "once",
                                   "num_window_blocks": 3, "random_blocks": None, "candidates": "disjoint"}
 
 

@@ -183,8 +183,12 @@ def check_method_alignment(method: str, causal) -> str | None:
     return alignment
 
 
-def attend(phi_q, keys: KeyFeatures, v, batch, alignment, method, eps, fully_masked, return_weights):
-    """Linear attention over computed features, by ``method``, with the fully-masked policy and checks."""
+def attend(phi_q, keys: KeyFeatures, v, batch, alignment, method, eps, fully_masked, return_weights, guard=0.0):
+    """Linear attention over computed features, by ``method``, with the fully-masked policy and checks.
+
+    ``guard`` > 0: the Performer code's denominator guard, R + 2·guard where |R| <= guard (non-negative
+    features only: there R = 0 means every term is 0, so the numerator is 0 and the row 0).
+    """
     n, m = phi_q.shape[-2], keys.phi.shape[-2]
     delta, last = last_keys(n, m, alignment)
     sees_none = last < 0                                           # (n,)  rows with no key at all
@@ -203,6 +207,13 @@ def attend(phi_q, keys: KeyFeatures, v, batch, alignment, method, eps, fully_mas
         out = (phi_q @ KV) / safe_denominator(den)[..., None]                 # (..., n, d_v)
     else:
         out, den = _scan(phi_q, keys, v, batch, delta, eps)
+    if guard:
+        low = np.abs(den) <= guard                                 # (..., n)  R ← R + 2·guard there
+        rescale = np.where(low, den / (den + 2 * guard), 1.0)[..., None]   # out = W/R → W/(R + 2·guard)
+        out = np.where((den == 0)[..., None], 0.0, out * rescale)  # R = 0: W = 0 (the scan gave 0/0)
+        if return_weights:
+            A = A * rescale
+        den = np.where(low, den + 2 * guard, den)
     check_denominators(den, "linear attention denominator φ(q_i)·Σ_j φ(k_j) + eps",
                        "the feature map is not positive there; pass eps or a positive map", skip=sees_none)
     if sees_none.any():

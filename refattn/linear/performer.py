@@ -383,6 +383,7 @@ def performer_attention(
     method: str = "auto",
     stabilize: bool = False,
     eps: float = 0.0,
+    denominator_eps: float = 0.0,
     fully_masked: str = "zero",
     return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
@@ -435,6 +436,12 @@ def performer_attention(
     eps : float, default 0.0
         The official additive ``numerical_stabilizer`` inside the features (official default
         1e-6); biased (:func:`favor_features`).
+    denominator_eps : float, default 0.0
+        The official guard on each row's denominator :math:`R_i = \phi(q_i)^\top \sum_j \phi(k_j)`
+        (the causal prefix sum, or the sum over all keys): :math:`R_i + 2\epsilon_R` wherever
+        :math:`|R_i| \le \epsilon_R`, as ``FastAttentionviaLowRankDecomposition.dot_product_attention``
+        applies its ``numerical_stabilizer`` (1e-6, the same constant as ``eps``). It matters in
+        causal attention, whose first rows sum few keys. Positive and hyperbolic features only.
     fully_masked : {"zero", "nan", "uniform"}, default "zero"
         Output of a query that sees no key (bottom-right alignment with n > m).
     return_weights : bool, default False
@@ -480,8 +487,8 @@ def performer_attention(
     ``make_fast_softmax_attention`` defaults are 256 features, orthogonal, ``ortho_scaling=0``
     (= ``norms="chi"``), the max-subtraction (``stabilize=True``) and ``numerical_stabilizer=1e-6``
     (``eps=1e-6``); it also replaces a denominator :math:`R` with :math:`|R| \le 10^{-6}` by
-    :math:`R + 2 \cdot 10^{-6}`, which is not reproduced here (positive denominators are never that
-    small at moderate scale), and it redraws ω from a seed derived from the queries on every call
+    :math:`R + 2 \cdot 10^{-6}` (``denominator_eps=1e-6``; off by default, as the paper has no
+    such guard), and it redraws ω from a seed derived from the queries on every call
     (``redraw_features=True``), whereas here the draw is always explicit.
 
     References
@@ -517,6 +524,10 @@ def performer_attention(
     eps = _check_eps(eps)
     if eps != 0.0 and kind == "trig":
         raise ValueError("eps is the official positive-feature stabiliser; kind='trig' takes none (eps=0.0)")
+    denominator_eps = _check_eps(denominator_eps, "denominator_eps")
+    if denominator_eps != 0.0 and kind == "trig":
+        raise ValueError("denominator_eps guards the positive features' denominators; kind='trig' takes none "
+                         "(denominator_eps=0.0)")
     if (rng is None) == (omega is None):
         raise ValueError("performer_attention needs exactly one of rng= (to draw ω) and omega= (an explicit draw)")
     if omega is None:
@@ -536,7 +547,7 @@ def performer_attention(
         keys = _running_key_features(k_tilde, omega, kind, eps)
     else:
         keys = KeyFeatures(favor_features(k_tilde, omega, kind=kind, stabilize=stabilize, eps=eps, is_query=False))
-    return attend(phi_q, keys, v, batch, alignment, method, 0.0, fully_masked, return_weights)
+    return attend(phi_q, keys, v, batch, alignment, method, 0.0, fully_masked, return_weights, guard=denominator_eps)
 
 
 def _running_key_features(k_tilde: NDArray, omega: NDArray, kind: str, eps: float) -> KeyFeatures:
@@ -556,10 +567,10 @@ def _default_num_features(d: int) -> int:
     return max(1, round(d * math.log(d)))
 
 
-def _check_eps(eps) -> float:
+def _check_eps(eps, name: str = "eps") -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) \
             or not np.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps must be a finite non-negative real number, got {eps!r}")
+        raise ValueError(f"{name} must be a finite non-negative real number, got {eps!r}")
     return float(eps)
 
 
@@ -603,7 +614,8 @@ RECORD_POSITIVE = Mechanism(
     id="performer_positive", title="Performer FAVOR+ positive random features", family="linear", section="4.2",
     paper=PERFORMER, equation=r"\phi(x) = \tfrac{e^{-\|x\|^2/2}}{\sqrt{r}} \big[e^{\omega_i^\top x}\big]_{i=1}^r",
     time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "auto"),
-    examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}, {"eps": 1e-3}),
+    examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}, {"eps": 1e-3},
+              {"eps": 1e-6, "denominator_eps": 1e-6}),
     function=performer_attention,
     apply=_performer_apply("positive"), causal=True, figure="refattn.figures.linear:performer_positive",
     exact_options=None, exact_limit="none at finite r: unbiased for exp(q·k/√d), exact only as r → ∞",

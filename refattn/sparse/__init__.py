@@ -1,7 +1,7 @@
 """Sparse attention (survey §4.1): patterns in CSR form, their builders, and attention over them.
 
 - Atomic patterns (Fig. 4): :func:`global_pattern`, :func:`band_pattern`, :func:`dilated_pattern`,
-  :func:`strided_pattern`, :func:`random_pattern`, :func:`block_local_pattern`.
+  :func:`strided_pattern`, :func:`random_pattern`, :func:`block_local_pattern`, :func:`block_window_pattern`.
 - Compound (Fig. 5): :func:`star_transformer_pattern`, :func:`longformer_pattern` (and
   :func:`longformer_patterns`, one per head), :func:`etc_pattern`, :func:`bigbird_pattern`,
   :func:`sparse_transformer_pattern`.
@@ -39,9 +39,9 @@ from .axial import axial_pattern, axial_patterns
 from .band import RECORD as BAND
 from .band import band_pattern
 from .bigbird import RECORD as BIGBIRD
-from .bigbird import bigbird_block_layout, bigbird_pattern, draw_bigbird_random_blocks
+from .bigbird import bigbird_block_layout, bigbird_key_counts, bigbird_pattern, draw_bigbird_random_blocks
 from .block_local import RECORD as BLOCK_LOCAL
-from .block_local import block_local_pattern
+from .block_local import block_local_pattern, block_window_pattern
 from .bp_transformer import RECORD as BP_TRANSFORMER
 from .bp_transformer import bp_transformer_pattern, bp_tree_spans
 from .dilated import RECORD as DILATED
@@ -119,8 +119,10 @@ __all__ = [
     "axial_patterns",
     "band_pattern",
     "bigbird_block_layout",
+    "bigbird_key_counts",
     "bigbird_pattern",
     "block_local_pattern",
+    "block_window_pattern",
     "block_summaries",
     "bp_transformer_pattern",
     "bp_tree_spans",

@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..common import (
     as_float,
+    broadcast_batch,
     causal_alignment,
     check_bool,
     check_choice,
@@ -28,7 +29,8 @@ from ..common import (
     default_scale,
     memory_budget,
 )
-from ..core.sdpa import scaled_dot_product_attention
+from ..core.masks import check_mask_shape
+from ..core.sdpa import check_key_lengths, scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
 from ..mechanism import AttentionResult
@@ -43,8 +45,11 @@ def sparse_attention(
     q: ArrayLike,
     k: ArrayLike,
     v: ArrayLike,
-    pattern: SparsePattern | Sequence[SparsePattern],
+    pattern: SparsePattern | Sequence,
     *,
+    mask: ArrayLike | None = None,
+    key_lengths: ArrayLike | None = None,
+    pair_bias: ArrayLike | None = None,
     scale: float | None = None,
     fully_masked: str = "zero",
     return_weights: bool = False,
@@ -55,7 +60,10 @@ def sparse_attention(
     .. math::
 
         \operatorname{out}_i = \sum_{j \in J_i}
-        \frac{\exp(q_i k_j^\top / \sqrt{d})}{\sum_{l \in J_i} \exp(q_i k_l^\top / \sqrt{d})}\, v_j
+        \frac{\exp(q_i k_j^\top / \sqrt{d} + B_{ij})}{\sum_{l \in J_i} \exp(q_i k_l^\top / \sqrt{d} + B_{il})}\, v_j
+
+    where :math:`J_i` is the pattern's row *i* less the pairs that ``mask`` or ``key_lengths``
+    hide, and :math:`B` the additive bias of a float ``mask`` plus ``pair_bias`` (0 without them).
 
     Parameters
     ----------
@@ -65,22 +73,40 @@ def sparse_attention(
         Keys.
     v : (..., m, d_v) array_like
         Values.
-    pattern : SparsePattern or sequence of SparsePattern
-        The kept pairs :math:`J_i` of an n × m attention, shared by all leading dims; or one
-        pattern per head, ``len(pattern) == q.shape[-3]`` (e.g. Longformer's per-head dilation).
+    pattern : SparsePattern, or a (nested) sequence of them
+        The kept pairs :math:`J_i` of an n × m attention, shared by all leading dims; or a grid
+        of patterns, one per leading index: a sequence of H patterns is one per head (axis −3,
+        e.g. Longformer's per-head dilation), a nested ``[[p_00, p_01, ...], ...]`` of shape
+        (B, H) one per batch entry and head, a grid of shape (B, 1) one per batch entry shared by
+        the heads. The grid lines up with the last leading dims of q, k, v (and ``mask``,
+        ``key_lengths``), each of its dims equal to theirs or 1.
+    mask : (..., n, m) array_like of bool or float, optional
+        As in :func:`~refattn.scaled_dot_product_attention`, combined with the pattern: boolean,
+        ``True`` where query *i* may attend to key *j* (a pair is kept when the pattern and the
+        mask both keep it); float, an additive bias :math:`B` on the kept pairs whose ``-inf``
+        entries leave the pair out. Any shape that broadcasts to ``(..., n, m)``.
+    key_lengths : (...) array_like of int, optional
+        Key padding as lengths, as in :func:`~refattn.scaled_dot_product_attention`: the rows of
+        batch index ``b`` keep only keys ``j < key_lengths[b]``; its shape broadcasts against the
+        leading dims from the right (``lengths[:, None]`` for ``(B, H, n, d)`` inputs).
+    pair_bias : (..., nnz) array_like of float, optional
+        An additive bias per kept pair of one pattern, in its CSR order (e.g. the log of each
+        pair's multiplicity, :func:`~refattn.sparse.bigbird_key_counts`); ``-inf`` leaves the
+        pair out. Its leading dims broadcast against those of q, k, v. One pattern only.
     scale : float, optional
         Default :math:`1/\sqrt{d}`.
     fully_masked : {"zero", "nan", "uniform"}, default "zero"
-        Output of a query whose row keeps no key, as in
+        Output of a query whose row keeps no key (after ``mask`` and ``key_lengths``), as in
         :func:`~refattn.scaled_dot_product_attention`.
     return_weights : bool, default False
         Also return the weights: dense ``(..., n, m)`` for ``method="equation"``; for
-        ``method="csr"`` one value per kept pair, ``(..., nnz)`` in CSR order (densify small ones
-        with ``pattern.to_dense(w)``; a "uniform" empty row has no stored pair to show), and with
-        one pattern per head a list of the heads' arrays.
+        ``method="csr"`` one value per pair of the pattern, ``(..., nnz)`` in CSR order (0 for a
+        pair that ``mask`` or ``key_lengths`` hides; densify small ones with
+        ``pattern.to_dense(w)``; a "uniform" empty row has no stored pair to show), and with a
+        grid of patterns a nested list of the grid's shape holding each pattern's array.
     method : {"equation", "csr", "auto"}, default "auto"
         "equation": dense masked softmax (materialises n × m; the definition). "csr": the Numba
-        kernel, O(nnz·d) time and O(nnz) memory.
+        kernel, O(nnz·d) time and O(nnz) memory (a ``mask`` is read only at the kept pairs).
         "auto": "equation" while its dense (..., n, m) scores fit the memory budget
         (:func:`refattn.common.memory_budget`), else "csr"; with ``return_weights`` always
         "equation" (dense weights, refused over the budget).
@@ -88,15 +114,16 @@ def sparse_attention(
     Returns
     -------
     out : (..., n, d_v) ndarray
-    weights : ndarray
+    weights : ndarray or list
         Only if ``return_weights``.
 
     Notes
     -----
     Both methods follow :func:`~refattn.scaled_dot_product_attention`'s rules for edge sizes
-    (m = 0: every row follows ``fully_masked``, 0 under "zero" and "uniform", NaN under "nan") and
-    for a kept score that is not finite (Inf/NaN in its query or key, or an overflowing dot
-    product): its row is NaN.
+    (m = 0: every row follows ``fully_masked``, 0 under "zero" and "uniform", NaN under "nan"), for
+    masking by selection (NaN or Inf in a hidden key or value never reaches the output) and for a
+    kept score that is not finite (Inf/NaN in its query or key, or an overflowing dot product):
+    its row is NaN.
 
     References
     ----------
@@ -110,6 +137,9 @@ def sparse_attention(
     >>> out = sparse_attention(q, k, v, band_pattern(6, 1))
     >>> bool(np.allclose(out, sparse_attention(q, k, v, band_pattern(6, 1), method="csr")))
     True
+    >>> lengths = sparse_attention(q, k, v, band_pattern(6, 1), key_lengths=4, method="csr")
+    >>> bool(np.allclose(lengths, sparse_attention(q, k, v, band_pattern(6, 1), mask=np.arange(6) < 4)))
+    True
     """
     check_choice("method", method, METHODS)
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
@@ -119,19 +149,56 @@ def sparse_attention(
     n, m = q.shape[-2], k.shape[-2]
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     options = {"scale": scale, "fully_masked": fully_masked, "return_weights": return_weights}
+    if mask is not None:
+        mask = check_mask_shape(mask, n, m)
+        if mask.dtype.kind not in "bf":
+            raise TypeError(f"mask must be bool (True = may attend) or float (additive bias), got dtype "
+                            f"{mask.dtype} with shape {mask.shape}")
+        batch = broadcast_batch({"q, k, v": batch, "mask": mask.shape[:-2]})
+    if key_lengths is not None:
+        key_lengths = check_key_lengths(key_lengths, m)
+        batch = broadcast_batch({"q, k, v (and mask)": batch, "key_lengths": key_lengths.shape})
+    patterns = _check_patterns(pattern, n, m, batch)              # object array: the grid, 0-d for one
+    if pair_bias is not None:
+        pair_bias = _check_pair_bias(pair_bias, patterns)
+        batch = broadcast_batch({"q, k, v (and mask, key_lengths)": batch, "pair_bias": pair_bias.shape[:-1]})
 
     if method == "auto":
         dense = 4 * 8 * math.prod((*batch, n, m))                 # the equation path peaks near 4× its scores
         method = "equation" if return_weights or dense <= memory_budget() else "csr"
-    if not isinstance(pattern, SparsePattern):
-        return _per_head(q, k, v, _check_patterns(pattern, n, m, batch), batch, method, options)
-    _check_pattern(pattern, n, m, "pattern")
     if method == "equation":
-        return scaled_dot_product_attention(q, k, v, pattern.to_mask(), method="equation", **options)
-    return _csr(q, k, v, pattern, batch, **options)
+        kept = np.stack([p.to_mask() for p in patterns.ravel()]).reshape(*patterns.shape, n, m)
+        if pair_bias is not None:                                  # float: the pattern's pairs carry their bias
+            kept = patterns[()].to_dense(pair_bias, fill=-np.inf)
+        if mask is None:
+            mask = kept
+        else:
+            mask = _combined(kept, mask)
+        return scaled_dot_product_attention(q, k, v, mask, key_lengths=key_lengths, method="equation", **options)
+    if patterns.ndim == 0:
+        return _csr(q, k, v, patterns[()], mask, key_lengths, pair_bias, batch, **options)
+    return _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options)
 
 
-def _csr(q, k, v, pattern, batch, *, scale, fully_masked, return_weights):
+def _combined(kept: NDArray, mask: NDArray) -> NDArray:
+    """The pattern (bool, or float with −∞ off it) and a boolean or float ``mask`` as one mask for sdpa."""
+    if kept.dtype == np.bool_:
+        return kept & mask if mask.dtype == np.bool_ else np.where(kept, mask, -np.inf)
+    return np.where(mask, kept, -np.inf) if mask.dtype == np.bool_ else kept + mask
+
+
+def _check_pair_bias(pair_bias, patterns: NDArray) -> NDArray:
+    """``pair_bias`` as a float array (..., nnz) of the one pattern given, or a named error."""
+    if patterns.ndim:
+        raise ValueError(f"pair_bias needs one pattern (its pairs' CSR order), got a grid of shape {patterns.shape}")
+    pair_bias = as_float("pair_bias", pair_bias)
+    nnz = patterns[()].nnz
+    if pair_bias.shape[-1:] != (nnz,):
+        raise ValueError(f"pair_bias must have shape (..., nnz={nnz}), got shape {pair_bias.shape}")
+    return pair_bias
+
+
+def _csr(q, k, v, pattern, mask, key_lengths, pair_bias, batch, *, scale, fully_masked, return_weights):
     from ..kernels import POLICY_CODES
     from ..kernels.csr import sparse_attention_csr  # Numba loads on first use only
 
@@ -140,36 +207,78 @@ def _csr(q, k, v, pattern, batch, *, scale, fully_masked, return_weights):
     B = flat[0].shape[0]
     out = np.empty((B, n, d_v))
     weights = np.empty((B, pattern.nnz if return_weights else 0))
-    sparse_attention_csr(*flat, (pattern.indptr, pattern.indices), scale, POLICY_CODES[fully_masked], out, weights)
+    bias = _pair_bias(pattern, mask, key_lengths, batch)
+    if pair_bias is not None:
+        bias = np.broadcast_to(pair_bias, (*batch, pattern.nnz)) + (0.0 if bias is None else bias)
+    sparse_attention_csr(*flat, (pattern.indptr, pattern.indices), scale, POLICY_CODES[fully_masked], out, weights,
+                         None if bias is None else bias.reshape(B, pattern.nnz))
     out = out.reshape(*batch, n, d_v)
     return (out, weights.reshape(*batch, pattern.nnz)) if return_weights else out
 
 
-def _per_head(q, k, v, patterns, batch, method, options):
-    """One pattern per head (axis −3): attend head by head and stack the heads back."""
-    q, k, v = (np.broadcast_to(x, (*batch, *x.shape[-2:])) for x in (q, k, v))
-    results = [sparse_attention(q[..., h, :, :], k[..., h, :, :], v[..., h, :, :], p, method=method, **options)
-               for h, p in enumerate(patterns)]
-    if not options["return_weights"]:
-        return np.stack(results, axis=-3)                          # (..., H, n, d_v)
-    out = np.stack([r[0] for r in results], axis=-3)
-    weights = [r[1] for r in results]                              # csr: (..., nnz_h), nnz differs by head
-    return out, (np.stack(weights, axis=-3) if method == "equation" else weights)
+def _pair_bias(pattern, mask, key_lengths, batch) -> NDArray | None:
+    """The additive bias of every kept pair, ``(*batch, nnz)`` (−∞: hidden by ``mask`` or ``key_lengths``); None without either.
+
+    Reads ``mask`` at the kept pairs only: O(batch · nnz), never n × m.
+    """
+    if mask is None and key_lengths is None:
+        return None
+    rows, cols = pattern.row_ids(), pattern.indices
+    bias = np.zeros((*batch, pattern.nnz))
+    if mask is not None:
+        at_pairs = np.broadcast_to(mask, (*batch, *pattern.shape))[..., rows, cols]   # (*batch, nnz), a view read
+        if mask.dtype == np.bool_:
+            bias[~at_pairs] = -np.inf
+        else:
+            bias[...] = at_pairs
+    if key_lengths is not None:
+        bias[cols >= np.broadcast_to(key_lengths, batch)[..., None]] = -np.inf
+    return bias
 
 
-def _check_patterns(patterns, n: int, m: int, batch: tuple[int, ...]) -> list[SparsePattern]:
-    patterns = list(patterns)
-    if not patterns or not all(isinstance(p, SparsePattern) for p in patterns):
-        raise TypeError("pattern must be a SparsePattern or a non-empty sequence of them (one per head)")
-    heads = batch[-1] if batch else None
-    if heads != len(patterns):
+def _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options):
+    """A grid of patterns over the last leading dims: attend cell by cell and put the cells back."""
+    p = patterns.ndim
+    grid = batch[len(batch) - p:]
+    patterns = np.broadcast_to(patterns, grid)
+    out = np.empty((*batch, q.shape[-2], v.shape[-1]))
+    weights = np.empty(grid, dtype=object)
+    for cell in np.ndindex(grid):
+        at = (Ellipsis, *cell)
+
+        def part(x, core):
+            return None if x is None else np.broadcast_to(x, (*batch, *x.shape[x.ndim - core:]))[(*at, *(slice(None),) * core)]
+
+        result = _csr(part(q, 2), part(k, 2), part(v, 2), patterns[cell], part(mask, 2), part(key_lengths, 0), None,
+                      batch[:len(batch) - p], **options)
+        out[(*at, slice(None), slice(None))], weights[cell] = result if options["return_weights"] else (result, None)
+    return (out, weights.tolist()) if options["return_weights"] else out
+
+
+def _check_patterns(pattern, n: int, m: int, batch: tuple[int, ...]) -> NDArray:
+    """``pattern`` as an object array of SparsePatterns (0-d for one), its grid lined up with ``batch``."""
+    if isinstance(pattern, SparsePattern):
+        _check_pattern(pattern, n, m, "pattern")
+        return np.array(pattern, dtype=object)
+    grid = np.empty(0, dtype=object) if isinstance(pattern, (str, bytes)) else np.array(pattern, dtype=object)
+    if grid.size == 0 or grid.ndim == 0 or not all(isinstance(p, SparsePattern) for p in grid.ravel()):
+        raise TypeError("pattern must be a SparsePattern or a non-empty sequence of them (one per head), or a "
+                        "nested sequence of them (one per batch entry and head)")
+    p = grid.ndim
+    if p == 1 and grid.shape[0] != (batch[-1] if batch else None):
         raise ValueError(
-            f"{len(patterns)} patterns given, one per head, but the head axis (−3) of q, k, v has size "
-            f"{heads} (batch shape {batch})"
+            f"{grid.shape[0]} patterns given, one per head, but the head axis (−3) of q, k, v has size "
+            f"{batch[-1] if batch else None} (batch shape {batch})"
         )
-    for h, p in enumerate(patterns):
-        _check_pattern(p, n, m, f"pattern[{h}]")
-    return patterns
+    if p > len(batch) or any(g not in (1, b) for g, b in zip(grid.shape, batch[len(batch) - p:])):
+        raise ValueError(
+            f"patterns given in a grid of shape {grid.shape}, one per leading index, but the leading (batch) "
+            f"dims of q, k, v (and mask, key_lengths) are {batch}: the grid must match their last {p} dims "
+            "(or be 1 there)"
+        )
+    for cell in np.ndindex(grid.shape):
+        _check_pattern(grid[cell], n, m, f"pattern{list(cell)}")
+    return grid
 
 
 def _check_pattern(pattern: SparsePattern, n: int, m: int, name: str) -> None:
@@ -178,7 +287,7 @@ def _check_pattern(pattern: SparsePattern, n: int, m: int, name: str) -> None:
 
 
 def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
-                   return_weights: bool = False) -> AttentionResult:
+                   return_weights: bool = False, pair_bias: NDArray | None = None) -> AttentionResult:
     """Sparse attention over ``pattern`` as an :class:`~refattn.mechanism.AttentionResult`.
 
     With ``return_weights``, the weights are dense (n × m, for plots and error measurements), exactly
@@ -197,6 +306,8 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
         As in :func:`sparse_attention`.
     return_weights : bool, default False
         Also return the dense weights and the pattern's mask.
+    pair_bias : (nnz,) ndarray, optional
+        An additive bias per kept pair, as in :func:`sparse_attention`.
 
     Returns
     -------
@@ -208,9 +319,9 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
         raise TypeError(f"pattern must be a SparsePattern, got {type(pattern).__name__}")
     _check_pattern(pattern, q.shape[-2], k.shape[-2], "pattern")
     if not check_bool("return_weights", return_weights):
-        return AttentionResult(sparse_attention(q, k, v, pattern, method=method))
+        return AttentionResult(sparse_attention(q, k, v, pattern, pair_bias=pair_bias, method=method))
     check_weights_fit(batch, pattern.n, pattern.m)
-    out, w = sparse_attention(q, k, v, pattern, method=method, return_weights=True)
+    out, w = sparse_attention(q, k, v, pattern, pair_bias=pair_bias, method=method, return_weights=True)
     mask = pattern.to_mask(max_size=pattern.n * pattern.m)         # within budget: 1/8 of the weights
     if method != "csr":                                            # "auto" with weights is "equation"
         np.copyto(w, 0.0, where=~mask)                             # a NaN row (non-finite kept score) too
@@ -225,7 +336,7 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
 
     A maker that draws from ``rng`` returns ``(pattern, draws)`` instead: ``draws`` maps each of its
     options holding a random draw to the draw it made (or was given), as the record's ``draws``
-    names them.
+    names them; ``(pattern, draws, pair_bias)`` adds a bias per kept pair (:func:`sparse_attention`).
 
     ``make`` builds the pattern for n queries and m keys with small demonstration defaults; its
     docstring says which, and its keyword parameters after ``rng`` are the entry's options (any
@@ -280,11 +391,13 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
         if return_weights:
             check_weights_fit(batch, n, m)
         if alignment == "bottom-right":
-            pattern, draws = _made(make(m, m, True, rng, **options))
+            pattern, draws, pair_bias = _made(make(m, m, True, rng, **options))
+            if pair_bias is not None:                              # the last n rows' pairs: the CSR tail
+                pair_bias = pair_bias[pattern.indptr[m - n]:]
             pattern = pattern.last_rows(n)
         else:
-            pattern, draws = _made(make(n, m, alignment is not None, rng, **options))
-        result = attend_pattern(q, k, v, pattern, method=method, return_weights=return_weights)
+            pattern, draws, pair_bias = _made(make(n, m, alignment is not None, rng, **options))
+        result = attend_pattern(q, k, v, pattern, method=method, return_weights=return_weights, pair_bias=pair_bias)
         return result._replace(draws=draws)
 
     own = [p for p in inspect.signature(apply).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
@@ -294,9 +407,11 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
     return apply
 
 
-def _made(made) -> tuple[SparsePattern, dict]:
-    """A maker's pattern and the draws it reports (none when it returns the pattern alone)."""
-    return (made, {}) if isinstance(made, SparsePattern) else made
+def _made(made) -> tuple[SparsePattern, dict, NDArray | None]:
+    """A maker's pattern, the draws it reports (none when it returns the pattern alone) and its per-pair bias."""
+    if isinstance(made, SparsePattern):
+        return made, {}, None
+    return (*made, None) if len(made) == 2 else made
 
 
 def check_options(name: str, options: dict, accepted: Iterable[str]) -> None:

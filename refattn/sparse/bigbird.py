@@ -25,9 +25,10 @@ from ..papers import BIGBIRD
 from .attention import pattern_apply
 from .pattern import SparsePattern, as_indices, index_dtype, no_causal_form
 
-__all__ = ["bigbird_block_layout", "bigbird_pattern", "draw_bigbird_random_blocks"]
+__all__ = ["bigbird_block_layout", "bigbird_key_counts", "bigbird_pattern", "draw_bigbird_random_blocks"]
 
 CANDIDATES = ("disjoint", "official")
+REPEATS = ("once", "count")     # a pair the official kernels hold twice: in the softmax once (a set), or twice
 
 
 def draw_bigbird_random_blocks(
@@ -80,7 +81,8 @@ def draw_bigbird_random_blocks(
     ``middle_seq``: the code's own comments say "Missing -3: should have been sliced till
     last-3" and "Missing -4". There a random block can repeat a window block, and since the
     official kernel concatenates window, global and random keys, such a key enters the softmax
-    twice; a pattern (a set) keeps it once. ``candidates="disjoint"`` (the default) applies the
+    twice; a pattern (a set) keeps it once (:func:`bigbird_key_counts` and the registry option
+    ``repeats="count"`` count it as those kernels do). ``candidates="disjoint"`` (the default) applies the
     intended exclusion to every row; ``"official"`` reproduces the code's candidate sets.
     Neither reproduces NumPy's legacy global RNG stream: to compare with the official code
     exactly, pass its ``rand_attn`` (shape (n_b − 2, r)) to ``random_blocks=`` after adding a
@@ -198,7 +200,9 @@ def bigbird_pattern(
     random_blocks : (n / b, r) array_like of int, optional
         An explicit draw (e.g. from :func:`draw_bigbird_random_blocks`, or the official
         ``rand_attn`` padded with a ``-1`` row above and below): row I lists R_I, ``-1`` for
-        none; global rows must be all ``-1``.
+        none; global rows must be all ``-1``. Taken as given: a block may repeat within a row or
+        be a window or global block (HuggingFace's eval mode gives all zeros); the pattern keeps
+        each pair once (see :func:`bigbird_key_counts` for the kernels' multiplicities).
     candidates : {"disjoint", "official"}, default "disjoint"
         Which blocks a middle row may draw (see :func:`draw_bigbird_random_blocks`).
     causal : {False}, default False
@@ -296,8 +300,76 @@ def _block_pattern(num_blocks, num_random_blocks, num_global_blocks, num_window_
     return SparsePattern.from_pairs(rows, cols, nb, nb), R
 
 
-def _expand_blocks(blocks: SparsePattern, b: int) -> SparsePattern:
-    """The token pattern layout ⊗ 1_{b×b}, written in CSR form in O(nnz)."""
+def bigbird_key_counts(
+    n: int, random_blocks: ArrayLike, *, block_size: int = 64, num_global_blocks: int = 2,
+    num_window_blocks: int = 3,
+) -> tuple[SparsePattern, NDArray]:
+    r"""BigBird's pattern and how many times the official kernels hold each of its pairs.
+
+    The official ``bigbird_block_sparse_attention`` (google-research/bigbird,
+    ``bigbird/core/attention.py``) and HuggingFace's ``BigBirdBlockSparseAttention``
+    (``transformers/models/big_bird/modeling_big_bird.py``) concatenate a middle block row's key
+    blocks, [first (global), window, random, last (global)], and take one softmax over the
+    concatenation. A key block listed twice, a random block repeated within ``R_I`` or one equal
+    to a window or global block, then enters that softmax twice. HuggingFace in eval mode
+    (``_bigbird_block_rand_mask`` returns ``np.zeros`` when ``not self.training``) makes every
+    random block 0, the first global block. Per block pair:
+
+    .. math::
+
+        c_{IJ} = [J \in W_I \cup G] + \#\{t : R_{I,t} = J\}    \quad (I \notin G), \qquad c_{IJ} = 1 \quad (I \in G)
+
+    (the window and global blocks are one set: the rows next to a global block hold it once).
+    Attention with these multiplicities is ``sparse_attention(q, k, v, pattern,
+    pair_bias=np.log(counts))``: weights :math:`c_{ij} e^{s_{ij}} / \sum_l c_{il} e^{s_{il}}`.
+
+    Parameters
+    ----------
+    n : int
+        Sequence length, a multiple of ``block_size``.
+    random_blocks : (n / b, r) array_like of int
+        As in :func:`bigbird_pattern` (repeats allowed; ``-1`` for none, global rows all ``-1``).
+    block_size, num_global_blocks, num_window_blocks : int
+        As in :func:`bigbird_pattern`.
+
+    Returns
+    -------
+    pattern : SparsePattern
+        :func:`bigbird_pattern` for these random blocks (a set: each pair once).
+    counts : (nnz,) ndarray of int64
+        Each kept pair's multiplicity :math:`c_{ij} \ge 1`, in the pattern's CSR order.
+
+    Examples
+    --------
+    >>> R = [[-1], [0], [0], [0], [0], [-1]]                      # HuggingFace eval mode, r = 1
+    >>> p, c = bigbird_key_counts(6, R, block_size=1)
+    >>> p.to_dense(c).astype(int)
+    array([[1, 1, 1, 1, 1, 1],
+           [2, 1, 1, 0, 0, 1],
+           [2, 1, 1, 1, 0, 1],
+           [2, 0, 1, 1, 1, 1],
+           [2, 0, 0, 1, 1, 1],
+           [1, 1, 1, 1, 1, 1]])
+    """
+    R = as_indices("random_blocks", random_blocks, ndim=2)
+    n, _ = check_sizes(n, None)
+    b = check_positive_int("block_size", block_size)
+    r, g, half = _settings(R.shape[1], num_global_blocks, num_window_blocks, "disjoint", False)
+    _check_layout(n // b, r, g, half, "disjoint", False, n=n, block_size=b)
+    nb = n // b
+    blocks, R = _block_pattern(nb, R.shape[1], num_global_blocks, num_window_blocks, None, R, "disjoint")
+    base, _ = _block_pattern(nb, 0, num_global_blocks, num_window_blocks, None, None, "disjoint")
+    keys = blocks.row_ids() * nb + blocks.indices                               # (I, J) as one sorted key
+    listed = R >= 0
+    random_keys = np.sort((np.arange(nb)[:, None] * nb + R)[listed])
+    counts = (np.isin(keys, base.row_ids() * nb + base.indices).astype(np.int64)
+              + np.searchsorted(random_keys, keys, "right") - np.searchsorted(random_keys, keys, "left"))
+    return _expand_blocks(blocks, b, counts)
+
+
+def _expand_blocks(blocks: SparsePattern, b: int, data: NDArray | None = None):
+    """The token pattern layout ⊗ 1_{b×b}, written in CSR form in O(nnz); with ``data`` (one value per
+    block pair), also each token pair's value (its block pair's): ``(pattern, values)``."""
     n = blocks.n * b
     template = (blocks.indices[:, None] * b + np.arange(b)).ravel()          # each block row's keys, sorted
     start = blocks.indptr[:-1] * b                                            # block row I's keys in template
@@ -308,7 +380,10 @@ def _expand_blocks(blocks: SparsePattern, b: int) -> SparsePattern:
     dtype = index_dtype(max(n, indptr[-1]))                                    # in place, narrow: ~12 B/pair
     position = np.arange(indptr[-1], dtype=dtype)
     position += np.repeat((start[token_block] - indptr[:-1]).astype(dtype), counts)   # into the template
-    return SparsePattern(indptr, template.astype(dtype)[position], n, n)
+    pattern = SparsePattern(indptr, template.astype(dtype)[position], n, n)
+    if data is None:
+        return pattern
+    return pattern, np.repeat(data, b)[position]                             # the template's block pairs
 
 
 def _half_window(num_window_blocks) -> int:
@@ -447,18 +522,21 @@ def _check_random_blocks(random_blocks, nb: int, r: int, G: NDArray) -> NDArray:
                          f"got values in [{R.min()}, {R.max()}]")
     if np.any(R[G] >= 0):
         raise ValueError(f"random_blocks must be -1 in the global rows {G.tolist()} (they attend to every block)")
-    S = np.sort(R, axis=1)
-    if np.any((np.diff(S, axis=1) == 0) & (S[:, 1:] >= 0)):
-        raise ValueError("random_blocks repeats a block within a row")
-    return R
+    return R                      # repeats (HuggingFace's eval-mode zeros) and window or global blocks allowed
 
 
 def _bigbird(n, m, causal, rng, block_size=2, num_random_blocks=1, num_global_blocks=2, num_window_blocks=3,
-             random_blocks=None, candidates="disjoint"):
-    """blocks of 2, 1 random block per row, from rng"""
+             random_blocks=None, candidates="disjoint", repeats="once"):
+    """blocks of 2, 1 random block per row, from rng; repeats="count": a pair held twice by the official
+    kernels' concatenation of window, global and random blocks enters the softmax twice (bigbird_key_counts)"""
+    check_choice("repeats", repeats, REPEATS)
     pattern, R = _drawn_pattern(n, block_size, num_random_blocks, num_global_blocks, num_window_blocks,
                                 None if random_blocks is not None else rng, random_blocks, candidates)
-    return pattern, {"random_blocks": R}
+    if repeats == "once":
+        return pattern, {"random_blocks": R}
+    _, counts = bigbird_key_counts(n, R, block_size=block_size, num_global_blocks=num_global_blocks,
+                                   num_window_blocks=num_window_blocks)
+    return pattern, {"random_blocks": R}, np.log(counts)
 
 
 def _exact(n, m):

@@ -3,17 +3,21 @@ r"""Block local attention (survey §4.1.1, Fig. 4e).
     J_i = { j : ⌊i / b⌋ = ⌊j / b⌋ }      (causal: and j ≤ i)
 
 The sequence is cut into non-overlapping blocks of ``block`` positions; a query sees exactly the
-keys of its own block: the attention matrix is block-diagonal.
+keys of its own block: the attention matrix is block-diagonal. :func:`block_window_pattern` widens
+it to the blocks before and after, as lucidrains' ``local-attention`` defines ``look_backward`` and
+``look_forward``.
 """
 from __future__ import annotations
 
-from ..common import check_positive_int, check_sizes
+import numpy as np
+
+from ..common import check_bool, check_non_negative_int, check_positive_int, check_sizes
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import SURVEY
 from .attention import pattern_apply
 from .pattern import SparsePattern, query_positions
 
-__all__ = ["block_local_pattern"]
+__all__ = ["block_local_pattern", "block_window_pattern"]
 
 
 def block_local_pattern(n: int, block: int, *, m: int | None = None, causal: bool | str = False) -> SparsePattern:
@@ -59,6 +63,101 @@ def block_local_pattern(n: int, block: int, *, m: int | None = None, causal: boo
     block = check_positive_int("block", block)
     start = i // block * block
     return SparsePattern.from_row_ranges(start, start + block if alignment is None else i + 1, m)
+
+
+def block_window_pattern(
+    n: int, window_size: int, *, look_backward: int = 1, look_forward: int | None = None, causal: bool = False,
+    exact_windowsize: bool = False,
+) -> SparsePattern:
+    r"""Blocks of ``window_size`` positions, each query seeing its block and ``look_backward`` blocks
+    before and ``look_forward`` blocks after, as lucidrains' ``LocalAttention`` defines them.
+
+    .. math::
+
+        J_i = \{\, j : \lfloor i/w \rfloor - b \le \lfloor j/w \rfloor \le \lfloor i/w \rfloor + f \,\}
+        \quad (\text{causal: and } j \le i)
+
+    ``exact_windowsize=True`` also keeps only :math:`i - w b \le j \le i + w f` (causal:
+    :math:`i - w b \le j \le i`), so every query sees the same span of positions.
+
+    Parameters
+    ----------
+    n : int
+        Sequence length (self-attention: n queries and n keys). Need not be a multiple of
+        ``window_size``: the last block is shorter, as lucidrains' ``autopad=True`` with an input
+        ``mask`` hiding the padding (see Notes).
+    window_size : int
+        *w*, positions per block.
+    look_backward : int, default 1
+        *b*, blocks before the query's own.
+    look_forward : int, optional
+        *f*, blocks after; default 0 when ``causal``, else 1 (lucidrains' default). Must be 0 when
+        ``causal``.
+    causal : bool, default False
+        Keep only :math:`j \le i`.
+    exact_windowsize : bool, default False
+        Clip the blocks to the exact span above (lucidrains' ``exact_windowsize``).
+
+    Returns
+    -------
+    SparsePattern
+        (n, n).
+
+    Notes
+    -----
+    lucidrains/local-attention (``local_attention/local_attention.py``, ``LocalAttention.forward``
+    and ``look_around``, commit af58e53): keys of blocks before the first or after the last are
+    padding (position ``-1``) and masked; ``causal`` masks ``bq_t < bq_k``; ``exact_windowsize``
+    masks ``bq_t > bq_k + window_size * look_backward`` (and, non-causal, ``bq_k -
+    window_size * look_forward > bq_t``). Masked scores are filled with ``-finfo.max``, not −∞, so
+    a row could only differ from this pattern if every key it may see were hidden by the input
+    ``mask`` (it then averages its look-around uniformly); a query always sees itself here.
+    With ``autopad=True`` the sequence is padded with zero keys and values up to a multiple of
+    ``window_size``; without an input ``mask`` those zero keys take part in the last blocks'
+    softmax (score 0, value 0) and dilute it. This pattern has no such keys: it equals
+    ``autopad=True`` with a ``mask`` that is True on the n real positions.
+
+    References
+    ----------
+    .. [1] lucidrains, local-attention, https://github.com/lucidrains/local-attention,
+       ``LocalAttention`` (``look_backward``, ``look_forward``, ``exact_windowsize``, ``autopad``).
+    .. [2] N. Parmar et al., "Image Transformer", arXiv:1802.05751v3, §3.2 (local attention in
+       query blocks over memory blocks).
+
+    Examples
+    --------
+    >>> block_window_pattern(6, 2, look_backward=1, look_forward=0).to_mask().astype(int)
+    array([[1, 1, 0, 0, 0, 0],
+           [1, 1, 0, 0, 0, 0],
+           [1, 1, 1, 1, 0, 0],
+           [1, 1, 1, 1, 0, 0],
+           [0, 0, 1, 1, 1, 1],
+           [0, 0, 1, 1, 1, 1]])
+    >>> block_window_pattern(6, 2, causal=True, exact_windowsize=True).to_mask().astype(int)
+    array([[1, 0, 0, 0, 0, 0],
+           [1, 1, 0, 0, 0, 0],
+           [1, 1, 1, 0, 0, 0],
+           [0, 1, 1, 1, 0, 0],
+           [0, 0, 1, 1, 1, 0],
+           [0, 0, 0, 1, 1, 1]])
+    """
+    n, _ = check_sizes(n, None)
+    w = check_positive_int("window_size", window_size)
+    back = check_non_negative_int("look_backward", look_backward)
+    causal, exact = check_bool("causal", causal), check_bool("exact_windowsize", exact_windowsize)
+    forward = check_non_negative_int("look_forward", (0 if causal else 1) if look_forward is None else look_forward)
+    if causal and forward:
+        raise ValueError(f"a causal window cannot look forward: got causal=True with look_forward={forward}")
+    i = np.arange(n)                                               # (n,) query positions
+    block = i // w
+    start = np.maximum(block - back, 0) * w                        # first key of block ⌊i/w⌋ − b
+    stop = np.minimum((block + forward + 1) * w, n)                # past the last key of block ⌊i/w⌋ + f
+    if causal:
+        stop = np.minimum(stop, i + 1)                             # j <= i
+    if exact:
+        start = np.maximum(start, i - w * back)                    # i − j <= w·b
+        stop = np.minimum(stop, i + w * forward + 1)               # j − i <= w·f
+    return SparsePattern.from_row_ranges(start, stop, n)
 
 
 def _block_local(n, m, causal, rng, block=3):
