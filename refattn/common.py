@@ -31,6 +31,7 @@ __all__ = [
     "causal_alignment",
     "check_bool",
     "check_choice",
+    "check_non_negative",
     "check_non_negative_int",
     "check_positive_int",
     "check_qkv",
@@ -321,6 +322,25 @@ def check_non_negative_int(name: str, value) -> int:
     if not _is_int(value) or value < 0:
         raise ValueError(f"{name} must be a non-negative int, got {value!r}")
     return int(value)
+
+
+def check_non_negative(name: str, value) -> float:
+    """Return ``value`` as a float, or raise ``ValueError`` unless it is a real number >= 0 (a layer norm's ε).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    value : object
+        What was passed.
+
+    Returns
+    -------
+    float
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value >= 0:
+        raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+    return float(value)
 
 
 def check_bool(name: str, value) -> bool:

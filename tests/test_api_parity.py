@@ -341,3 +341,214 @@ def test_feed_forward_refuses_a_gate_mismatch():
         feed_forward(np.ones((2, 4)), gated, activation="gelu")
     with pytest.raises(ValueError, match="activation"):
         feed_forward(np.ones((2, 4)), plain, activation="silu")
+
+
+# ------------------------------------ nn.Transformer, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer
+
+
+def torch_layer_norm(x, weight, bias, eps):
+    """``torch.nn.LayerNorm(d, eps, bias)``: (x − E[x]) / √(Var[x] + ε) · weight + bias, Var biased; no bias
+    term with ``bias=False``."""
+    mean = x.sum(axis=-1, keepdims=True) / x.shape[-1]
+    var = ((x - mean) ** 2).sum(axis=-1, keepdims=True) / x.shape[-1]
+    y = (x - mean) / np.sqrt(var + eps) * weight
+    return y if bias is None else y + bias
+
+
+TORCH_ACTIVATIONS = {                                              # torch.nn.functional.relu, gelu (approximate="none")
+    "relu": lambda z: np.maximum(z, 0.0),
+    "gelu": np.vectorize(lambda z: 0.5 * z * (1.0 + math.erf(z / math.sqrt(2.0)))),
+}
+
+
+def torch_linear(x, weight, bias):
+    """``nn.Linear``: x Wᵀ + b, weight (out, in); no b with ``bias=False``."""
+    y = x @ weight.T
+    return y if bias is None else y + bias
+
+
+def torch_mha_block(x_q, x_kv, attn, num_heads, attn_mask=None):
+    """A layer's ``self_attn`` / ``multihead_attn`` (``nn.MultiheadAttention(d_model, nhead, bias=bias,
+    batch_first=True)``) in refattn's parameters: weights transposed to torch's (out, in); ``bias=False``
+    has no in_proj_bias and no out_proj bias, which adds zeros."""
+    zeros = np.zeros(attn.w_q.shape[1])
+    in_proj_bias = np.concatenate([zeros if b is None else b for b in (attn.b_q, attn.b_k, attn.b_v)])
+    out_proj_bias = np.zeros(attn.w_o.shape[1]) if attn.b_o is None else attn.b_o
+    return torch_mha_reference(x_q, x_kv, x_kv, num_heads, attn.w_q.T, attn.w_k.T, attn.w_v.T, in_proj_bias,
+                               attn.w_o.T, out_proj_bias, attn_mask=attn_mask)[0]
+
+
+def torch_ff_block(x, ffn, activation):
+    """``_ff_block``: linear2(activation(linear1(x))) (dropout off)."""
+    return torch_linear(TORCH_ACTIVATIONS[activation](torch_linear(x, ffn.w_1.T, ffn.b_1)), ffn.w_2.T, ffn.b_2)
+
+
+def torch_encoder_layer(src, p, nhead, activation, eps, norm_first):
+    """``nn.TransformerEncoderLayer.forward`` as documented (the source's two branches):
+    norm_first: x = x + sa(norm1(x)); x = x + ff(norm2(x)); else x = norm1(x + sa(x)); x = norm2(x + ff(x))."""
+    def norm(n, x):
+        return torch_layer_norm(x, n.gamma, n.beta, eps)
+
+    def sa(x):
+        return torch_mha_block(x, x, p.self_attn, nhead)
+
+    def ff(x):
+        return torch_ff_block(x, p.ffn, activation)
+
+    x = src
+    if norm_first:
+        x = x + sa(norm(p.norm_1, x))
+        return x + ff(norm(p.norm_2, x))
+    x = norm(p.norm_1, x + sa(x))
+    return norm(p.norm_2, x + ff(x))
+
+
+def torch_decoder_layer(tgt, memory, p, nhead, activation, eps, norm_first):
+    """``nn.TransformerDecoderLayer.forward`` with ``tgt_mask`` the square subsequent mask (True above the
+    diagonal = not allowed): norm_first: x = x + sa(norm1(x)); x = x + mha(norm2(x), memory);
+    x = x + ff(norm3(x)); else x = norm1(x + sa(x)); x = norm2(x + mha(x, memory)); x = norm3(x + ff(x))."""
+    n = tgt.shape[-2]
+    tgt_mask = np.triu(np.ones((n, n), dtype=bool), k=1)
+
+    def norm(q, x):
+        return torch_layer_norm(x, q.gamma, q.beta, eps)
+
+    def sa(x):
+        return torch_mha_block(x, x, p.self_attn, nhead, attn_mask=tgt_mask)
+
+    def mha(x):
+        return torch_mha_block(x, memory, p.cross_attn, nhead)
+
+    def ff(x):
+        return torch_ff_block(x, p.ffn, activation)
+
+    x = tgt
+    if norm_first:
+        x = x + sa(norm(p.norm_1, x))
+        x = x + mha(norm(p.norm_2, x))
+        return x + ff(norm(p.norm_3, x))
+    x = norm(p.norm_1, x + sa(x))
+    x = norm(p.norm_2, x + mha(x))
+    return norm(p.norm_3, x + ff(x))
+
+
+def torch_transformer(src, tgt, params, nhead):
+    """``nn.Transformer(d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward, dropout=0,
+    activation, layer_norm_eps, batch_first=True, norm_first, bias)``: its encoder is the layers then
+    ``encoder_norm`` (a LayerNorm(d_model, eps, bias) in post-LN and pre-LN alike), its decoder the layers then
+    ``decoder_norm``; ``forward(src, tgt, tgt_mask=causal)``. Inputs are already embedded (torch has no
+    embedding); the final norms are applied where the params have them."""
+    settings = {"activation": params.activation, "eps": params.layer_norm_eps, "norm_first": params.norm_first}
+    memory = src
+    for layer in params.encoder:
+        memory = torch_encoder_layer(memory, layer, nhead, **settings)
+    if params.encoder_norm is not None:
+        memory = torch_layer_norm(memory, params.encoder_norm.gamma, params.encoder_norm.beta, params.layer_norm_eps)
+    out = tgt
+    for layer in params.decoder:
+        out = torch_decoder_layer(out, memory, layer, nhead, **settings)
+    if params.decoder_norm is not None:
+        out = torch_layer_norm(out, params.decoder_norm.gamma, params.decoder_norm.beta, params.layer_norm_eps)
+    return out
+
+
+def paper_embedding(tokens, table):
+    """E[t]·√d_model + PE, PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(…) (Vaswani §3.4-3.5)."""
+    n, d = tokens.shape[-1], table.shape[1]
+    pe = np.zeros((n, d))
+    for pos in range(n):
+        for i in range(0, d, 2):
+            pe[pos, i] = math.sin(pos / 10000 ** (i / d))
+            pe[pos, i + 1] = math.cos(pos / 10000 ** (i / d))
+    return table[tokens] * math.sqrt(d) + pe
+
+
+def jittered(tree, rng):
+    """Every array plus N(0, 0.3²) noise, so biases, β and γ − 1 are not 0 (a zero would hide a misplaced term)."""
+    from refattn.training import tree_map
+    return tree_map(lambda a: a + 0.3 * rng.standard_normal(a.shape), tree)
+
+
+LAYER_SETTINGS = [(norm_first, activation, bias) for norm_first in (False, True) for activation in ("relu", "gelu")
+                  for bias in (True, False)]
+
+
+@pytest.mark.parametrize(("norm_first", "activation", "bias"), LAYER_SETTINGS)
+def test_encoder_and_decoder_layers_match_torch_layers(norm_first, activation, bias):
+    from refattn import decoder_layer, encoder_layer, init_decoder_layer, init_encoder_layer
+
+    rng = np.random.default_rng(53)
+    d_model, nhead, d_ff, eps = 6, 2, 10, 1e-3                     # eps ≠ the 1e-5 default, so a dropped eps shows
+    enc = jittered(init_encoder_layer(rng, d_model, nhead, d_ff, activation=activation, bias=bias), rng)
+    dec = jittered(init_decoder_layer(rng, d_model, nhead, d_ff, activation=activation, bias=bias), rng)
+    assert (enc.norm_1.beta is None, dec.self_attn.b_q is None, dec.ffn.b_2 is None) == (not bias,) * 3
+    x, memory = rng.standard_normal((2, 5, d_model)), rng.standard_normal((2, 4, d_model))
+    settings = {"norm_first": norm_first, "activation": activation, "eps": eps}
+    np.testing.assert_allclose(encoder_layer(x, enc, num_heads=nhead, **settings),
+                               torch_encoder_layer(x, enc, nhead, **settings), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(decoder_layer(x, memory, dec, num_heads=nhead, **settings),
+                               torch_decoder_layer(x, memory, dec, nhead, **settings), rtol=1e-12, atol=1e-12)
+
+
+STACK_SETTINGS = [  # (norm_first, final_norms, activation, bias): nn.Transformer's post-LN and pre-LN, and the paper's
+    (False, True, "relu", True),
+    (False, True, "gelu", False),
+    (True, True, "gelu", True),
+    (True, True, "relu", False),
+    (False, False, "gelu", True),
+    (True, False, "relu", True),
+]
+
+
+@pytest.mark.parametrize(("norm_first", "final_norms", "activation", "bias"), STACK_SETTINGS)
+def test_transformer_stack_matches_torch_transformer(norm_first, final_norms, activation, bias):
+    from refattn import decode, encode, greedy_decode, init_transformer, transformer
+
+    rng = np.random.default_rng(59)
+    nhead = 2
+    params = init_transformer(rng, 7, 9, d_model=6, num_heads=nhead, d_ff=10, num_layers=2, norm_first=norm_first,
+                              final_norms=final_norms, activation=activation, layer_norm_eps=1e-3, bias=bias)
+    assert (params.norm_first, params.encoder_norm is not None, params.decoder_norm is not None) == (
+        norm_first, final_norms, final_norms)
+    assert (params.b_out is None, params.decoder[0].norm_3.beta is None) == (not bias, not bias)
+    params = jittered(params, rng)
+    src, tgt = rng.integers(0, 7, (2, 5)), rng.integers(0, 9, (2, 4))
+
+    def expected_logits(tgt):
+        out = torch_transformer(paper_embedding(src, params.src_embedding), paper_embedding(tgt, params.tgt_embedding),
+                                params, nhead)
+        return torch_linear(out, params.w_out.T, params.b_out)    # the output projection, after decoder_norm
+
+    np.testing.assert_allclose(transformer(src, tgt, params, num_heads=nhead), expected_logits(tgt),
+                               rtol=1e-12, atol=1e-12)
+    memory = encode(src, params, num_heads=nhead)
+    np.testing.assert_allclose(decode(tgt, memory, params, num_heads=nhead), expected_logits(tgt),
+                               rtol=1e-12, atol=1e-12)
+    tokens, logits = greedy_decode(src, params, num_heads=nhead, bos=0, max_len=4)
+    np.testing.assert_allclose(logits, expected_logits(tokens[:, :-1]), rtol=1e-12, atol=1e-12)
+
+
+def test_stack_settings_are_independent_and_checked():
+    from dataclasses import replace
+
+    from refattn import init_transformer
+
+    def draw(**settings):
+        return init_transformer(0, 5, 5, d_model=4, num_heads=2, d_ff=6, num_layers=1, **settings)
+
+    summary = {key: (p.norm_first, p.encoder_norm is not None, p.decoder_norm is not None) for key, p in {
+        "paper": draw(), "pre-LN": draw(norm_first=True), "torch post-LN": draw(final_norms=True),
+        "pre-LN without final norms": draw(norm_first=True, final_norms=False)}.items()}
+    assert summary == {"paper": (False, False, False), "pre-LN": (True, True, True),
+                       "torch post-LN": (False, True, True), "pre-LN without final norms": (True, False, False)}
+    p = draw()
+    with pytest.raises(ValueError, match="activation"):
+        replace(p, activation="tanh")
+    with pytest.raises(ValueError, match="layer_norm_eps must be a non-negative number, got -1"):
+        replace(p, layer_norm_eps=-1.0)
+    with pytest.raises(TypeError, match="norm_first must be True or False, got 1"):
+        replace(p, norm_first=1)
+    with pytest.raises(TypeError, match="final_norms must be True or False"):
+        draw(final_norms="yes")
+    with pytest.raises(TypeError, match="bias must be True or False"):
+        draw(bias=0)

@@ -358,3 +358,36 @@ def test_bad_inputs_are_named(rng):
         init_decoder_only(0, 6, 8, 3, 1, max_len=4)
     with pytest.raises(ValueError, match="lr must be"):
         adam_update(dec, dec, adam_init(dec), lr=-1.0)
+
+
+def test_seq2seq_trains_a_post_ln_stack_with_final_norms(rng):
+    # nn.Transformer's post-LN stack (final norms present) with a non-default layer_norm_eps: the forward
+    # equals refattn.core's and the gradient its finite differences (tolerance as in the module docstring).
+    from refattn import init_transformer
+
+    params = Seq2SeqParams(init_transformer(rng, 7, 6, d_model=8, num_heads=2, d_ff=12, num_layers=1,
+                                            final_norms=True, layer_norm_eps=1e-3), 2)
+    assert not params.transformer.norm_first and params.transformer.encoder_norm is not None
+    params = jitter(rng, params)
+    src, tgt_in, tgt_out = rng.integers(0, 7, (2, 5)), rng.integers(0, 6, (2, 4)), rng.integers(0, 6, (2, 4))
+    np.testing.assert_allclose(seq2seq_logits(params, src, tgt_in),
+                               transformer(src, tgt_in, params.transformer, num_heads=2), **TIGHT)
+    loss, grads = seq2seq_loss_and_grads(params, src, tgt_in, tgt_out)
+    assert (grads.transformer.norm_first, grads.transformer.layer_norm_eps) == (False, 1e-3)
+
+    def loss_of(p):
+        return seq2seq_loss_and_grads(p, src, tgt_in, tgt_out)[0]
+
+    check_gradient_by_finite_differences(rng, loss_of, params, grads, entries=2)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"activation": "gelu"}, 'trains activation="relu" only, got activation="gelu"'),
+    ({"bias": False}, r"every bias present.*transformer\.encoder\.0\.self_attn\.b_q = None"),
+])
+def test_seq2seq_refuses_settings_its_backward_does_not_cover(settings, message):
+    from refattn import init_transformer
+
+    params = Seq2SeqParams(init_transformer(0, 5, 5, d_model=4, num_heads=2, d_ff=6, num_layers=1, **settings), 2)
+    with pytest.raises(ValueError, match=message):
+        seq2seq_loss_and_grads(params, [[1, 2]], [[0, 1]], [[1, 2]])

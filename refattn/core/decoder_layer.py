@@ -5,6 +5,8 @@ Post-LN, as in the paper ("the output of each sub-layer is LayerNorm(x + Sublaye
     y ← LN(y + CausalSelfAttn(y));  y ← LN(y + CrossAttn(y, memory));  y ← LN(y + FFN(y))
 
 Pre-LN (``norm_first=True``, Xiong et al., 2020, arXiv:2002.04745) is y ← y + Sublayer(LN(y)).
+``activation``, ``eps`` and ``bias`` are PyTorch's ``nn.TransformerDecoderLayer`` settings, as in
+:mod:`refattn.core.encoder_layer`.
 
 Decoding one token at a time, the decoder's self-attention keys and values of earlier positions do
 not change (they are causal), so they are kept in a cache and only the new position's are
@@ -18,11 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng
+from ..common import as_float, as_rng, check_bool
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 from .encoder_layer import residual
-from .ffn import FeedForwardParams, feed_forward, init_feed_forward
+from .ffn import GATED, FeedForwardParams, feed_forward, init_feed_forward
 from .layer_norm import LayerNormParams, init_layer_norm
 from .multi_head import (
     MultiHeadParams,
@@ -67,7 +69,9 @@ class DecoderCache:
     memory_v: NDArray
 
 
-def init_decoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> DecoderLayerParams:
+def init_decoder_layer(
+    rng, d_model: int, num_heads: int, d_ff: int, *, activation: str = "relu", bias: bool = True,
+) -> DecoderLayerParams:
     """Draw a decoder layer (self-attention, cross-attention, then FFN; norms at γ = 1, β = 0).
 
     Parameters
@@ -80,6 +84,10 @@ def init_decoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> DecoderL
         Attention heads.
     d_ff : int
         FFN inner width.
+    activation : str, default "relu"
+        The activation the layer will run with; "swiglu" and "geglu" also draw the FFN's gate.
+    bias : bool, default True
+        Biases in the projections, the FFN and the layer norms (PyTorch's ``bias``); False: all None.
 
     Returns
     -------
@@ -87,16 +95,16 @@ def init_decoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> DecoderL
     """
     rng = as_rng(rng)
     return DecoderLayerParams(
-        init_multi_head(rng, d_model, num_heads), init_multi_head(rng, d_model, num_heads),
-        init_feed_forward(rng, d_model, d_ff),
-        init_layer_norm(d_model), init_layer_norm(d_model), init_layer_norm(d_model),
+        init_multi_head(rng, d_model, num_heads, bias=bias), init_multi_head(rng, d_model, num_heads, bias=bias),
+        init_feed_forward(rng, d_model, d_ff, gated=activation in GATED, bias=bias),
+        *(init_layer_norm(d_model, bias=bias) for _ in range(3)),
     )
 
 
 def decoder_layer(
     y: ArrayLike, memory: ArrayLike, params: DecoderLayerParams, *, num_heads: int,
     self_mask: ArrayLike | None = None, memory_mask: ArrayLike | None = None,
-    causal: bool | str = True, norm_first: bool = False, eps: float = 1e-5,
+    causal: bool | str = True, norm_first: bool = False, eps: float = 1e-5, activation: str = "relu",
     return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, tuple[NDArray, NDArray]]:
     r"""One decoder layer: masked self-attention, cross-attention to ``memory``, feed-forward.
@@ -126,7 +134,9 @@ def decoder_layer(
     norm_first : bool, default False
         Pre-LN instead of the paper's post-LN.
     eps : float, default 1e-5
-        Layer-norm epsilon.
+        Layer-norm epsilon (PyTorch's ``layer_norm_eps``).
+    activation : str, default "relu"
+        Activation of the feed-forward network (see :func:`~refattn.core.ffn.feed_forward`).
     return_weights : bool, default False
         Also return the self- and cross-attention weights of every head.
 
@@ -140,8 +150,11 @@ def decoder_layer(
     References
     ----------
     .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762v7, §3.1, §3.2.3.
+    .. [2] PyTorch documentation, ``torch.nn.TransformerDecoderLayer`` (norm_first, activation,
+       layer_norm_eps, bias).
     """
     y = as_float("y", y, min_ndim=2)
+    check_bool("norm_first", norm_first)
     memory = as_float("memory", memory, min_ndim=2)
     p, seen = params, {}
 
@@ -157,7 +170,7 @@ def decoder_layer(
 
     y = residual(y, self_attention, p.norm_1, norm_first, eps)
     y = residual(y, cross_attention, p.norm_2, norm_first, eps)
-    out = residual(y, lambda s: feed_forward(s, p.ffn), p.norm_3, norm_first, eps)
+    out = residual(y, lambda s: feed_forward(s, p.ffn, activation=activation), p.norm_3, norm_first, eps)
     return (out, (seen["self"], seen["cross"])) if return_weights else out
 
 
@@ -165,7 +178,7 @@ def decoder_layer_step(
     y_new: ArrayLike, memory: ArrayLike, params: DecoderLayerParams,
     cache: DecoderCache | None = None, *, num_heads: int,
     memory_mask: ArrayLike | None = None, norm_first: bool = False, eps: float = 1e-5,
-    return_weights: bool = False,
+    activation: str = "relu", return_weights: bool = False,
 ) -> tuple[NDArray, DecoderCache] | tuple[NDArray, DecoderCache, tuple[NDArray, NDArray]]:
     r"""Advance a causal decoder layer by the new positions ``y_new``, using and extending a cache.
 
@@ -191,7 +204,9 @@ def decoder_layer_step(
     norm_first : bool, default False
         Pre-LN instead of the paper's post-LN.
     eps : float, default 1e-5
-        Layer-norm epsilon.
+        Layer-norm epsilon (PyTorch's ``layer_norm_eps``).
+    activation : str, default "relu"
+        Activation of the feed-forward network (see :func:`~refattn.core.ffn.feed_forward`).
     return_weights : bool, default False
         Also return the new positions' self- and cross-attention weights.
 
@@ -205,6 +220,7 @@ def decoder_layer_step(
         far and cross-attention ``(..., h, t, m)`` weights.
     """
     y_new = as_float("y_new", y_new, min_ndim=2)
+    check_bool("norm_first", norm_first)
     memory = as_float("memory", memory, min_ndim=2)
     p, h = params, num_heads
     d_model = p.self_attn.d_model
@@ -244,7 +260,7 @@ def decoder_layer_step(
 
     y = residual(y_new, cached_self_attention, p.norm_1, norm_first, eps)
     y = residual(y, cached_cross_attention, p.norm_2, norm_first, eps)
-    y = residual(y, lambda s: feed_forward(s, p.ffn), p.norm_3, norm_first, eps)
+    y = residual(y, lambda s: feed_forward(s, p.ffn, activation=activation), p.norm_3, norm_first, eps)
     new_cache = DecoderCache(grown["k"], grown["v"], cache.memory_k, cache.memory_v)
     return (y, new_cache, (grown["self"], grown["cross"])) if return_weights else (y, new_cache)
 

@@ -5,6 +5,11 @@ Post-LN ("the output of each sub-layer is LayerNorm(x + Sublayer(x))"):
     x ← LN(x + SelfAttn(x));  x ← LN(x + FFN(x))
 
 Pre-LN (``norm_first=True``, Xiong et al., 2020, arXiv:2002.04745) is x ← x + Sublayer(LN(x)).
+
+The settings of PyTorch's ``nn.TransformerEncoderLayer``: ``norm_first``, ``activation`` of the
+feed-forward (relu, gelu, and the other activations of :func:`~refattn.core.ffn.feed_forward`), the
+layer-norm ε (``eps``, PyTorch's ``layer_norm_eps``) and ``bias`` (``init_encoder_layer(bias=False)``:
+projections and layer norms without biases). Dropout is not modelled (PyTorch in eval mode).
 """
 from __future__ import annotations
 
@@ -13,10 +18,10 @@ from dataclasses import dataclass
 
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng
+from ..common import as_float, as_rng, check_bool
 from ..mechanism import Mechanism
 from ..papers import VASWANI
-from .ffn import FeedForwardParams, feed_forward, init_feed_forward
+from .ffn import GATED, FeedForwardParams, feed_forward, init_feed_forward
 from .layer_norm import LayerNormParams, init_layer_norm, layer_norm
 from .multi_head import MultiHeadParams, init_multi_head, multi_head_attention
 
@@ -33,7 +38,9 @@ class EncoderLayerParams:
     norm_2: LayerNormParams
 
 
-def init_encoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> EncoderLayerParams:
+def init_encoder_layer(
+    rng, d_model: int, num_heads: int, d_ff: int, *, activation: str = "relu", bias: bool = True,
+) -> EncoderLayerParams:
     """Draw an encoder layer (self-attention, then FFN; norms at γ = 1, β = 0).
 
     Parameters
@@ -46,6 +53,10 @@ def init_encoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> EncoderL
         Attention heads.
     d_ff : int
         FFN inner width.
+    activation : str, default "relu"
+        The activation the layer will run with; "swiglu" and "geglu" also draw the FFN's gate.
+    bias : bool, default True
+        Biases in the projections, the FFN and the layer norms (PyTorch's ``bias``); False: all None.
 
     Returns
     -------
@@ -53,15 +64,16 @@ def init_encoder_layer(rng, d_model: int, num_heads: int, d_ff: int) -> EncoderL
     """
     rng = as_rng(rng)
     return EncoderLayerParams(
-        init_multi_head(rng, d_model, num_heads), init_feed_forward(rng, d_model, d_ff),
-        init_layer_norm(d_model), init_layer_norm(d_model),
+        init_multi_head(rng, d_model, num_heads, bias=bias),
+        init_feed_forward(rng, d_model, d_ff, gated=activation in GATED, bias=bias),
+        init_layer_norm(d_model, bias=bias), init_layer_norm(d_model, bias=bias),
     )
 
 
 def encoder_layer(
     x: ArrayLike, params: EncoderLayerParams, *, num_heads: int,
     mask: ArrayLike | None = None, norm_first: bool = False, eps: float = 1e-5,
-    return_weights: bool = False,
+    activation: str = "relu", return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""One encoder layer: self-attention and a feed-forward network, each with residual and norm.
 
@@ -83,7 +95,9 @@ def encoder_layer(
     norm_first : bool, default False
         Pre-LN, :math:`x + \operatorname{Sublayer}(\operatorname{LN}(x))`, instead of the paper's post-LN.
     eps : float, default 1e-5
-        Layer-norm epsilon.
+        Layer-norm epsilon (PyTorch's ``layer_norm_eps``).
+    activation : str, default "relu"
+        Activation of the feed-forward network (see :func:`~refattn.core.ffn.feed_forward`).
     return_weights : bool, default False
         Also return the self-attention weights of every head.
 
@@ -96,8 +110,11 @@ def encoder_layer(
     References
     ----------
     .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762v7, §3.1.
+    .. [2] PyTorch documentation, ``torch.nn.TransformerEncoderLayer`` (norm_first, activation,
+       layer_norm_eps, bias).
     """
     x = as_float("x", x, min_ndim=2)
+    check_bool("norm_first", norm_first)
     p, seen = params, {}
 
     def self_attention(s: NDArray) -> NDArray:
@@ -106,7 +123,7 @@ def encoder_layer(
         return out
 
     x = residual(x, self_attention, p.norm_1, norm_first, eps)
-    out = residual(x, lambda s: feed_forward(s, p.ffn), p.norm_2, norm_first, eps)
+    out = residual(x, lambda s: feed_forward(s, p.ffn, activation=activation), p.norm_2, norm_first, eps)
     return (out, seen["self"]) if return_weights else out
 
 

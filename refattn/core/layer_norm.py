@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_positive_int
+from ..common import as_float, check_bool, check_non_negative, check_positive_int
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 
@@ -18,26 +18,31 @@ __all__ = ["LayerNormParams", "init_layer_norm", "layer_norm"]
 
 @dataclass(frozen=True)
 class LayerNormParams:
-    """Gain :math:`\\gamma` and bias :math:`\\beta` of a layer norm, each of shape (d_model,)."""
+    """Gain :math:`\\gamma` and bias :math:`\\beta` of a layer norm, each of shape (d_model,).
+
+    ``beta`` is None for a layer norm without bias (PyTorch's ``LayerNorm(bias=False)``).
+    """
 
     gamma: NDArray
-    beta: NDArray
+    beta: NDArray | None
 
 
-def init_layer_norm(d_model: int) -> LayerNormParams:
+def init_layer_norm(d_model: int, *, bias: bool = True) -> LayerNormParams:
     """The usual initialisation: :math:`\\gamma = 1`, :math:`\\beta = 0`.
 
     Parameters
     ----------
     d_model : int
         Width of the normalised rows.
+    bias : bool, default True
+        Give the norm a bias :math:`\\beta`; False: ``beta`` is None (PyTorch's ``bias=False``).
 
     Returns
     -------
     LayerNormParams
     """
     check_positive_int("d_model", d_model)
-    return LayerNormParams(np.ones(d_model), np.zeros(d_model))
+    return LayerNormParams(np.ones(d_model), np.zeros(d_model) if check_bool("bias", bias) else None)
 
 
 def layer_norm(
@@ -77,8 +82,7 @@ def layer_norm(
     """
     x = as_float("x", x, min_ndim=1)
     d = x.shape[-1]
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not eps >= 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    check_non_negative("eps", eps)
     mu = x.mean(axis=-1, keepdims=True)                            # (..., 1)  μ
     var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)             # (..., 1)  σ² (biased)
     y = (x - mu) / np.sqrt(var + eps)                              # (..., d)

@@ -3,6 +3,11 @@ r"""The encoder–decoder Transformer (Vaswani et al., 2017, §3): forward pass 
     encode:  x = E_src[src]·√d_model + PE;  x ← EncoderLayer_l(x), l = 1 … N
     decode:  y = E_tgt[tgt]·√d_model + PE;  y ← DecoderLayer_l(y, memory);  logits = y W_out + b_out
 
+The stack settings are PyTorch's ``nn.Transformer``'s, held by :class:`TransformerParams`: ``norm_first``
+(post-LN as the paper, or pre-LN), final encoder and decoder norms (present or not, in either case:
+``nn.Transformer`` has both in post-LN and in pre-LN; the paper has none), the feed-forward ``activation``,
+``layer_norm_eps`` and biases (``init_transformer(bias=False)``: no bias in any projection or layer norm).
+
 Greedy decoding feeds the arg-max token back one step at a time, keeping each decoder layer's
 self-attention keys/values in a cache (:class:`~refattn.core.decoder_layer.DecoderCache`), so
 step *t* costs O(t) attention instead of O(t²). Teacher-forcing the decoded sequence through
@@ -15,11 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, check_positive_int, glorot
+from ..common import as_rng, check_bool, check_choice, check_non_negative, check_positive_int, glorot
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 from .decoder_layer import DecoderLayerParams, decoder_layer, decoder_layer_step, init_decoder_layer
 from .encoder_layer import EncoderLayerParams, encoder_layer, init_encoder_layer
+from .ffn import ACTIVATIONS
 from .layer_norm import LayerNormParams, init_layer_norm, layer_norm
 from .padding_mask import padding_mask
 from .sinusoidal_pe import sinusoidal_positional_encoding
@@ -38,9 +44,16 @@ class TransformerParams:
     encoder : tuple of EncoderLayerParams
     decoder : tuple of DecoderLayerParams
     w_out : (d_model, tgt_vocab) ndarray
-    b_out : (tgt_vocab,) ndarray
+    b_out : (tgt_vocab,) ndarray or None
     encoder_norm, decoder_norm : LayerNormParams or None
-        Final norms of a pre-LN stack (``norm_first=True``); ``None`` for the paper's post-LN.
+        Final norms after the encoder and decoder stacks; ``None``: no final norm (the paper).
+        Independent of ``norm_first``.
+    norm_first : bool, default False
+        Pre-LN layers, x + Sublayer(LN(x)), instead of the paper's post-LN, LN(x + Sublayer(x)).
+    activation : str, default "relu"
+        Activation of every feed-forward network (see :func:`~refattn.core.ffn.feed_forward`).
+    layer_norm_eps : float, default 1e-5
+        ε of every layer norm, the final norms included.
     """
 
     src_embedding: NDArray
@@ -48,14 +61,17 @@ class TransformerParams:
     encoder: tuple[EncoderLayerParams, ...]
     decoder: tuple[DecoderLayerParams, ...]
     w_out: NDArray
-    b_out: NDArray
+    b_out: NDArray | None
     encoder_norm: LayerNormParams | None = None
     decoder_norm: LayerNormParams | None = None
+    norm_first: bool = False
+    activation: str = "relu"
+    layer_norm_eps: float = 1e-5
 
-    @property
-    def norm_first(self) -> bool:
-        """Pre-LN stack (it has final norms) or the paper's post-LN."""
-        return self.encoder_norm is not None
+    def __post_init__(self) -> None:
+        check_bool("norm_first", self.norm_first)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_non_negative("layer_norm_eps", self.layer_norm_eps)
 
     @property
     def d_model(self) -> int:
@@ -65,7 +81,8 @@ class TransformerParams:
 
 def init_transformer(
     rng, src_vocab: int, tgt_vocab: int, *, d_model: int = 512, num_heads: int = 8,
-    d_ff: int = 2048, num_layers: int = 6, norm_first: bool = False,
+    d_ff: int = 2048, num_layers: int = 6, norm_first: bool = False, final_norms: bool | None = None,
+    activation: str = "relu", layer_norm_eps: float = 1e-5, bias: bool = True,
 ) -> TransformerParams:
     """Draw a Transformer (defaults: the paper's base model, §3 and Table 3).
 
@@ -85,7 +102,19 @@ def init_transformer(
     num_layers : int, default 6
         *N*, layers in each of the encoder and decoder stacks.
     norm_first : bool, default False
-        Pre-LN stack with final layer norms (Xiong et al., 2020) instead of the paper's post-LN.
+        Pre-LN layers (Xiong et al., 2020) instead of the paper's post-LN.
+    final_norms : bool, optional
+        A final layer norm after the encoder stack and one after the decoder stack. Default
+        ``norm_first`` (a pre-LN stack needs them; the paper's post-LN has none); PyTorch's
+        ``nn.Transformer`` has them in both cases: ``final_norms=True``.
+    activation : str, default "relu"
+        Activation of the feed-forward networks ("relu", "gelu", or another of
+        :func:`~refattn.core.ffn.feed_forward`'s; "swiglu" and "geglu" draw their gates).
+    layer_norm_eps : float, default 1e-5
+        ε of every layer norm (PyTorch's ``layer_norm_eps``).
+    bias : bool, default True
+        Biases in every projection (attention, FFN, output) and layer norm; False: all None
+        (PyTorch's ``bias=False``). The draws are the same either way (biases start at 0).
 
     Returns
     -------
@@ -95,18 +124,31 @@ def init_transformer(
     -----
     The paper ties the two embeddings and the output projection (§3.4); they are separate here
     so that source and target vocabularies may differ.
+
+    Examples
+    --------
+    >>> p = init_transformer(0, 5, 5, d_model=8, num_heads=2, d_ff=16, num_layers=1, final_norms=True,
+    ...                      activation="gelu", bias=False)
+    >>> p.norm_first, p.encoder_norm.beta, p.activation, p.b_out
+    (False, None, 'gelu', None)
     """
     rng = as_rng(rng)
     for name, value in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("num_layers", num_layers),
                         ("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff)):
         check_positive_int(name, value)
+    check_bool("norm_first", norm_first)
+    final_norms = norm_first if final_norms is None else check_bool("final_norms", final_norms)
+    check_choice("activation", activation, ACTIVATIONS)
+    check_bool("bias", bias)
     src_embedding = rng.normal(0.0, d_model ** -0.5, size=(src_vocab, d_model))
     tgt_embedding = rng.normal(0.0, d_model ** -0.5, size=(tgt_vocab, d_model))
-    encoder = tuple(init_encoder_layer(rng, d_model, num_heads, d_ff) for _ in range(num_layers))
-    decoder = tuple(init_decoder_layer(rng, d_model, num_heads, d_ff) for _ in range(num_layers))
-    final = (init_layer_norm(d_model), init_layer_norm(d_model)) if norm_first else (None, None)
-    return TransformerParams(src_embedding, tgt_embedding, encoder, decoder,
-                             glorot(rng, d_model, tgt_vocab), np.zeros(tgt_vocab), *final)
+    layer = {"activation": activation, "bias": bias}
+    encoder = tuple(init_encoder_layer(rng, d_model, num_heads, d_ff, **layer) for _ in range(num_layers))
+    decoder = tuple(init_decoder_layer(rng, d_model, num_heads, d_ff, **layer) for _ in range(num_layers))
+    final = (init_layer_norm(d_model, bias=bias), init_layer_norm(d_model, bias=bias)) if final_norms else (None, None)
+    return TransformerParams(src_embedding, tgt_embedding, encoder, decoder, glorot(rng, d_model, tgt_vocab),
+                             np.zeros(tgt_vocab) if bias else None, *final, norm_first=norm_first,
+                             activation=activation, layer_norm_eps=layer_norm_eps)
 
 
 def encode(
@@ -128,12 +170,18 @@ def encode(
     Returns
     -------
     memory : (..., n_src, d_model) ndarray
+
+    Notes
+    -----
+    Every layer runs with ``params.norm_first``, ``params.activation`` and ``params.layer_norm_eps``
+    (as do :func:`decode` and :func:`greedy_decode`); ``params.encoder_norm``, when present, normalises
+    the result, and ``params.decoder_norm`` the decoder's output before the projection.
     """
     x = embed(src, params.src_embedding, "src")                    # (..., n_src, d_model)
     mask = _source_mask(src_lengths, x.shape[-2])
     for layer in params.encoder:
-        x = encoder_layer(x, layer, num_heads=num_heads, mask=mask, norm_first=params.norm_first)
-    return x if params.encoder_norm is None else layer_norm(x, params.encoder_norm.gamma, params.encoder_norm.beta)
+        x = encoder_layer(x, layer, num_heads=num_heads, mask=mask, **_layer_settings(params))
+    return _final_norm(x, params.encoder_norm, params)
 
 
 def decode(
@@ -163,8 +211,7 @@ def decode(
     y = embed(tgt, params.tgt_embedding, "tgt")                    # (..., n_tgt, d_model)
     memory_mask = _source_mask(src_lengths, np.shape(memory)[-2])
     for layer in params.decoder:
-        y = decoder_layer(y, memory, layer, num_heads=num_heads, memory_mask=memory_mask,
-                          norm_first=params.norm_first)
+        y = decoder_layer(y, memory, layer, num_heads=num_heads, memory_mask=memory_mask, **_layer_settings(params))
     return _logits(y, params)
 
 
@@ -255,7 +302,7 @@ def greedy_decode(
         for i, layer in enumerate(params.decoder):
             y, caches[i], (_, A_cross) = decoder_layer_step(
                 y, memory, layer, caches[i], num_heads=num_heads, memory_mask=memory_mask,
-                norm_first=params.norm_first, return_weights=True)
+                return_weights=True, **_layer_settings(params))
             cross.append(A_cross)                                  # (..., h, 1, m)
         step_cross.append(np.stack(cross))                         # (layers, ..., h, 1, m)
         logits = _logits(y, params)[..., 0, :]                     # (..., tgt_vocab)
@@ -287,10 +334,18 @@ def embed(tokens: ArrayLike, table: NDArray, name: str, pe: NDArray | None = Non
     return table[tokens] * np.sqrt(d_model) + pe                   # (..., n, d_model)
 
 
+def _layer_settings(params: TransformerParams) -> dict:
+    """The keyword settings every encoder and decoder layer of the stack runs with."""
+    return {"norm_first": params.norm_first, "eps": params.layer_norm_eps, "activation": params.activation}
+
+
+def _final_norm(x: NDArray, norm: LayerNormParams | None, params: TransformerParams) -> NDArray:
+    return x if norm is None else layer_norm(x, norm.gamma, norm.beta, params.layer_norm_eps)
+
+
 def _logits(y: NDArray, params: TransformerParams) -> NDArray:
-    if params.decoder_norm is not None:
-        y = layer_norm(y, params.decoder_norm.gamma, params.decoder_norm.beta)
-    return y @ params.w_out + params.b_out                          # (..., n, tgt_vocab)
+    y = _final_norm(y, params.decoder_norm, params) @ params.w_out  # (..., n, tgt_vocab)
+    return y if params.b_out is None else y + params.b_out
 
 
 def _source_mask(src_lengths: ArrayLike | None, n_src: int) -> NDArray | None:

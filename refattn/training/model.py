@@ -441,7 +441,7 @@ def _self_attention_block(p: MultiHeadParams, h: int, causal: bool, attention, n
 
 
 def _residual(x: NDArray, sublayer: Callable[[NDArray], tuple[NDArray, Backward]], norm: LayerNormParams | None,
-              norm_first: bool) -> tuple[NDArray, Backward]:
+              norm_first: bool, eps: float = EPS) -> tuple[NDArray, Backward]:
     """Post-LN ``LN(x + F(x))``, pre-LN ``x + F(LN(x))`` or plain ``x + F(x)`` (``norm`` None), and its backward.
 
     ``sublayer(s)`` returns (F(s), backward of F); F's backward maps d_F to (d_s, *rest). The residual's
@@ -455,11 +455,11 @@ def _residual(x: NDArray, sublayer: Callable[[NDArray], tuple[NDArray, Backward]
 
         return x + out, plain_backward
     if norm_first:
-        out, back = sublayer(layer_norm(x, norm.gamma, norm.beta, EPS))
+        out, back = sublayer(layer_norm(x, norm.gamma, norm.beta, eps))
 
         def pre_ln_backward(d_out: NDArray):
             d_s, *rest = back(d_out)                               # through F
-            ln = layer_norm_vjp(x, d_s, norm.gamma, EPS)           # through LN
+            ln = layer_norm_vjp(x, d_s, norm.gamma, eps)           # through LN
             return (d_out + ln.dx, LayerNormParams(ln.d_gamma, ln.d_beta), *rest)
 
         return x + out, pre_ln_backward
@@ -467,11 +467,11 @@ def _residual(x: NDArray, sublayer: Callable[[NDArray], tuple[NDArray, Backward]
     z = x + out                                                    # x + F(x)
 
     def post_ln_backward(d_out: NDArray):
-        ln = layer_norm_vjp(z, d_out, norm.gamma, EPS)             # through LN
+        ln = layer_norm_vjp(z, d_out, norm.gamma, eps)             # through LN
         d_s, *rest = back(ln.dx)                                   # through F
         return (ln.dx + d_s, LayerNormParams(ln.d_gamma, ln.d_beta), *rest)
 
-    return layer_norm(z, norm.gamma, norm.beta, EPS), post_ln_backward
+    return layer_norm(z, norm.gamma, norm.beta, eps), post_ln_backward
 
 
 def _ffn_block(p: FeedForwardParams) -> Callable[[NDArray], tuple[NDArray, Backward]]:
@@ -483,15 +483,34 @@ def _ffn_block(p: FeedForwardParams) -> Callable[[NDArray], tuple[NDArray, Backw
     return sublayer
 
 
-def _final_norm(x: NDArray, norm: LayerNormParams | None) -> tuple[NDArray, Backward]:
+def _final_norm(x: NDArray, norm: LayerNormParams | None, eps: float = EPS) -> tuple[NDArray, Backward]:
     if norm is None:
         return x, lambda d: (d, None)
 
     def backward(d_out: NDArray):
-        ln = layer_norm_vjp(x, d_out, norm.gamma, EPS)
+        ln = layer_norm_vjp(x, d_out, norm.gamma, eps)
         return ln.dx, LayerNormParams(ln.d_gamma, ln.d_beta)
 
-    return layer_norm(x, norm.gamma, norm.beta, EPS), backward
+    return layer_norm(x, norm.gamma, norm.beta, eps), backward
+
+
+def _check_trainable(T: TransformerParams) -> None:
+    """The backward pass covers ReLU feed-forward networks, every bias present and no added key/value
+    (``bias_k``); refuse other settings by name rather than differentiate another model."""
+    if T.activation != "relu":
+        raise ValueError(f'the seq2seq model trains activation="relu" only, got activation="{T.activation}"')
+    biases, unsupported = {"b_q", "b_k", "b_v", "b_o", "b_1", "b_2", "beta", "b_out"}, {"bias_k", "w_gate"}
+
+    def walk(node, path):
+        for name, child in _children(node) or ():
+            where = f"{path}.{name}" if path else name
+            if (name in biases and child is None) or (name in unsupported and child is not None):
+                raise ValueError(f"the seq2seq model trains with every bias present, no bias_k and no gate; "
+                                 f"params have {where} = {'None' if child is None else 'an array'}")
+            if child is not None and not isinstance(child, np.ndarray):
+                walk(child, where)
+
+    walk(T, "transformer")
 
 
 def _check_params(kind: str, params) -> None:
@@ -512,6 +531,8 @@ def _seq2seq_forward(params: Seq2SeqParams, src, tgt_in, attention, seen: dict):
     """Logits and the backward mapping d_logits to the gradient tree."""
     _check_params("seq2seq", params)
     T, h = params.transformer, params.num_heads
+    _check_trainable(T)
+    eps = T.layer_norm_eps
     src, tgt_in = _tokens("src", src), _tokens("tgt_in", tgt_in)
     if src.shape[:-1] != tgt_in.shape[:-1]:
         raise ValueError(f"src has batch shape {src.shape[:-1]} (shape {src.shape}) but tgt_in has "
@@ -521,10 +542,10 @@ def _seq2seq_forward(params: Seq2SeqParams, src, tgt_in, attention, seen: dict):
     encoder = []
     for i, layer in enumerate(T.encoder):
         self_attention = _self_attention_block(layer.self_attn, h, False, attention, f"encoder.{i}.self", seen)
-        x, back_1 = _residual(x, self_attention, layer.norm_1, T.norm_first)
-        x, back_2 = _residual(x, _ffn_block(layer.ffn), layer.norm_2, T.norm_first)
+        x, back_1 = _residual(x, self_attention, layer.norm_1, T.norm_first, eps)
+        x, back_2 = _residual(x, _ffn_block(layer.ffn), layer.norm_2, T.norm_first, eps)
         encoder.append((back_1, back_2))
-    memory, back_enc_norm = _final_norm(x, T.encoder_norm)         # (B, n_src, d)
+    memory, back_enc_norm = _final_norm(x, T.encoder_norm, eps)    # (B, n_src, d)
 
     y = embed(tgt_in, T.tgt_embedding, "tgt_in")                   # (B, n_tgt, d)
     decoder, d_memory_parts = [], []
@@ -541,11 +562,11 @@ def _seq2seq_forward(params: Seq2SeqParams, src, tgt_in, attention, seen: dict):
                 return d_s, dparams
             return out, backward
 
-        y, back_1 = _residual(y, self_attention, layer.norm_1, T.norm_first)
-        y, back_2 = _residual(y, cross_attention, layer.norm_2, T.norm_first)
-        y, back_3 = _residual(y, _ffn_block(layer.ffn), layer.norm_3, T.norm_first)
+        y, back_1 = _residual(y, self_attention, layer.norm_1, T.norm_first, eps)
+        y, back_2 = _residual(y, cross_attention, layer.norm_2, T.norm_first, eps)
+        y, back_3 = _residual(y, _ffn_block(layer.ffn), layer.norm_3, T.norm_first, eps)
         decoder.append((back_1, back_2, back_3))
-    y_out, back_dec_norm = _final_norm(y, T.decoder_norm)
+    y_out, back_dec_norm = _final_norm(y, T.decoder_norm, eps)
     logits = y_out @ T.w_out + T.b_out                             # (B, n_tgt, V)
 
     def backward(d_logits: NDArray) -> Seq2SeqParams:
@@ -566,7 +587,8 @@ def _seq2seq_forward(params: Seq2SeqParams, src, tgt_in, attention, seen: dict):
             d_enc_layers.append(EncoderLayerParams(d_self, d_ffn, d_norm_1, d_norm_2))
         d_src_embedding = embedding_vjp(src, d_x, T.src_embedding.shape[0], scale=scale)
         grads = TransformerParams(d_src_embedding, d_tgt_embedding, tuple(reversed(d_enc_layers)),
-                                  tuple(reversed(d_layers)), out.dw, out.db, d_encoder_norm, d_decoder_norm)
+                                  tuple(reversed(d_layers)), out.dw, out.db, d_encoder_norm, d_decoder_norm,
+                                  norm_first=T.norm_first, activation=T.activation, layer_norm_eps=eps)
         return Seq2SeqParams(grads, params.num_heads)
 
     return logits, backward

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_positive_int
+from ..common import as_float, check_non_negative, check_positive_int
 from ..core.ffn import FeedForwardParams
 
 __all__ = [
@@ -252,8 +252,7 @@ def layer_norm_vjp(x: ArrayLike, d_y: ArrayLike, gamma: ArrayLike | None = None,
     """
     x = as_float("x", x, min_ndim=1)
     d = x.shape[-1]
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not eps >= 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    check_non_negative("eps", eps)
     d_y = _upstream(d_y, x.shape, f"x {x.shape}")
     if gamma is not None:
         gamma = as_float("gamma", gamma)
