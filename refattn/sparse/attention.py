@@ -217,7 +217,8 @@ def _csr(q, k, v, pattern, mask, key_lengths, pair_bias, batch, *, scale, fully_
 
 
 def _pair_bias(pattern, mask, key_lengths, batch) -> NDArray | None:
-    """The additive bias of every kept pair, ``(*batch, nnz)`` (−∞: hidden by ``mask`` or ``key_lengths``); None without either.
+    """The additive bias of every kept pair, ``(*batch, nnz)`` (−∞: hidden by ``mask`` or ``key_lengths``); None
+    without either.
 
     Reads ``mask`` at the kept pairs only: O(batch · nnz), never n × m.
     """
@@ -243,13 +244,16 @@ def _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options):
     patterns = np.broadcast_to(patterns, grid)
     out = np.empty((*batch, q.shape[-2], v.shape[-1]))
     weights = np.empty(grid, dtype=object)
+
+    def part(x, core, at):
+        """x's slice at the grid cell ``at`` (its last ``core`` axes whole), broadcast over the batch first."""
+        whole = np.broadcast_to(x, (*batch, *x.shape[x.ndim - core:])) if x is not None else None
+        return None if whole is None else whole[(*at, *(slice(None),) * core)]
+
     for cell in np.ndindex(grid):
         at = (Ellipsis, *cell)
-
-        def part(x, core):
-            return None if x is None else np.broadcast_to(x, (*batch, *x.shape[x.ndim - core:]))[(*at, *(slice(None),) * core)]
-
-        result = _csr(part(q, 2), part(k, 2), part(v, 2), patterns[cell], part(mask, 2), part(key_lengths, 0), None,
+        result = _csr(part(q, 2, at), part(k, 2, at), part(v, 2, at), patterns[cell], part(mask, 2, at),
+                      part(key_lengths, 0, at), None,
                       batch[:len(batch) - p], **options)
         out[(*at, slice(None), slice(None))], weights[cell] = result if options["return_weights"] else (result, None)
     return (out, weights.tolist()) if options["return_weights"] else out
@@ -270,7 +274,7 @@ def _check_patterns(pattern, n: int, m: int, batch: tuple[int, ...]) -> NDArray:
             f"{grid.shape[0]} patterns given, one per head, but the head axis (−3) of q, k, v has size "
             f"{batch[-1] if batch else None} (batch shape {batch})"
         )
-    if p > len(batch) or any(g not in (1, b) for g, b in zip(grid.shape, batch[len(batch) - p:])):
+    if p > len(batch) or any(g not in (1, b) for g, b in zip(grid.shape, batch[len(batch) - p:], strict=True)):
         raise ValueError(
             f"patterns given in a grid of shape {grid.shape}, one per leading index, but the leading (batch) "
             f"dims of q, k, v (and mask, key_lengths) are {batch}: the grid must match their last {p} dims "
