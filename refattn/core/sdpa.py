@@ -318,9 +318,31 @@ def check_block_size(block_size, d_k: int, d_v: int) -> tuple[int, int]:
 def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, tiles, return_lse):
     """Flatten the batch, split ``mask`` into tiles' sources, run :func:`blocked_attention`."""
     from ..kernels import POLICY_CODES
-    from ..kernels.blocked import Visibility, blocked_attention  # Numba loads on first use only
+    from ..kernels.blocked import blocked_attention  # Numba loads on first use only
 
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    flat, visibility = blocked_inputs(q, k, v, mask, causal, key_lengths, batch)
+    B = flat[0].shape[0]
+    vmean = np.zeros((0, 0))
+    if fully_masked == "uniform":                                  # A = 1/m on every key: (1/m)·1ᵀ V
+        vmean = np.full((B, 1, m), 1.0 / m) @ flat[2] if m else np.zeros((B, 1, d_v))
+        vmean = np.ascontiguousarray(vmean[:, 0, :])
+    out, lse = np.empty((B, n, d_v)), np.empty((B, n))
+    blocked_attention(*flat, scale, visibility, (POLICY_CODES[fully_masked], vmean), tiles, out, lse)
+    out = out.reshape(*batch, n, d_v)
+    return (out, lse.reshape(*batch, n)) if return_lse else out
+
+
+def blocked_inputs(q: NDArray, k: NDArray, v: NDArray, mask: NDArray | None, causal, key_lengths: NDArray | None,
+                   batch: tuple[int, ...]):
+    """``([q, k, v] flattened to (B, ·, ·), Visibility)``: what the blocked kernels (forward and backward) read.
+
+    ``mask`` checked by :func:`~refattn.core.masks.check_mask_shape`, ``key_lengths`` by
+    :func:`check_key_lengths`, ``batch`` their broadcast batch shape.
+    """
+    from ..kernels.blocked import Visibility  # Numba loads on first use only
+
+    n, m = q.shape[-2], k.shape[-2]
     flat = [kernel_rows(x, batch, x.shape[-2:]) for x in (q, k, v)]   # (B, ·, ·)
     B = flat[0].shape[0]
     no_index = np.zeros(0, dtype=np.int64)
@@ -341,15 +363,7 @@ def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, til
         lengths = np.ascontiguousarray(np.broadcast_to(key_lengths, batch).reshape(-1))
     alignment = causal_alignment(causal)
     delta = m - n if alignment == "bottom-right" else 0
-    vmean = np.zeros((0, 0))
-    if fully_masked == "uniform":                                  # A = 1/m on every key: (1/m)·1ᵀ V
-        vmean = np.full((B, 1, m), 1.0 / m) @ flat[2] if m else np.zeros((B, 1, d_v))
-        vmean = np.ascontiguousarray(vmean[:, 0, :])
-    out, lse = np.empty((B, n, d_v)), np.empty((B, n))
-    visibility = Visibility(alignment is not None, delta, lengths, bool_mask, mask_index, bias, bias_index)
-    blocked_attention(*flat, scale, visibility, (POLICY_CODES[fully_masked], vmean), tiles, out, lse)
-    out = out.reshape(*batch, n, d_v)
-    return (out, lse.reshape(*batch, n)) if return_lse else out
+    return flat, Visibility(alignment is not None, delta, lengths, bool_mask, mask_index, bias, bias_index)
 
 
 def _mask_slabs(mask: NDArray, batch: tuple[int, ...], n: int, m: int) -> tuple[NDArray, NDArray]:

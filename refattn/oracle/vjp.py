@@ -24,6 +24,7 @@ equations with every intermediate in float32 (or float16): the gradient baseline
 from __future__ import annotations
 
 import inspect
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -34,11 +35,13 @@ from ..common import (
     broadcast_batch,
     check_bool,
     check_choice,
+    check_fits,
     check_qkv,
     check_scale,
     compute_dtype,
     default_scale,
     grouped_kv,
+    memory_budget,
     sum_over_groups,
     weighted_values,
 )
@@ -53,11 +56,23 @@ from ..core.multi_head import (
     project_heads,
     split_heads,
 )
-from ..core.sdpa import scaled_dot_product_attention
+from ..core.padding_mask import padding_mask
+from ..core.sdpa import (
+    AUTO_BLOCKED_ENTRIES,
+    blocked_inputs,
+    check_block_size,
+    check_key_lengths,
+    scaled_dot_product_attention,
+)
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
+from ..kernels import kernel_rows
 from .shapes import as_upstream_gradient, sum_to_shape
 
-__all__ = ["GRADIENT_IDS", "MultiHeadGrads", "SdpaGrads", "multi_head_vjp", "record_vjp", "sdpa_vjp", "softmax_vjp"]
+__all__ = ["GRADIENT_IDS", "MultiHeadGrads", "SdpaGrads", "multi_head_vjp", "record_vjp", "sdpa_vjp", "softmax_vjp",
+           "vjp_method"]
+
+VJP_METHODS = (None, "equation", "blocked", "auto")
+VJP_ARRAYS = 6   # arrays of the scores' size the equation VJP holds at its peak (S, A, dA, A_kept, dS, masks)
 
 GRADIENT_IDS = ("sdpa", "multi_head", "cross_attention", "linear_elu")
 """The registry entries whose gradients refattn computes analytically (:func:`record_vjp`)."""
@@ -188,6 +203,9 @@ def sdpa_vjp(
     fully_masked: str = "zero",
     dtype=np.float64,
     enable_gqa: bool = False,
+    key_lengths: ArrayLike | None = None,
+    method: str | None = None,
+    block_size: int | tuple[int, int] | None = None,
 ) -> SdpaGrads:
     r"""Gradients of :func:`refattn.scaled_dot_product_attention` with respect to q, k, v and the bias.
 
@@ -235,6 +253,19 @@ def sdpa_vjp(
         Grouped-query attention, as in :func:`~refattn.scaled_dot_product_attention`: ``k``, ``v``
         have ``h_kv`` heads, query head ``i`` reads head ``i // (h / h_kv)``, and ``dk``, ``dv`` are
         each key/value head's gradient summed over its group of query heads.
+    key_lengths : (...) array_like of int, optional
+        Key padding as lengths, as in :func:`~refattn.scaled_dot_product_attention`: query rows of
+        batch index ``b`` see only keys ``j < key_lengths[b]``.
+    method : {None, "equation", "blocked", "auto"}, default None
+        "equation": the equations above on dense ``(..., n, m)`` arrays. "blocked": FlashAttention-2's
+        backward pass (:mod:`refattn.kernels.blocked_bwd`): the forward pass's output and
+        log-sum-exp from the blocked kernel, then the weights recomputed tile by tile as
+        :math:`A_{ij} = e^{S_{ij} - L_i}` and :math:`\operatorname{rowsum}(\bar A \odot A)` as
+        :math:`D_i = \bar O_i \cdot O_i`; never an ``(n, m)`` array (but ``d_bias``), float64 only.
+        None and "auto": "equation" while its dense arrays fit the memory budget (None) and, for
+        "auto", have at most ``2**21`` entries; "blocked" beyond, in float64.
+    block_size : int or (int, int), optional
+        Tiles of the blocked kernels, as in :func:`~refattn.scaled_dot_product_attention`.
 
     Returns
     -------
@@ -269,6 +300,7 @@ def sdpa_vjp(
     True
     """
     dtype = compute_dtype(dtype)
+    check_choice("method", method, VJP_METHODS)
     q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
     groups = 1
     if check_bool("enable_gqa", enable_gqa):
@@ -277,13 +309,24 @@ def sdpa_vjp(
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     scale = default_scale(d_k) if scale is None else check_scale(scale)
+    tiles = check_block_size(block_size, d_k, d_v)
     batch_shapes = {"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]}
     if mask is not None:
         mask = check_mask_shape(mask, n, m)
         batch_shapes["mask"] = mask.shape[:-2]
+    if key_lengths is not None:
+        key_lengths = check_key_lengths(key_lengths, m)
+        batch_shapes["key_lengths"] = key_lengths.shape
     batch = broadcast_batch(batch_shapes)
     d_out = as_upstream_gradient("d_out", d_out, (*batch, n, d_v), f"q {q.shape}, k {k.shape}, v {v.shape}", dtype)
+    if vjp_method(method, dtype, (*batch, n, m)) == "blocked":
+        dq, dk, dv, d_bias = _blocked_vjp(q, k, v, d_out, mask, causal, key_lengths, batch, scale, fully_masked,
+                                          tiles)
+        return SdpaGrads(dq, sum_over_groups(dk, groups), sum_over_groups(dv, groups), d_bias)
     allowed, bias = attention_mask(mask, causal, n, m, dtype)
+    if key_lengths is not None:
+        padded = padding_mask(key_lengths, m)                      # (..., 1, m)  j < key_lengths[b]
+        allowed = padded if allowed is None else allowed & padded
 
     with np.errstate(invalid="ignore"):                            # masked-out garbage may be inf − inf
         S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ·s
@@ -312,6 +355,58 @@ def sdpa_vjp(
     dk = sum_over_groups(sum_to_shape(dk, k.shape), groups)       # each key/value head: Σ over its query group
     dv = sum_over_groups(sum_to_shape(dv, v.shape), groups)
     return SdpaGrads(sum_to_shape(dq, q.shape), dk, dv, d_bias)
+
+
+def vjp_method(method: str | None, dtype, scores_shape: tuple[int, ...]) -> str:
+    """The path :func:`sdpa_vjp` runs for scores of ``scores_shape``: "equation" or "blocked".
+
+    None: "equation" while its ``VJP_ARRAYS`` dense arrays fit :func:`~refattn.common.memory_budget`;
+    "auto": also while the scores have at most ``2**21`` entries (as the forward's "auto"); beyond,
+    "blocked" in float64 ("equation" in other dtypes). "blocked" with another dtype: ``ValueError``.
+    """
+    check_choice("method", method, VJP_METHODS)
+    dtype = np.dtype(dtype)
+    entries = math.prod(scores_shape)
+    if method in (None, "auto"):
+        fits = VJP_ARRAYS * entries * dtype.itemsize <= memory_budget()
+        small = fits and (method is None or entries <= AUTO_BLOCKED_ENTRIES)
+        return "equation" if small or dtype != np.float64 else "blocked"
+    if method == "blocked" and dtype != np.float64:
+        raise ValueError(f'method="blocked" computes in float64 only, got dtype={dtype}; '
+                         'use method="equation" for other dtypes')
+    return method
+
+
+def _blocked_vjp(q, k, v, d_out, mask, causal, key_lengths, batch, scale, fully_masked, tiles):
+    """``(dq, dk, dv, d_bias)`` by :func:`refattn.kernels.blocked_bwd.blocked_attention_vjp`, k and v with h heads."""
+    from ..kernels import POLICY_CODES
+    from ..kernels.blocked import blocked_attention
+    from ..kernels.blocked_bwd import blocked_attention_vjp  # Numba loads on first use only
+
+    n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    flat, visibility = blocked_inputs(q, k, v, mask, causal, key_lengths, batch)
+    B = flat[0].shape[0]
+    d_out = kernel_rows(d_out, batch, (n, d_v))
+    out, lse = np.empty((B, n, d_v)), np.empty((B, n))             # O and L of the forward pass
+    blocked_attention(*flat, scale, visibility, (POLICY_CODES["zero"], np.zeros((0, 0))), tiles, out, lse)
+    dq, dk, dv = np.empty((B, n, d_k)), np.empty((B, m, d_k)), np.empty((B, m, d_v))
+    has_bias = visibility.bias.shape[0] > 0
+    if has_bias:
+        check_fits("d_bias for every batch row (the blocked backward)", (B, n, m))
+    d_bias = np.empty((B, n, m) if has_bias else (0, 0, 0))
+    blocked_attention_vjp(*flat, d_out, out, lse, scale, visibility, tiles, dq, dk, dv, d_bias)
+    empty = lse == -np.inf                                         # (B, n) rows that see no key
+    if fully_masked == "uniform" and m:                            # A_ij = 1/m on every key: dV_j += dO_i / m
+        dv += (np.where(empty[..., None], d_out, 0.0).sum(axis=1) / m)[:, None, :]
+    if fully_masked == "nan":                                      # the NaN row reaches its batch element
+        poisoned = empty.any(axis=1)
+        dk[poisoned], dv[poisoned], dq[empty] = np.nan, np.nan, np.nan
+        if has_bias:
+            d_bias[empty] = np.nan
+    dq = sum_to_shape(dq.reshape(*batch, n, d_k), q.shape)
+    dk = sum_to_shape(dk.reshape(*batch, m, d_k), k.shape)
+    dv = sum_to_shape(dv.reshape(*batch, m, d_v), v.shape)
+    return dq, dk, dv, sum_to_shape(d_bias.reshape(*batch, n, m), mask.shape) if has_bias else None
 
 
 def multi_head_vjp(
