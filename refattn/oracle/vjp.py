@@ -398,7 +398,8 @@ def _blocked_vjp(q, k, v, d_out, mask, causal, key_lengths, batch, scale, fully_
     empty = lse == -np.inf                                         # (B, n) rows that see no key
     if fully_masked == "uniform" and m:                            # A_ij = 1/m on every key: dV_j += dO_i / m
         dv += (np.where(empty[..., None], d_out, 0.0).sum(axis=1) / m)[:, None, :]
-    if fully_masked == "nan":                                      # the NaN row reaches its batch element
+    if fully_masked == "nan" and m:                                # the NaN row reaches its batch element
+        #                                                            (with no key at all, dq is the empty sum, 0)
         poisoned = empty.any(axis=1)
         dk[poisoned], dv[poisoned], dq[empty] = np.nan, np.nan, np.nan
         if has_bias:
