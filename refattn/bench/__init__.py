@@ -6,9 +6,10 @@ times, and states each target with its measured value.
 """
 from __future__ import annotations
 
-from . import beyond, content, linear, lowrank, memory, oracle, sdpa, sparse
+from . import backward, beyond, content, linear, lowrank, memory, oracle, sdpa, sparse
 
 FAMILIES = {"sdpa": sdpa, "sparse": sparse, "linear": linear, "content": content, "lowrank": lowrank,
-            "beyond": beyond, "memory": memory, "oracle": oracle}
+            "beyond": beyond, "memory": memory, "oracle": oracle,
+            "backward": backward}
 
 __all__ = ["FAMILIES"]
