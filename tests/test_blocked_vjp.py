@@ -137,3 +137,17 @@ def test_blocked_vjp_refuses_other_dtypes_and_bad_options(rng):
         sdpa_vjp(q, k, v, d_out, method="blocked", block_size=0)
     with pytest.raises(ValueError, match="key_lengths"):
         sdpa_vjp(q, k, v, d_out, method="blocked", key_lengths=np.array([6, 1, 1]))
+
+
+def test_float64_gradients_over_the_memory_budget_come_from_the_blocked_backward(rng):
+    from refattn.oracle.evaluate import Conventions, Problem, evaluate
+
+    q, k, v, d_out = inputs(rng, 40, 40, batch=(2,))
+    conv = Conventions(causal="top-left", scale=0.4, fully_masked="zero", mask=None, layout="bhnd")
+    dense = evaluate(Problem(q, k, v, d_out, {}, True), conv, np.float64)
+    small = evaluate(Problem(q, k, v, d_out, {}, True, memory_budget=2 * 40 * 40 * 8), conv, np.float64)
+    for name in ("out", "dq", "dk", "dv"):
+        bound = TOL * max(1.0, float(np.max(np.abs(dense.arrays[name]))))
+        assert float(np.max(np.abs(small.arrays[name] - dense.arrays[name]))) <= bound, name
+    with pytest.raises(ValueError, match="gradients"):
+        evaluate(Problem(q, k, v, d_out, {}, True, memory_budget=2 * 40 * 40 * 8), conv, np.float32)

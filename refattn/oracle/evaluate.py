@@ -131,14 +131,16 @@ def evaluate(problem: Problem, conv: Conventions, dtype, *, noise=()) -> Evaluat
     float64 is the oracle, float16/32 and "bfloat16" (emulated, output only:
     :func:`~refattn.oracle.precision.sdpa_bfloat16`) the same-dtype baseline. For each ``combine`` in ``noise``
     ("abs", "rss"), also the ratio rule's :math:`\kappa` of every array. Above the problem's
-    ``memory_budget``, by blocks of :func:`block_rows` query rows (gradients: ``ValueError``).
+    ``memory_budget``, by blocks of :func:`block_rows` query rows, and the float64 gradients (without
+    ``noise``) by the blocked backward pass (``sdpa_vjp(method="blocked")``); other gradients: ``ValueError``.
     """
     q, k, v, d_out = problem.q, problem.k, problem.v, problem.d_out
     if conv.layout == "bnhd":
         q, k, v, d_out = swap_heads(q), swap_heads(k), swap_heads(v), swap_heads(d_out)
     groups = kv_groups(q, k, v)
     k, v = repeat_over_groups(k, groups), repeat_over_groups(v, groups)   # query head i reads head i // groups
-    rows = block_rows(q, k, v, conv.mask, problem.memory_budget, problem.grads)
+    streamed_grads = problem.grads and np.dtype(dtype) == np.float64 and not noise   # the blocked backward
+    rows = block_rows(q, k, v, conv.mask, problem.memory_budget, problem.grads and not streamed_grads)
     n = q.shape[-2]
     if rows >= n:
         arrays, empty, kappas = _attend(q, k, v, d_out, conv, dtype, noise, groups, problem.grads)
@@ -151,6 +153,10 @@ def evaluate(problem: Problem, conv: Conventions, dtype, *, noise=()) -> Evaluat
         arrays = {"out": np.concatenate([b[0]["out"] for b in blocks], axis=-2)}
         empty = np.concatenate([b[1] for b in blocks], axis=-1)
         kappas = {combine: {"out": _max(np.array([b[2][combine]["out"] for b in blocks]))} for combine in noise}
+        if problem.grads:                                          # float64 without noise: never n × m
+            g = sdpa_vjp(q, k, v, d_out, conv.mask, causal=conv.causal or False, scale=conv.scale,
+                         fully_masked=conv.fully_masked, method="blocked")
+            arrays.update(dq=g.dq, dk=sum_over_groups(g.dk, groups), dv=sum_over_groups(g.dv, groups))
     if conv.layout == "bnhd":
         arrays = {name: swap_heads(x) for name, x in arrays.items()}
         empty = np.swapaxes(empty, -1, -2)                         # (..., n, h)
