@@ -449,6 +449,8 @@ def performer_attention(
         Output of a query that sees no key (bottom-right alignment with n > m).
     return_weights : bool, default False
         Also return the effective attention matrix :math:`\widehat{D}^{-1} Q'K'^\top` (masked).
+    chunk_size : int, optional
+        Positions per chunk of ``method="chunk"`` (default :data:`~refattn.linear.chunk.DEFAULT_CHUNK_SIZE`).
 
     Returns
     -------
