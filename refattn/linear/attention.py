@@ -6,9 +6,11 @@ r"""Linearised attention (survey §4.2, Eq. 11–13): kernel feature maps and th
     "right"      φ(Q) (φ(K)ᵀ V) / φ(Q) (φ(K)ᵀ 1)          O((n + m)·F·d_v): associativity
     "scan"       S_j = S_{j−1} + φ(k_j) v_jᵀ, z_j = z_{j−1} + φ(k_j),
                  out_i = φ(q_i)ᵀ S_i / φ(q_i)ᵀ z_i         causal: an RNN with O(F·d_v) state
+    "chunk"      causal: the scan's sums by chunks of C positions, quadratic within a chunk and the
+                 state carried across chunks by matrix products (refattn.linear.chunk)
     "auto"       "equation" while its n × m array fits the memory budget, "right"/"scan" above
 
-The three are the same sums in other orders; the tests hold them equal to 1e-12. Edge sizes
+The four are the same sums in other orders; the tests hold them equal to 1e-12. Edge sizes
 (n, m, d_k, d_v or a batch dimension of 0) follow the rule stated in :mod:`refattn.linear`.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..common import as_float, causal_alignment, check_bool, check_choice, check
 from ..core.masks import attention_mask
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
+from .chunk import DEFAULT_CHUNK_SIZE, check_chunk_size, linear_chunks
 from ._common import (
     check_denominators,
     check_eps,
@@ -36,7 +39,7 @@ from ._common import (
 
 __all__ = ["linear_attention"]
 
-METHODS = ("auto", "equation", "right", "scan")
+METHODS = ("auto", "equation", "right", "scan", "chunk")
 LINEAR_EQUATION = r"\frac{\phi(q_i) \sum_j \phi(k_j)^\top v_j}{\phi(q_i) \sum_j \phi(k_j)^\top}"
 
 
@@ -52,6 +55,7 @@ def linear_attention(
     eps: float = 0.0,
     fully_masked: str = "zero",
     return_weights: bool = False,
+    chunk_size: int | None = None,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Attention with the similarity :math:`\phi(q)\phi(k)^\top` in place of :math:`\exp(q k^\top)`.
 
@@ -76,10 +80,11 @@ def linear_attention(
         A different map for the keys, giving the same number F of features. Default ``feature_map``.
     causal : {False, True, "top-left", "bottom-right"}, default False
         As in :func:`~refattn.scaled_dot_product_attention`.
-    method : {"auto", "equation", "right", "scan"}, default "auto"
+    method : {"auto", "equation", "right", "scan", "chunk"}, default "auto"
         "equation": the left product (φ(Q)φ(K)ᵀ)V, the definition and the source of the
         effective attention matrix. "right": φ(Q)(φ(K)ᵀV), non-causal only. "scan": the Numba
-        recurrence, causal only. "auto": "equation" while one (..., n, m) float64 array fits
+        recurrence, causal only. "chunk": the same recurrence chunkwise, by matrix products
+        (:mod:`refattn.linear.chunk`), causal only. "auto": "equation" while one (..., n, m) float64 array fits
         :func:`~refattn.common.memory_budget`, else "right" (non-causal) or "scan" (causal); an
         explicit "equation" above the budget raises
         :class:`~refattn.common.MemoryBudgetError` before allocating.
@@ -93,6 +98,9 @@ def linear_attention(
         Also return the effective attention matrix :math:`A` ``(..., n, m)`` (computed by the
         equation path whatever ``method`` is; :class:`~refattn.common.MemoryBudgetError` before
         allocating if it exceeds the memory budget).
+    chunk_size : int, optional
+        Positions per chunk of ``method="chunk"`` (default
+        :data:`~refattn.linear.chunk.DEFAULT_CHUNK_SIZE`); any positive size, dividing n or not.
 
     Returns
     -------
@@ -131,6 +139,7 @@ def linear_attention(
     True
     """
     check_linear_options(method, fully_masked, return_weights)
+    chunk_size = check_chunk_size(chunk_size)
     check_feature_map(feature_map, "feature_map")
     key_map_name, key_map = ("feature_map", feature_map) if key_feature_map is None else \
         ("key_feature_map", key_feature_map)
@@ -142,7 +151,8 @@ def linear_attention(
     phi_q = features(feature_map, q, "q")                          # (..., n, F)
     phi_k = features(key_map, k, "k", key_map_name)                # (..., m, F)
     check_feature_counts(phi_q, phi_k, "feature_map", key_map_name)
-    return attend(phi_q, KeyFeatures(phi_k), v, batch, alignment, method, eps, fully_masked, return_weights)
+    return attend(phi_q, KeyFeatures(phi_k), v, batch, alignment, method, eps, fully_masked, return_weights,
+                  chunk_size=chunk_size)
 
 
 class KeyFeatures(NamedTuple):
@@ -178,12 +188,13 @@ def check_method_alignment(method: str, causal) -> str | None:
     alignment = causal_alignment(causal)
     if method == "right" and alignment is not None:
         raise ValueError("method='right' sums over every key; for causal attention use method='scan'")
-    if method == "scan" and alignment is None:
-        raise ValueError("method='scan' is the causal recurrence; for non-causal attention use method='right'")
+    if method in ("scan", "chunk") and alignment is None:
+        raise ValueError(f"method={method!r} is the causal recurrence; for non-causal attention use method='right'")
     return alignment
 
 
-def attend(phi_q, keys: KeyFeatures, v, batch, alignment, method, eps, fully_masked, return_weights, guard=0.0):
+def attend(phi_q, keys: KeyFeatures, v, batch, alignment, method, eps, fully_masked, return_weights, guard=0.0,
+           chunk_size=DEFAULT_CHUNK_SIZE):
     """Linear attention over computed features, by ``method``, with the fully-masked policy and checks.
 
     ``guard`` > 0: the Performer code's denominator guard, R + 2·guard where |R| <= guard (non-negative
@@ -205,6 +216,8 @@ def attend(phi_q, keys: KeyFeatures, v, batch, alignment, method, eps, fully_mas
         z = keys.phi.sum(axis=-2)                                  # (..., F)       φ(K)ᵀ1
         den = (phi_q @ z[..., None])[..., 0] + eps                 # (..., n)       φ(Q)(φ(K)ᵀ1) + ε
         out = (phi_q @ KV) / safe_denominator(den)[..., None]                 # (..., n, d_v)
+    elif method == "chunk":
+        out, den = linear_chunks(phi_q, keys, v, batch, delta, eps, chunk_size)
     else:
         out, den = _scan(phi_q, keys, v, batch, delta, eps)
     if guard:

@@ -10,6 +10,7 @@ overlap interfere; the delta rule first removes what k_i retrieves.
 
     "equation"  the update above as a NumPy loop over time, vectorised over the batch (O(F·d_v) state)
     "scan"      the same loop in Numba (refattn.kernels.delta_scan)
+    "chunk"     by chunks in the WY/UT form, the state carried across chunks by matrix products (refattn.linear.chunk)
     "auto"      "equation": it never forms an n × n array
 
 For fixed q, k and β the output is linear in V: y = A V with an effective n × n matrix A (Notes).
@@ -25,6 +26,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..common import as_float, as_rng, check_bool, check_choice, check_fits, check_positive_int, glorot
 from ..kernels import kernel_rows
 from ..mechanism import Mechanism
+from .chunk import check_chunk_size, delta_rule_chunks
 from ._common import (
     check_denominators,
     check_feature_counts,
@@ -39,7 +41,7 @@ from .linear_elu import elu_feature_map
 
 __all__ = ["DeltaBetaParams", "delta_beta", "delta_rule_attention", "init_delta_beta"]
 
-METHODS = ("auto", "equation", "scan")
+METHODS = ("auto", "equation", "scan", "chunk")
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ def delta_rule_attention(
     normalize: bool = True,
     method: str = "auto",
     return_weights: bool = False,
+    chunk_size: int | None = None,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Causal fast-weight memory updated by the delta rule (Schlag et al., 2021).
 
@@ -168,14 +171,18 @@ def delta_rule_attention(
     normalize : bool, default True
         Divide :math:`\phi(q)` and :math:`\phi(k)` by the sum of their components, as the paper and
         the official code do. ``False`` uses :math:`\phi` as it is.
-    method : {"auto", "equation", "scan"}, default "auto"
+    method : {"auto", "equation", "scan", "chunk"}, default "auto"
         "equation": the update as a NumPy loop over time, vectorised over the batch. "scan": the
-        same loop in Numba. Both take :math:`O(n F d_v)` time and :math:`O(F d_v)` memory, so
+        same loop in Numba. "chunk": by chunks of ``chunk_size`` steps, each chunk's product of
+        updates in the WY/UT form and the memory carried across chunks by matrix products
+        (:mod:`refattn.linear.chunk`). Both take :math:`O(n F d_v)` time and :math:`O(F d_v)` memory, so
         "auto" is "equation" at every size.
     return_weights : bool, default False
         Also return the effective matrix *A* with ``out = A @ v`` (Notes;
         :class:`~refattn.common.MemoryBudgetError` before allocating if it exceeds the memory
         budget).
+    chunk_size : int, optional
+        Steps per chunk of ``method="chunk"`` (default :data:`~refattn.linear.chunk.DEFAULT_CHUNK_SIZE`).
 
     Returns
     -------
@@ -255,6 +262,7 @@ def delta_rule_attention(
     check_choice("method", method, METHODS)
     normalize = check_bool("normalize", normalize)
     check_bool("return_weights", return_weights)
+    chunk_size = check_chunk_size(chunk_size)
     check_feature_map(feature_map, "feature_map")
     q, k, v, beta, batch = check_recurrence_inputs(q, k, v, beta, "beta", "delta_rule_attention")
     n = q.shape[-2]
@@ -266,6 +274,8 @@ def delta_rule_attention(
 
     if method in ("auto", "equation"):
         out = _delta_loop(phi_q, phi_k, v, beta)                   # (..., n, d_v)
+    elif method == "chunk":
+        out = delta_rule_chunks(phi_q, phi_k, v, beta, batch, chunk_size)
     else:
         out = _scan(phi_q, phi_k, v, beta, batch)
     if not return_weights:
@@ -324,7 +334,7 @@ RECORD = Mechanism(
     paper='I. Schlag, K. Irie, J. Schmidhuber, 2021, "Linear Transformers Are Secretly Fast Weight Programmers", '
     "arXiv:2102.11174", equation=r"W_i = W_{i-1} + \beta_i (v_i - W_{i-1}\phi(k_i)) \otimes \phi(k_i)",
     time="O(n·F·d_v)", memory="O(F·d_v) state", kind="attention",
-    methods=("equation", "scan", "auto"), examples=({"normalize": False},), function=delta_rule_attention,
+    methods=("equation", "scan", "chunk", "auto"), examples=({"normalize": False},), function=delta_rule_attention,
     apply=recurrence_apply(_delta_rule, "delta_rule"), noncausal=False, causal=True, position_dependent=True,
     cross=False, normalized=False, nonnegative=False, figure="refattn.figures.linear:delta_rule",
     exact_options=None, exact_limit="none: an unnormalised fast-weight memory (β = 0 leaves it empty)",

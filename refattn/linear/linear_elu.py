@@ -52,18 +52,19 @@ def elu_feature_map(x: ArrayLike) -> NDArray:
     return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))    # elu(x) + 1, no overflow in the unused branch
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", eps=0.0):
+def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", eps=0.0, chunk_size=None):
     """:func:`~refattn.linear.linear_attention` with φ = elu + 1 (``rng`` is not used)."""
+    options = {"causal": causal, "method": method, "eps": eps, "chunk_size": chunk_size}
     if not return_weights:
-        return AttentionResult(linear_attention(q, k, v, elu_feature_map, causal=causal, method=method, eps=eps))
-    out, A = linear_attention(q, k, v, elu_feature_map, causal=causal, method=method, eps=eps, return_weights=True)
+        return AttentionResult(linear_attention(q, k, v, elu_feature_map, **options))
+    out, A = linear_attention(q, k, v, elu_feature_map, return_weights=True, **options)
     return AttentionResult(out, A, allowed_pairs(None, causal, A.shape))
 
 
 RECORD = Mechanism(
     id="linear_elu", title="Linear Transformer (φ = elu + 1)", family="linear", section="4.2", paper=KATHAROPOULOS,
     equation=LINEAR_EQUATION, time="O((n + m)·F·d_v)", memory="O(F·d_v) state", kind="attention",
-    methods=("equation", "right", "scan", "auto"), examples=({"eps": 1e-6},),
+    methods=("equation", "right", "scan", "chunk", "auto"), examples=({"eps": 1e-6}, {"chunk_size": 3}),
     function=linear_attention, apply=_apply, causal=True, figure="refattn.figures.linear:linear_elu",
     exact_options=None, exact_limit="none: a different kernel, elu(q)+1 · elu(k)+1 in place of exp(q·k/√d)",
 )

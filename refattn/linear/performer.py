@@ -38,6 +38,7 @@ from ..common import (
 from ..core.sdpa import allowed_pairs
 from ..mechanism import AttentionResult, Mechanism
 from ..papers import PERFORMER
+from .chunk import check_chunk_size
 from .attention import KeyFeatures, attend, check_linear_options, check_method_alignment
 
 __all__ = ["draw_omega", "favor_features", "favor_mse", "performer_attention"]
@@ -386,6 +387,7 @@ def performer_attention(
     denominator_eps: float = 0.0,
     fully_masked: str = "zero",
     return_weights: bool = False,
+    chunk_size: int | None = None,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Performer (FAVOR+) attention: softmax attention estimated with random features.
 
@@ -424,10 +426,11 @@ def performer_attention(
         Row lengths of ω (:func:`draw_omega`); ignored when ``omega`` is given.
     causal : {False, True, "top-left", "bottom-right"}, default False
         As in :func:`~refattn.scaled_dot_product_attention`.
-    method : {"auto", "equation", "right", "scan"}, default "auto"
+    method : {"auto", "equation", "right", "scan", "chunk"}, default "auto"
         Multiplication order (:func:`~refattn.linear.linear_attention`): the masked
         :math:`(Q'K'^\top)V`, the non-causal :math:`Q'(K'^\top V)` of Eq. (4), or the causal
-        prefix-sum recurrence of App. B.1; "auto" is "equation" while the n × m matrix fits the
+        prefix-sum recurrence of App. B.1, by steps ("scan") or by chunks ("chunk", with
+        ``chunk_size``); "auto" is "equation" while the n × m matrix fits the
         memory budget.
     stabilize : bool, default False
         The official max-subtraction (:func:`favor_features`): queries per row, keys over the
@@ -446,6 +449,8 @@ def performer_attention(
         Output of a query that sees no key (bottom-right alignment with n > m).
     return_weights : bool, default False
         Also return the effective attention matrix :math:`\widehat{D}^{-1} Q'K'^\top` (masked).
+    chunk_size : int, optional
+        Positions per chunk of ``method="chunk"`` (default :data:`~refattn.linear.chunk.DEFAULT_CHUNK_SIZE`).
 
     Returns
     -------
@@ -512,6 +517,7 @@ def performer_attention(
     check_choice("kind", kind, KINDS)
     check_choice("norms", norms, NORMS)
     check_linear_options(method, fully_masked, return_weights)
+    chunk_size = check_chunk_size(chunk_size)
     check_bool("orthogonal", orthogonal)
     check_bool("stabilize", stabilize)
     q, k, v = (as_float(name, a) for name, a in (("q", q), ("k", k), ("v", v)))
@@ -547,7 +553,8 @@ def performer_attention(
         keys = _running_key_features(k_tilde, omega, kind, eps)
     else:
         keys = KeyFeatures(favor_features(k_tilde, omega, kind=kind, stabilize=stabilize, eps=eps, is_query=False))
-    return attend(phi_q, keys, v, batch, alignment, method, 0.0, fully_masked, return_weights, guard=denominator_eps)
+    return attend(phi_q, keys, v, batch, alignment, method, 0.0, fully_masked, return_weights, guard=denominator_eps,
+                  chunk_size=chunk_size)
 
 
 def _running_key_features(k_tilde: NDArray, omega: NDArray, kind: str, eps: float) -> KeyFeatures:
@@ -613,7 +620,7 @@ def _performer_apply(kind: str):
 RECORD_POSITIVE = Mechanism(
     id="performer_positive", title="Performer FAVOR+ positive random features", family="linear", section="4.2",
     paper=PERFORMER, equation=r"\phi(x) = \tfrac{e^{-\|x\|^2/2}}{\sqrt{r}} \big[e^{\omega_i^\top x}\big]_{i=1}^r",
-    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "auto"),
+    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "chunk", "auto"),
     examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}, {"eps": 1e-3},
               {"eps": 1e-6, "denominator_eps": 1e-6}),
     function=performer_attention,
@@ -626,7 +633,7 @@ RECORD_TRIG = Mechanism(
     id="performer_trig", title="Performer trigonometric random features", family="linear", section="4.2",
     paper=PERFORMER,
     equation=r"\phi(x) = \tfrac{e^{\|x\|^2/2}}{\sqrt{r}} \big[\sin \omega_i^\top x, \cos \omega_i^\top x\big]_{i=1}^r",
-    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "auto"),
+    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "chunk", "auto"),
     examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}),
     function=performer_attention,
     apply=_performer_apply("trig"), causal=True, nonnegative=False, figure="refattn.figures.linear:performer_trig",

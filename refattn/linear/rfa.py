@@ -9,6 +9,7 @@ Unrolled, query i weighs key j ≤ i by c_ij = (1 − g_j) Π_{l=j+1..i} g_l (se
 
     "equation"  the masked n × n matrix c_ij φ(q_i)·φ(k_j), row-normalised (also the effective matrix)
     "scan"      the recurrence above, in Numba (refattn.kernels.gated_scan)
+    "chunk"     the recurrence by chunks: c_ij within a chunk, the gated state across chunks (refattn.linear.chunk)
     "auto"      "equation" while its n × n matrix fits the memory budget, "scan" above
 
 agree to 1e-12. φ is any feature map; RFA's own is a random Fourier map of ℓ2-normalised q and k.
@@ -24,6 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..common import as_float, as_rng, check_bool, check_choice, check_fits, check_positive_int, glorot, weighted_values
 from ..kernels import kernel_rows
 from ..mechanism import Mechanism
+from .chunk import check_chunk_size, gated_chunks
 from ._common import (
     check_denominators,
     check_eps,
@@ -41,7 +43,7 @@ from .linear_elu import elu_feature_map
 
 __all__ = ["RFAGateParams", "init_rfa_gate", "rfa_attention", "rfa_gates"]
 
-METHODS = ("auto", "equation", "scan")
+METHODS = ("auto", "equation", "scan", "chunk")
 GATE_FORMS = ("paper", "decay")
 
 
@@ -143,6 +145,7 @@ def rfa_attention(
     method: str = "auto",
     eps: float = 0.0,
     return_weights: bool = False,
+    chunk_size: int | None = None,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Gated causal random feature attention (RFA-Gate): a linear-attention RNN with a forget gate.
 
@@ -173,9 +176,11 @@ def rfa_attention(
         and the new association (Eq. 7). "decay": :math:`S_t = g_t S_{t-1} + \phi(k_t) \otimes v_t`
         (and likewise *z*), the gate only decays the past; with :math:`g \equiv 1` this is the
         paper's ungated causal RFA, i.e. causal linear attention.
-    method : {"auto", "equation", "scan"}, default "auto"
+    method : {"auto", "equation", "scan", "chunk"}, default "auto"
         "equation": the masked :math:`n \times n` matrix of the unrolled sum. "scan": the
-        recurrence in Numba, :math:`O(n F d_v)` time and :math:`O(F d_v)` memory. "auto":
+        recurrence in Numba, :math:`O(n F d_v)` time and :math:`O(F d_v)` memory. "chunk": the
+        recurrence by chunks of ``chunk_size`` steps in matrix products
+        (:mod:`refattn.linear.chunk`). "auto":
         "equation" while one (..., n, n) float64 array fits :func:`~refattn.common.memory_budget`,
         "scan" above (an explicit "equation" above it raises
         :class:`~refattn.common.MemoryBudgetError` before allocating).
@@ -185,6 +190,8 @@ def rfa_attention(
         Also return the effective attention matrix (computed by the equation path whatever
         ``method`` is; :class:`~refattn.common.MemoryBudgetError` before allocating if it
         exceeds the memory budget).
+    chunk_size : int, optional
+        Steps per chunk of ``method="chunk"`` (default :data:`~refattn.linear.chunk.DEFAULT_CHUNK_SIZE`).
 
     Returns
     -------
@@ -272,6 +279,7 @@ def rfa_attention(
     check_choice("method", method, METHODS)
     check_choice("gate_form", gate_form, GATE_FORMS)
     check_bool("return_weights", return_weights)
+    chunk_size = check_chunk_size(chunk_size)
     check_feature_map(feature_map, "feature_map")
     q, k, v, gates, batch = check_recurrence_inputs(q, k, v, gates, "gates", "rfa_attention")
     eps = check_eps(eps)
@@ -288,6 +296,8 @@ def rfa_attention(
     if method == "equation":
         causal = np.tri(q.shape[-2], dtype=bool)                   # masked-out future values never enter
         out, den = weighted_values(A, v, causal, np.zeros((q.shape[-2], 1), bool), "zero"), den_eq
+    elif method == "chunk":
+        out, den = gated_chunks(phi_q, phi_k, v, gates, coupled, eps, batch, chunk_size)
     else:
         out, den = _scan(phi_q, phi_k, v, gates, coupled, eps, batch)
     check_denominators(den, "RFA denominator φ(q_t)·z_t + eps",
@@ -343,7 +353,7 @@ RECORD = Mechanism(
     paper='H. Peng et al., 2021, "Random Feature Attention", arXiv:2103.02143',
     equation=r"S_t = g_t S_{t-1} + (1 - g_t)\,\phi(k_t) \otimes v_t", time="O(n·F·d_v)", memory="O(F·d_v) state",
     kind="attention",
-    methods=("equation", "scan", "auto"), examples=({"gate_form": "decay"},), function=rfa_attention,
+    methods=("equation", "scan", "chunk", "auto"), examples=({"gate_form": "decay"},), function=rfa_attention,
     apply=recurrence_apply(_rfa, "rfa"), noncausal=False,
     causal=True,
     position_dependent=True, cross=False, figure="refattn.figures.linear:rfa", exact_options=None,
