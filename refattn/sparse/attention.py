@@ -36,9 +36,12 @@ from ..kernels import kernel_rows
 from ..mechanism import AttentionResult
 from .pattern import SparsePattern
 
-__all__ = ["attend_pattern", "pattern_apply", "sparse_attention"]
+__all__ = ["attend_pattern", "block_structure", "pattern_apply", "sparse_attention"]
 
-METHODS = ("equation", "csr", "auto")
+METHODS = ("equation", "csr", "bsr", "auto")
+
+BLOCK_FILL = 0.5
+"""``method="auto"`` takes the bsr kernel when the pattern's kept pairs fill at least this fraction of its tiles."""
 
 
 def sparse_attention(
@@ -165,7 +168,7 @@ def sparse_attention(
 
     if method == "auto":
         dense = 4 * 8 * math.prod((*batch, n, m))                 # the equation path peaks near 4× its scores
-        method = "equation" if return_weights or dense <= memory_budget() else "csr"
+        method = "equation" if return_weights or dense <= memory_budget() else "auto"   # auto: bsr or csr
     if method == "equation":
         kept = np.stack([p.to_mask() for p in patterns.ravel()]).reshape(*patterns.shape, n, m)
         if pair_bias is not None:                                  # float: the pattern's pairs carry their bias
@@ -176,8 +179,8 @@ def sparse_attention(
             mask = _combined(kept, mask)
         return scaled_dot_product_attention(q, k, v, mask, key_lengths=key_lengths, method="equation", **options)
     if patterns.ndim == 0:
-        return _csr(q, k, v, patterns[()], mask, key_lengths, pair_bias, batch, **options)
-    return _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options)
+        return _csr(q, k, v, patterns[()], mask, key_lengths, pair_bias, batch, method, **options)
+    return _csr_grid(q, k, v, patterns, mask, key_lengths, batch, method, options)
 
 
 def _combined(kept: NDArray, mask: NDArray) -> NDArray:
@@ -198,8 +201,48 @@ def _check_pair_bias(pair_bias, patterns: NDArray) -> NDArray:
     return pair_bias
 
 
-def _csr(q, k, v, pattern, mask, key_lengths, pair_bias, batch, *, scale, fully_masked, return_weights):
+def block_structure(pattern: SparsePattern, d_k: int, d_v: int) -> tuple[int, tuple[NDArray, NDArray], float]:
+    """The block size ``b`` the bsr kernel tiles ``pattern`` with, its block layout, and the fill ``nnz / area``.
+
+    Tries ``b`` and ``b / 2`` for the dense kernel's tile ``b`` (:func:`~refattn.core.sdpa.default_block_size`:
+    64 for d <= 64) and keeps the one whose listed tiles the kept pairs fill best (the larger on a
+    tie). ``area`` counts the (query, key) entries of the tiles holding a kept pair
+    (:func:`~refattn.kernels.bsr.block_layout`), so the fill is 1 for a pattern made of whole
+    b × b blocks (BigBird with b = 64), about 2/3 for a band of width w = b, and small for a
+    scattered pattern. O(nnz) in Numba, no n × m array.
+
+    Parameters
+    ----------
+    pattern : SparsePattern
+        The kept pairs.
+    d_k, d_v : int
+        Widths of the queries and values (they set the tile size).
+
+    Returns
+    -------
+    block_size : int
+    layout : (block_indptr, block_indices)
+        Per block row, the block columns holding a kept pair.
+    fill : float
+        ``nnz / area`` (1.0 for an empty pattern).
+    """
+    from ..core.sdpa import default_block_size
+    from ..kernels.bsr import block_layout
+
+    tile = default_block_size(d_k, d_v)[0]
+    best = None
+    for b in (tile, max(tile // 2, 1)):
+        block_indptr, block_indices, area = block_layout(pattern.indptr, pattern.indices, pattern.n, pattern.m, b)
+        fill = pattern.nnz / area if area else 1.0
+        if best is None or fill > best[2]:
+            best = (b, (block_indptr, block_indices), fill)
+    return best
+
+
+def _csr(q, k, v, pattern, mask, key_lengths, pair_bias, batch, method, *, scale, fully_masked, return_weights):
+    """The csr or bsr kernel over flattened batch rows; ``method="auto"``: bsr when the pattern fills its tiles."""
     from ..kernels import POLICY_CODES
+    from ..kernels.bsr import sparse_attention_bsr
     from ..kernels.csr import sparse_attention_csr  # Numba loads on first use only
 
     n, d_v = q.shape[-2], v.shape[-1]
@@ -210,8 +253,16 @@ def _csr(q, k, v, pattern, mask, key_lengths, pair_bias, batch, *, scale, fully_
     bias = _pair_bias(pattern, mask, key_lengths, batch)
     if pair_bias is not None:
         bias = np.broadcast_to(pair_bias, (*batch, pattern.nnz)) + (0.0 if bias is None else bias)
-    sparse_attention_csr(*flat, (pattern.indptr, pattern.indices), scale, POLICY_CODES[fully_masked], out, weights,
-                         None if bias is None else bias.reshape(B, pattern.nnz))
+    bias = None if bias is None else bias.reshape(B, pattern.nnz)
+    if method != "csr":
+        block_size, layout, fill = block_structure(pattern, q.shape[-1], d_v)
+        method = "bsr" if method == "bsr" or fill >= BLOCK_FILL else "csr"
+    if method == "bsr":
+        sparse_attention_bsr(*flat, (pattern.indptr, pattern.indices), (*layout, block_size), scale,
+                             POLICY_CODES[fully_masked], out, weights, bias)
+    else:
+        sparse_attention_csr(*flat, (pattern.indptr, pattern.indices), scale, POLICY_CODES[fully_masked], out,
+                             weights, bias)
     out = out.reshape(*batch, n, d_v)
     return (out, weights.reshape(*batch, pattern.nnz)) if return_weights else out
 
@@ -237,7 +288,7 @@ def _pair_bias(pattern, mask, key_lengths, batch) -> NDArray | None:
     return bias
 
 
-def _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options):
+def _csr_grid(q, k, v, patterns, mask, key_lengths, batch, method, options):
     """A grid of patterns over the last leading dims: attend cell by cell and put the cells back."""
     p = patterns.ndim
     grid = batch[len(batch) - p:]
@@ -254,7 +305,7 @@ def _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options):
         at = (Ellipsis, *cell)
         result = _csr(part(q, 2, at), part(k, 2, at), part(v, 2, at), patterns[cell], part(mask, 2, at),
                       part(key_lengths, 0, at), None,
-                      batch[:len(batch) - p], **options)
+                      batch[:len(batch) - p], method, **options)
         out[(*at, slice(None), slice(None))], weights[cell] = result if options["return_weights"] else (result, None)
     return (out, weights.tolist()) if options["return_weights"] else out
 
@@ -327,10 +378,10 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
     check_weights_fit(batch, pattern.n, pattern.m)
     out, w = sparse_attention(q, k, v, pattern, pair_bias=pair_bias, method=method, return_weights=True)
     mask = pattern.to_mask(max_size=pattern.n * pattern.m)         # within budget: 1/8 of the weights
-    if method != "csr":                                            # "auto" with weights is "equation"
-        np.copyto(w, 0.0, where=~mask)                             # a NaN row (non-finite kept score) too
-    else:
+    if method in ("csr", "bsr"):                                   # weights per kept pair, in CSR order
         w = pattern.to_dense(w)
+    else:                                                          # "auto" with weights is "equation"
+        np.copyto(w, 0.0, where=~mask)                             # a NaN row (non-finite kept score) too
     return AttentionResult(out, w, np.broadcast_to(mask, (*out.shape[:-1], pattern.m)))
 
 
