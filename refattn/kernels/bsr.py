@@ -63,15 +63,17 @@ def _block_layout(indptr, indices, n, m, b):  # pragma: no cover - jitted
     n_bq, n_bk = (n + b - 1) // b, (m + b - 1) // b
     stamp = np.full(n_bk, -1, dtype=np.int64)                      # last block row that listed block column J
     block_indptr = np.zeros(n_bq + 1, dtype=np.int64)
-    for sweep in range(2):
+    block_indices = np.empty(0, dtype=np.int64)
+    for sweep in range(2):                                         # count, then list
         if sweep == 1:
             block_indptr = np.cumsum(block_indptr)
             block_indices = np.empty(block_indptr[-1], dtype=np.int64)
             stamp[:] = -1
         for big in range(n_bq):
-            at = block_indptr[big] if sweep == 1 else 0
+            at = block_indptr[big]
             for i in range(big * b, min(n, big * b + b)):
-                for p in range(indptr[i], indptr[i + 1]):
+                p, end = indptr[i], indptr[i + 1]
+                while p < end:
                     col = indices[p] // b
                     if stamp[col] != big:
                         stamp[col] = big
@@ -80,6 +82,12 @@ def _block_layout(indptr, indices, n, m, b):  # pragma: no cover - jitted
                         else:
                             block_indices[at] = col
                             at += 1
+                    last = min(m, col * b + b) - 1                 # the block's last key; rows are strictly
+                    jump = p + last - indices[p]                   # increasing, so it sits at `jump` at most
+                    if jump < end and indices[jump] == last:
+                        p = jump + 1                               # the row holds the rest of the block
+                    else:
+                        p += 1
             if sweep == 1:
                 block_indices[block_indptr[big]:at].sort()
     area = 0
@@ -94,7 +102,9 @@ def sparse_attention_bsr(q, k, v, pattern, blocks, scale, policy, out, weights, 
     """q (B, n, d), k (B, m, d), v (B, m, d_v) → out (B, n, d_v) and weights (B, nnz), or (B, 0) to skip them.
 
     ``pattern`` = (indptr, indices), the kept pairs in CSR form as for
-    :func:`~refattn.kernels.csr.sparse_attention_csr`; ``blocks`` = (block_indptr, block_indices,
+    :func:`~refattn.kernels.csr.sparse_attention_csr`, each row strictly increasing (as
+    :class:`~refattn.sparse.SparsePattern` guarantees; an unsorted row is not checked, O(nnz) on
+    every call, and loses pairs, but nothing is read or written out of bounds); ``blocks`` = (block_indptr, block_indices,
     block_size) from :func:`block_layout` of the same pattern. ``scale`` a finite float;
     ``policy`` the fully-masked policy code 0/1/2; ``bias`` (B, nnz) float64 per kept pair
     (−∞ leaves it out) or None. Every array the kernel indexes is checked first: a wrong shape,
@@ -110,9 +120,6 @@ def sparse_attention_bsr(q, k, v, pattern, blocks, scale, policy, out, weights, 
     if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
         raise ValueError(f"indptr must start at 0, never decrease, and end at len(indices) = {nnz}")
     check_kernel_indices("indices", indices, (nnz,), 0, m - 1)
-    drops = np.flatnonzero(np.diff(indices) <= 0) + 1               # the tile walk needs sorted rows
-    if drops.size and not np.isin(drops, indptr).all():
-        raise ValueError("indices must be strictly increasing within each row (sorted, no duplicates)")
     block_indptr, block_indices, b = blocks
     b = check_positive_int("block_size", b)
     n_bq, n_bk = -(-n // b), -(-m // b)

@@ -204,9 +204,9 @@ def _check_pair_bias(pair_bias, patterns: NDArray) -> NDArray:
 def block_structure(pattern: SparsePattern, d_k: int, d_v: int) -> tuple[int, tuple[NDArray, NDArray], float]:
     """The block size ``b`` the bsr kernel tiles ``pattern`` with, its block layout, and the fill ``nnz / area``.
 
-    Tries ``b`` and ``b / 2`` for the dense kernel's tile ``b`` (:func:`~refattn.core.sdpa.default_block_size`:
-    64 for d <= 64) and keeps the one whose listed tiles the kept pairs fill best (the larger on a
-    tie). ``area`` counts the (query, key) entries of the tiles holding a kept pair
+    Tries the dense kernel's tile ``b`` (:func:`~refattn.core.sdpa.default_block_size`: 64 for
+    d <= 64), and ``b / 2`` when the kept pairs fill less than :data:`BLOCK_FILL` of b's tiles,
+    keeping the better filled (the larger on a tie). ``area`` counts the (query, key) entries of the tiles holding a kept pair
     (:func:`~refattn.kernels.bsr.block_layout`), so the fill is 1 for a pattern made of whole
     b × b blocks (BigBird with b = 64), about 2/3 for a band of width w = b, and small for a
     scattered pattern. O(nnz) in Numba, no n × m array.
@@ -236,6 +236,8 @@ def block_structure(pattern: SparsePattern, d_k: int, d_v: int) -> tuple[int, tu
         fill = pattern.nnz / area if area else 1.0
         if best is None or fill > best[2]:
             best = (b, (block_indptr, block_indices), fill)
+        if fill >= BLOCK_FILL:                                     # the larger tile will do
+            break
     return best
 
 
