@@ -3,10 +3,11 @@ r"""Attention restricted to a sparsity pattern (survey §4.1, Eq. 9).
     Â_ij = q_i k_jᵀ / √d   if (i, j) is kept,   −∞ otherwise
     out_i = Σ_{j kept} softmax(Â_i)_j v_j
 
-Two paths that the tests hold equal: ``method="equation"`` is exactly
+Three paths that the tests hold equal: ``method="equation"`` is exactly
 :func:`~refattn.scaled_dot_product_attention` under the pattern's dense mask (the definition,
-for small n), and ``method="csr"`` is a Numba kernel that visits only the kept pairs, so its time
-is O(nnz·d) and its memory O(nnz) for the pattern plus O(n·d) for the inputs.
+for small n); ``method="csr"`` is a Numba kernel that visits only the kept pairs, so its time
+is O(nnz·d) and its memory O(nnz) for the pattern plus O(n·d) for the inputs; ``method="bsr"``
+computes the same pairs as b × b tiles through BLAS, for patterns made of blocks.
 """
 from __future__ import annotations
 
@@ -103,16 +104,21 @@ def sparse_attention(
         :func:`~refattn.scaled_dot_product_attention`.
     return_weights : bool, default False
         Also return the weights: dense ``(..., n, m)`` for ``method="equation"``; for
-        ``method="csr"`` one value per pair of the pattern, ``(..., nnz)`` in CSR order (0 for a
+        ``method="csr"`` and ``"bsr"`` one value per pair of the pattern, ``(..., nnz)`` in CSR order (0 for a
         pair that ``mask`` or ``key_lengths`` hides; densify small ones with
         ``pattern.to_dense(w)``; a "uniform" empty row has no stored pair to show), and with a
         grid of patterns a nested list of the grid's shape holding each pattern's array.
-    method : {"equation", "csr", "auto"}, default "auto"
+    method : {"equation", "csr", "bsr", "auto"}, default "auto"
         "equation": dense masked softmax (materialises n × m; the definition). "csr": the Numba
         kernel, O(nnz·d) time and O(nnz) memory (a ``mask`` is read only at the kept pairs).
-        "auto": "equation" while its dense (..., n, m) scores fit the memory budget
-        (:func:`refattn.common.memory_budget`), else "csr"; with ``return_weights`` always
-        "equation" (dense weights, refused over the budget).
+        "bsr": the block-sparse kernel (:mod:`refattn.kernels.bsr`): the pattern's b × b tiles
+        that hold a kept pair go through BLAS with an online softmax across a row's tiles,
+        partial tiles masked pair by pair; the same pairs and results as "csr", several times
+        faster for patterns made of blocks (BigBird, block local, windows), slower for scattered
+        pairs (:func:`block_structure` measures the fill). "auto": "equation" while its dense
+        (..., n, m) scores fit the memory budget (:func:`refattn.common.memory_budget`), else
+        "bsr" when the kept pairs fill at least :data:`BLOCK_FILL` of the tiles, "csr" otherwise;
+        with ``return_weights`` always "equation" (dense weights, refused over the budget).
 
     Returns
     -------
@@ -359,7 +365,7 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
         As in :func:`sparse_attention`; checked before anything else.
     pattern : SparsePattern
         The kept pairs.
-    method : {"equation", "csr", "auto"}, default "auto"
+    method : {"equation", "csr", "bsr", "auto"}, default "auto"
         As in :func:`sparse_attention`.
     return_weights : bool, default False
         Also return the dense weights and the pattern's mask.
