@@ -104,8 +104,8 @@ def sparse_attention_bsr(q, k, v, pattern, blocks, scale, policy, out, weights, 
     ``pattern`` = (indptr, indices), the kept pairs in CSR form as for
     :func:`~refattn.kernels.csr.sparse_attention_csr`, each row strictly increasing (as
     :class:`~refattn.sparse.SparsePattern` guarantees; an unsorted row is not checked, O(nnz) on
-    every call, and loses pairs, but nothing is read or written out of bounds); ``blocks`` = (block_indptr, block_indices,
-    block_size) from :func:`block_layout` of the same pattern. ``scale`` a finite float;
+    every call, and loses pairs, but nothing is read or written out of bounds); ``blocks`` =
+    (block_indptr, block_indices, block_size) from :func:`block_layout` of the same pattern. ``scale`` a finite float;
     ``policy`` the fully-masked policy code 0/1/2; ``bias`` (B, nnz) float64 per kept pair
     (−∞ leaves it out) or None. Every array the kernel indexes is checked first: a wrong shape,
     dtype, layout or index raises ``ValueError``/``TypeError`` naming it.

@@ -212,10 +212,10 @@ def block_structure(pattern: SparsePattern, d_k: int, d_v: int) -> tuple[int, tu
 
     Tries the dense kernel's tile ``b`` (:func:`~refattn.core.sdpa.default_block_size`: 64 for
     d <= 64), and ``b / 2`` when the kept pairs fill less than :data:`BLOCK_FILL` of b's tiles,
-    keeping the better filled (the larger on a tie). ``area`` counts the (query, key) entries of the tiles holding a kept pair
-    (:func:`~refattn.kernels.bsr.block_layout`), so the fill is 1 for a pattern made of whole
-    b × b blocks (BigBird with b = 64), about 2/3 for a band of width w = b, and small for a
-    scattered pattern. O(nnz) in Numba, no n × m array.
+    keeping the better filled (the larger on a tie). ``area`` counts the (query, key) entries of
+    the tiles holding a kept pair (:func:`~refattn.kernels.bsr.block_layout`), so the fill is 1
+    for a pattern made of whole b × b blocks (BigBird with b = 64), about 2/3 for a band of
+    half-width w = b, and small for a scattered pattern. O(nnz) in Numba, no n × m array.
 
     Parameters
     ----------
