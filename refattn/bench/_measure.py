@@ -46,6 +46,17 @@ def best_times(calls: dict[str, Callable[[], object]], repeat: int, settle: floa
     return best
 
 
+def gemm_rate(size: int = 1024, repeat: int = 3) -> float:
+    """The machine's float64 matrix-product rate now, in GFLOP/s: the best of ``repeat`` (size × size) products.
+
+    ``np.dot`` runs BLAS with its own threads; the rate is the ceiling a tiled kernel is compared with.
+    """
+    a = np.random.default_rng(0).standard_normal((size, size))
+    out = np.empty_like(a)
+    np.dot(a, a, out)                                              # threads started, pages touched
+    return 2 * size**3 / best_time(lambda: np.dot(a, a, out), repeat) / 1e9
+
+
 def peak_memory(fn: Callable[[], object]) -> tuple[object, int]:
     """Run ``fn`` once; return its result and the peak of memory allocated meanwhile, in bytes.
 

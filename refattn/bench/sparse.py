@@ -1,10 +1,14 @@
-"""``python -m refattn bench sparse``: the CSR kernel's time and memory follow the kept pairs.
+"""``python -m refattn bench sparse``: the CSR kernel's time and memory follow the kept pairs; bsr beside it.
 
 For band (w = 128), BigBird and Longformer patterns at n = 4096 … 65536 (one head, d = 64), it
 prints the pattern's nnz, the time to build it, the CSR kernel's time and GFLOP/s (4·nnz·d flops:
-a dot product and a weighted sum per kept pair), the peak memory of pattern + kernel, dense masked
-attention's time where n × n fits (n <= --dense-max), and t(n)/t(n/2). Targets (issue 3):
-t(65536)/t(8192) <= 10 for the band, and peak memory at n = 65536 under 1 GiB.
+a dot product and a weighted sum per kept pair), the block-sparse (bsr) kernel's time and GFLOP/s
+on the same pairs (the same count: the padding of partial tiles is not counted) and its speed-up
+over csr, the peak memory of pattern + csr kernel, dense masked attention's time where n × n
+fits (n <= --dense-max), and t(n)/t(n/2) of csr. The machine's float64 GEMM rate, measured in the
+same run, is printed first. Targets: t(65536)/t(8192) <= 10 for the band, peak memory at
+n = 65536 under 1 GiB (issue 3), and bsr at least 4× faster than csr on BigBird (b = 64) at
+n = 65536 (issue 20).
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import numpy as np
 
 from ..cli import non_negative_int, positive_int
 from ..sparse import SparsePattern, band_pattern, sparse_attention
-from ._measure import PATTERN_BYTES_PER_ROW, best_time, check_memory, mib, peak_memory
+from ._measure import PATTERN_BYTES_PER_ROW, best_time, best_times, check_memory, gemm_rate, mib, peak_memory
 
 __all__ = ["add_arguments", "check_arguments", "run"]
 
@@ -85,10 +89,12 @@ def run(args: argparse.Namespace) -> int:
     d = args.d
     t0 = time.perf_counter()
     tiny = band_pattern(8, 1)
-    sparse_attention(*rng.standard_normal((3, 8, d)), tiny, method="csr")   # compile (or load the cache)
-    print(f"CSR kernel ready in {time.perf_counter() - t0:.2f} s (first call: compile or load from cache)")
-    print(f"{'pattern':<22}{'n':>7}{'nnz':>12}{'build s':>9}{'csr s':>9}{'GFLOP/s':>9}"
-          f"{'peak MiB':>10}{'dense s':>9}{'dense/csr':>10}{'t(n)/t(n/2)':>12}")
+    for method in ("csr", "bsr"):
+        sparse_attention(*rng.standard_normal((3, 8, d)), tiny, method=method)   # compile (or load the cache)
+    print(f"CSR and BSR kernels ready in {time.perf_counter() - t0:.2f} s (first call: compile or load from cache)")
+    print(f"float64 GEMM rate (1024 × 1024 np.dot, BLAS threads): {gemm_rate():.1f} GFLOP/s")
+    print(f"{'pattern':<22}{'n':>7}{'nnz':>12}{'build s':>9}{'csr s':>9}{'GFLOP/s':>9}{'bsr s':>9}{'GFLOP/s':>9}"
+          f"{'csr/bsr':>9}{'peak MiB':>10}{'dense s':>9}{'dense/csr':>10}{'t(n)/t(n/2)':>12}")
     times: dict[tuple[str, int], float] = {}
     peaks: dict[tuple[str, int], int] = {}
     for name, build in _builders().items():
@@ -98,15 +104,19 @@ def run(args: argparse.Namespace) -> int:
             t_build = best_time(lambda build=build, n=n: build(n), 1)
             pattern, peak = peak_memory(lambda build=build, n=n, q=q, k=k, v=v:
                                         _build_and_attend(build, n, q, k, v))
-            t_csr = best_time(lambda q=q, k=k, v=v, p=pattern: sparse_attention(q, k, v, p, method="csr"), args.repeat)
+            timed = best_times({method: lambda q=q, k=k, v=v, p=pattern, method=method:
+                                sparse_attention(q, k, v, p, method=method) for method in ("csr", "bsr")},
+                               args.repeat, settle=0.0)
+            t_csr, t_bsr = timed["csr"], timed["bsr"]
+            times[name + " bsr", n] = t_bsr
             t_dense = (best_time(lambda q=q, k=k, v=v, p=pattern: sparse_attention(q, k, v, p), 1)
                        if n <= args.dense_max else None)
             times[name, n], peaks[name, n] = t_csr, peak
             gflops = 4 * pattern.nnz * d / t_csr / 1e9
             ratio = f"{t_csr / times[name, previous]:.2f}" if previous else "—"
             dense = f"{t_dense:9.3f}{t_dense / t_csr:10.1f}" if t_dense else f"{'—':>9}{'—':>10}"
-            print(f"{name:<22}{n:>7}{pattern.nnz:>12}{t_build:>9.2f}{t_csr:>9.3f}{gflops:>9.2f}"
-                  f"{mib(peak):>10}{dense}{ratio:>12}")
+            print(f"{name:<22}{n:>7}{pattern.nnz:>12}{t_build:>9.2f}{t_csr:>9.3f}{gflops:>9.2f}{t_bsr:>9.3f}"
+                  f"{4 * pattern.nnz * d / t_bsr / 1e9:>9.2f}{t_csr / t_bsr:>9.1f}{mib(peak):>10}{dense}{ratio:>12}")
             previous = n
     return _targets(times, peaks, args.sizes)
 
@@ -126,6 +136,11 @@ def _targets(times, peaks, sizes) -> int:
         print(f"target: band t(65536)/t(8192) = {ratio:.2f} (<= 10 for linear scaling, 8 exactly): "
               f"{'met' if ratio <= 10 else 'MISSED'}")
     if 65536 in sizes:
+        bigbird = f"bigbird b={BIGBIRD_BLOCK}"
+        speedup = times[bigbird, 65536] / times[bigbird + " bsr", 65536]
+        ok &= speedup >= 4
+        print(f"target: BigBird (b = {BIGBIRD_BLOCK}) at n = 65536, csr time / bsr time = {speedup:.1f} (>= 4): "
+              f"{'met' if speedup >= 4 else 'MISSED'}")
         worst = max(peaks[name, 65536] for name, n in peaks if n == 65536)
         ok &= worst < 2**30
         print(f"target: peak memory at n = 65536 (pattern + kernel, all patterns) = {mib(worst)} MiB "

@@ -3,10 +3,11 @@ r"""Attention restricted to a sparsity pattern (survey §4.1, Eq. 9).
     Â_ij = q_i k_jᵀ / √d   if (i, j) is kept,   −∞ otherwise
     out_i = Σ_{j kept} softmax(Â_i)_j v_j
 
-Two paths that the tests hold equal: ``method="equation"`` is exactly
+Three paths that the tests hold equal: ``method="equation"`` is exactly
 :func:`~refattn.scaled_dot_product_attention` under the pattern's dense mask (the definition,
-for small n), and ``method="csr"`` is a Numba kernel that visits only the kept pairs, so its time
-is O(nnz·d) and its memory O(nnz) for the pattern plus O(n·d) for the inputs.
+for small n); ``method="csr"`` is a Numba kernel that visits only the kept pairs, so its time
+is O(nnz·d) and its memory O(nnz) for the pattern plus O(n·d) for the inputs; ``method="bsr"``
+computes the same pairs as b × b tiles through BLAS, for patterns made of blocks.
 """
 from __future__ import annotations
 
@@ -36,9 +37,12 @@ from ..kernels import kernel_rows
 from ..mechanism import AttentionResult
 from .pattern import SparsePattern
 
-__all__ = ["attend_pattern", "pattern_apply", "sparse_attention"]
+__all__ = ["attend_pattern", "block_structure", "pattern_apply", "sparse_attention"]
 
-METHODS = ("equation", "csr", "auto")
+METHODS = ("equation", "csr", "bsr", "auto")
+
+BLOCK_FILL = 0.5
+"""``method="auto"`` takes the bsr kernel when the pattern's kept pairs fill at least this fraction of its tiles."""
 
 
 def sparse_attention(
@@ -100,16 +104,21 @@ def sparse_attention(
         :func:`~refattn.scaled_dot_product_attention`.
     return_weights : bool, default False
         Also return the weights: dense ``(..., n, m)`` for ``method="equation"``; for
-        ``method="csr"`` one value per pair of the pattern, ``(..., nnz)`` in CSR order (0 for a
+        ``method="csr"`` and ``"bsr"`` one value per pair of the pattern, ``(..., nnz)`` in CSR order (0 for a
         pair that ``mask`` or ``key_lengths`` hides; densify small ones with
         ``pattern.to_dense(w)``; a "uniform" empty row has no stored pair to show), and with a
         grid of patterns a nested list of the grid's shape holding each pattern's array.
-    method : {"equation", "csr", "auto"}, default "auto"
+    method : {"equation", "csr", "bsr", "auto"}, default "auto"
         "equation": dense masked softmax (materialises n × m; the definition). "csr": the Numba
         kernel, O(nnz·d) time and O(nnz) memory (a ``mask`` is read only at the kept pairs).
-        "auto": "equation" while its dense (..., n, m) scores fit the memory budget
-        (:func:`refattn.common.memory_budget`), else "csr"; with ``return_weights`` always
-        "equation" (dense weights, refused over the budget).
+        "bsr": the block-sparse kernel (:mod:`refattn.kernels.bsr`): the pattern's b × b tiles
+        that hold a kept pair go through BLAS with an online softmax across a row's tiles,
+        partial tiles masked pair by pair; the same pairs and results as "csr", several times
+        faster for patterns made of blocks (BigBird, block local, windows), slower for scattered
+        pairs (:func:`block_structure` measures the fill). "auto": "equation" while its dense
+        (..., n, m) scores fit the memory budget (:func:`refattn.common.memory_budget`), else
+        "bsr" when the kept pairs fill at least :data:`BLOCK_FILL` of the tiles, "csr" otherwise;
+        with ``return_weights`` always "equation" (dense weights, refused over the budget).
 
     Returns
     -------
@@ -165,7 +174,7 @@ def sparse_attention(
 
     if method == "auto":
         dense = 4 * 8 * math.prod((*batch, n, m))                 # the equation path peaks near 4× its scores
-        method = "equation" if return_weights or dense <= memory_budget() else "csr"
+        method = "equation" if return_weights or dense <= memory_budget() else "auto"   # auto: bsr or csr
     if method == "equation":
         kept = np.stack([p.to_mask() for p in patterns.ravel()]).reshape(*patterns.shape, n, m)
         if pair_bias is not None:                                  # float: the pattern's pairs carry their bias
@@ -176,8 +185,8 @@ def sparse_attention(
             mask = _combined(kept, mask)
         return scaled_dot_product_attention(q, k, v, mask, key_lengths=key_lengths, method="equation", **options)
     if patterns.ndim == 0:
-        return _csr(q, k, v, patterns[()], mask, key_lengths, pair_bias, batch, **options)
-    return _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options)
+        return _csr(q, k, v, patterns[()], mask, key_lengths, pair_bias, batch, method, **options)
+    return _csr_grid(q, k, v, patterns, mask, key_lengths, batch, method, options)
 
 
 def _combined(kept: NDArray, mask: NDArray) -> NDArray:
@@ -198,8 +207,50 @@ def _check_pair_bias(pair_bias, patterns: NDArray) -> NDArray:
     return pair_bias
 
 
-def _csr(q, k, v, pattern, mask, key_lengths, pair_bias, batch, *, scale, fully_masked, return_weights):
+def block_structure(pattern: SparsePattern, d_k: int, d_v: int) -> tuple[int, tuple[NDArray, NDArray], float]:
+    """The block size ``b`` the bsr kernel tiles ``pattern`` with, its block layout, and the fill ``nnz / area``.
+
+    Tries the dense kernel's tile ``b`` (:func:`~refattn.core.sdpa.default_block_size`: 64 for
+    d <= 64), and ``b / 2`` when the kept pairs fill less than :data:`BLOCK_FILL` of b's tiles,
+    keeping the better filled (the larger on a tie). ``area`` counts the (query, key) entries of
+    the tiles holding a kept pair (:func:`~refattn.kernels.bsr.block_layout`), so the fill is 1
+    for a pattern made of whole b × b blocks (BigBird with b = 64), about 2/3 for a band of
+    half-width w = b, and small for a scattered pattern. O(nnz) in Numba, no n × m array.
+
+    Parameters
+    ----------
+    pattern : SparsePattern
+        The kept pairs.
+    d_k, d_v : int
+        Widths of the queries and values (they set the tile size).
+
+    Returns
+    -------
+    block_size : int
+    layout : (block_indptr, block_indices)
+        Per block row, the block columns holding a kept pair.
+    fill : float
+        ``nnz / area`` (1.0 for an empty pattern).
+    """
+    from ..core.sdpa import default_block_size
+    from ..kernels.bsr import block_layout
+
+    tile = default_block_size(d_k, d_v)[0]
+    best = None
+    for b in (tile, max(tile // 2, 1)):
+        block_indptr, block_indices, area = block_layout(pattern.indptr, pattern.indices, pattern.n, pattern.m, b)
+        fill = pattern.nnz / area if area else 1.0
+        if best is None or fill > best[2]:
+            best = (b, (block_indptr, block_indices), fill)
+        if fill >= BLOCK_FILL:                                     # the larger tile will do
+            break
+    return best
+
+
+def _csr(q, k, v, pattern, mask, key_lengths, pair_bias, batch, method, *, scale, fully_masked, return_weights):
+    """The csr or bsr kernel over flattened batch rows; ``method="auto"``: bsr when the pattern fills its tiles."""
     from ..kernels import POLICY_CODES
+    from ..kernels.bsr import sparse_attention_bsr
     from ..kernels.csr import sparse_attention_csr  # Numba loads on first use only
 
     n, d_v = q.shape[-2], v.shape[-1]
@@ -210,8 +261,16 @@ def _csr(q, k, v, pattern, mask, key_lengths, pair_bias, batch, *, scale, fully_
     bias = _pair_bias(pattern, mask, key_lengths, batch)
     if pair_bias is not None:
         bias = np.broadcast_to(pair_bias, (*batch, pattern.nnz)) + (0.0 if bias is None else bias)
-    sparse_attention_csr(*flat, (pattern.indptr, pattern.indices), scale, POLICY_CODES[fully_masked], out, weights,
-                         None if bias is None else bias.reshape(B, pattern.nnz))
+    bias = None if bias is None else bias.reshape(B, pattern.nnz)
+    if method != "csr":
+        block_size, layout, fill = block_structure(pattern, q.shape[-1], d_v)
+        method = "bsr" if method == "bsr" or fill >= BLOCK_FILL else "csr"
+    if method == "bsr":
+        sparse_attention_bsr(*flat, (pattern.indptr, pattern.indices), (*layout, block_size), scale,
+                             POLICY_CODES[fully_masked], out, weights, bias)
+    else:
+        sparse_attention_csr(*flat, (pattern.indptr, pattern.indices), scale, POLICY_CODES[fully_masked], out,
+                             weights, bias)
     out = out.reshape(*batch, n, d_v)
     return (out, weights.reshape(*batch, pattern.nnz)) if return_weights else out
 
@@ -237,7 +296,7 @@ def _pair_bias(pattern, mask, key_lengths, batch) -> NDArray | None:
     return bias
 
 
-def _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options):
+def _csr_grid(q, k, v, patterns, mask, key_lengths, batch, method, options):
     """A grid of patterns over the last leading dims: attend cell by cell and put the cells back."""
     p = patterns.ndim
     grid = batch[len(batch) - p:]
@@ -254,7 +313,7 @@ def _csr_grid(q, k, v, patterns, mask, key_lengths, batch, options):
         at = (Ellipsis, *cell)
         result = _csr(part(q, 2, at), part(k, 2, at), part(v, 2, at), patterns[cell], part(mask, 2, at),
                       part(key_lengths, 0, at), None,
-                      batch[:len(batch) - p], **options)
+                      batch[:len(batch) - p], method, **options)
         out[(*at, slice(None), slice(None))], weights[cell] = result if options["return_weights"] else (result, None)
     return (out, weights.tolist()) if options["return_weights"] else out
 
@@ -306,7 +365,7 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
         As in :func:`sparse_attention`; checked before anything else.
     pattern : SparsePattern
         The kept pairs.
-    method : {"equation", "csr", "auto"}, default "auto"
+    method : {"equation", "csr", "bsr", "auto"}, default "auto"
         As in :func:`sparse_attention`.
     return_weights : bool, default False
         Also return the dense weights and the pattern's mask.
@@ -327,10 +386,10 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
     check_weights_fit(batch, pattern.n, pattern.m)
     out, w = sparse_attention(q, k, v, pattern, pair_bias=pair_bias, method=method, return_weights=True)
     mask = pattern.to_mask(max_size=pattern.n * pattern.m)         # within budget: 1/8 of the weights
-    if method != "csr":                                            # "auto" with weights is "equation"
-        np.copyto(w, 0.0, where=~mask)                             # a NaN row (non-finite kept score) too
-    else:
+    if method in ("csr", "bsr"):                                   # weights per kept pair, in CSR order
         w = pattern.to_dense(w)
+    else:                                                          # "auto" with weights is "equation"
+        np.copyto(w, 0.0, where=~mask)                             # a NaN row (non-finite kept score) too
     return AttentionResult(out, w, np.broadcast_to(mask, (*out.shape[:-1], pattern.m)))
 
 
