@@ -32,7 +32,7 @@ def test_elu_chunk_equals_scan(rng, n, m, causal, chunk_size):
         np.testing.assert_allclose(chunk, scan, **TIGHT)
 
 
-@pytest.mark.parametrize("chunk_size", (3, 5, 64))
+@pytest.mark.parametrize("chunk_size", [3, 5, 64])
 @pytest.mark.parametrize("kind", ["positive", "hyperbolic", "trig"])
 @pytest.mark.parametrize(("n", "m", "causal"), [(12, 12, True), (9, 14, "bottom-right"), (14, 9, "bottom-right")])
 def test_performer_chunk_equals_scan(rng, kind, n, m, causal, chunk_size):

@@ -24,9 +24,9 @@ import numpy as np
 
 from ..cli import non_negative_int, positive_int
 from ..oracle.vjp import VJP_ARRAYS, sdpa_vjp
-from ._measure import best_time, best_times, check_memory, mib, peak_memory
+from ._measure import best_times, check_memory, gemm_rate, mib, peak_memory
 
-__all__ = ["add_arguments", "check_arguments", "gemm_rate", "measure", "run"]
+__all__ = ["add_arguments", "check_arguments", "measure", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,13 +52,6 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.memory_n:
         needs[f"--memory-n {args.memory_n}"] = {"inputs and gradients": 9 * args.heads * args.memory_n * args.d * 8}
     check_memory(needs, "lower --sizes, --heads, --d, --equation-max or --memory-n")
-
-
-def gemm_rate(size: int = 2048, repeat: int = 3) -> float:
-    """The machine's float64 GEMM rate now, in GFLOP/s: best of ``repeat`` ``size``² products (2·size³ flops)."""
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((size, size)), rng.standard_normal((size, size))
-    return 2 * size**3 / best_time(lambda: a @ b, repeat) / 1e9
 
 
 def measure(n: int, heads: int, d: int, causal: bool, repeat: int, equation_max: int, torch) -> dict:

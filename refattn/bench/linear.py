@@ -20,7 +20,7 @@ import numpy as np
 from ..cli import non_negative_int, positive_int
 from ..linear import elu_feature_map, linear_attention
 from ..linear.chunk import DEFAULT_CHUNK_SIZE
-from ._measure import best_time, check_memory, mib, peak_memory
+from ._measure import best_time, check_memory, gemm_rate, mib, peak_memory
 
 __all__ = ["add_arguments", "check_arguments", "run"]
 
@@ -63,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     linear_attention(*rng.standard_normal((3, 8, d)), elu_feature_map, causal=True, method="scan")
     print(f"scan kernel ready in {time.perf_counter() - t0:.2f} s (first call: compile or load from cache)")
-    a = rng.standard_normal((1024, 1024))
-    gemm = 2 * 1024**3 / best_time(lambda: a @ a, args.repeat) / 1e9
+    gemm = gemm_rate(1024, args.repeat)
     C = args.chunk_size
     print(f"machine float64 GEMM rate (1024³): {gemm:.1f} GFLOP/s; chunk size C = {C}")
     print(f"{'n':>7}{'scan s':>10}{'GFLOP/s':>9}{'scan MiB':>10}{'chunk s':>10}{'GFLOP/s':>9}{'scan/chunk':>12}"

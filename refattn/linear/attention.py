@@ -25,7 +25,6 @@ from ..common import as_float, causal_alignment, check_bool, check_choice, check
 from ..core.masks import attention_mask
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
-from .chunk import DEFAULT_CHUNK_SIZE, check_chunk_size, linear_chunks
 from ._common import (
     check_denominators,
     check_eps,
@@ -36,6 +35,7 @@ from ._common import (
     resolve_method,
     safe_denominator,
 )
+from .chunk import DEFAULT_CHUNK_SIZE, check_chunk_size, linear_chunks
 
 __all__ = ["linear_attention"]
 

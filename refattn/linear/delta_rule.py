@@ -26,7 +26,6 @@ from numpy.typing import ArrayLike, NDArray
 from ..common import as_float, as_rng, check_bool, check_choice, check_fits, check_positive_int, glorot
 from ..kernels import kernel_rows
 from ..mechanism import Mechanism
-from .chunk import check_chunk_size, delta_rule_chunks
 from ._common import (
     check_denominators,
     check_feature_counts,
@@ -37,6 +36,7 @@ from ._common import (
     recurrence_apply,
     sigmoid,
 )
+from .chunk import check_chunk_size, delta_rule_chunks
 from .linear_elu import elu_feature_map
 
 __all__ = ["DeltaBetaParams", "delta_beta", "delta_rule_attention", "init_delta_beta"]

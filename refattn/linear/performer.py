@@ -38,8 +38,8 @@ from ..common import (
 from ..core.sdpa import allowed_pairs
 from ..mechanism import AttentionResult, Mechanism
 from ..papers import PERFORMER
-from .chunk import check_chunk_size
 from .attention import KeyFeatures, attend, check_linear_options, check_method_alignment
+from .chunk import check_chunk_size
 
 __all__ = ["draw_omega", "favor_features", "favor_mse", "performer_attention"]
 
@@ -620,7 +620,8 @@ def _performer_apply(kind: str):
 RECORD_POSITIVE = Mechanism(
     id="performer_positive", title="Performer FAVOR+ positive random features", family="linear", section="4.2",
     paper=PERFORMER, equation=r"\phi(x) = \tfrac{e^{-\|x\|^2/2}}{\sqrt{r}} \big[e^{\omega_i^\top x}\big]_{i=1}^r",
-    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "chunk", "auto"),
+    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention",
+    methods=("equation", "right", "scan", "chunk", "auto"),
     examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}, {"eps": 1e-3},
               {"eps": 1e-6, "denominator_eps": 1e-6}),
     function=performer_attention,
@@ -633,7 +634,8 @@ RECORD_TRIG = Mechanism(
     id="performer_trig", title="Performer trigonometric random features", family="linear", section="4.2",
     paper=PERFORMER,
     equation=r"\phi(x) = \tfrac{e^{\|x\|^2/2}}{\sqrt{r}} \big[\sin \omega_i^\top x, \cos \omega_i^\top x\big]_{i=1}^r",
-    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention", methods=("equation", "right", "scan", "chunk", "auto"),
+    time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention",
+    methods=("equation", "right", "scan", "chunk", "auto"),
     examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}),
     function=performer_attention,
     apply=_performer_apply("trig"), causal=True, nonnegative=False, figure="refattn.figures.linear:performer_trig",

@@ -25,7 +25,6 @@ from numpy.typing import ArrayLike, NDArray
 from ..common import as_float, as_rng, check_bool, check_choice, check_fits, check_positive_int, glorot, weighted_values
 from ..kernels import kernel_rows
 from ..mechanism import Mechanism
-from .chunk import check_chunk_size, gated_chunks
 from ._common import (
     check_denominators,
     check_eps,
@@ -39,6 +38,7 @@ from ._common import (
     safe_denominator,
     sigmoid,
 )
+from .chunk import check_chunk_size, gated_chunks
 from .linear_elu import elu_feature_map
 
 __all__ = ["RFAGateParams", "init_rfa_gate", "rfa_attention", "rfa_gates"]
