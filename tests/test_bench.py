@@ -10,6 +10,7 @@ def test_bench_sdpa_runs_and_writes_its_plot(tmp_path, capsys):
                  "--memory-n", "0", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
     assert "blocked" in out and "equation" in out
+    assert out.startswith("CPU ") and "; BLAS " in out.splitlines()[0]          # the machine, named first
     assert plot.stat().st_size > 0
 
 

@@ -1,6 +1,7 @@
 """Timing and peak-memory helpers for the benchmarks, and the memory check of their arguments."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 import time
@@ -55,6 +56,38 @@ def gemm_rate(size: int = 1024, repeat: int = 3) -> float:
     out = np.empty_like(a)
     np.dot(a, a, out)                                              # threads started, pages touched
     return 2 * size**3 / best_time(lambda: np.dot(a, a, out), repeat) / 1e9
+
+
+def machine() -> str:
+    """The CPU model and the BLAS library and kernel NumPy runs, for the head of a benchmark's output.
+
+    Read from ``/proc/cpuinfo`` and, for OpenBLAS (NumPy's wheels), from the loaded library's own
+    ``get_config`` and ``get_corename`` (the kernel its DYNAMIC_ARCH build chose for this CPU);
+    "unknown" where either cannot be read (not Linux, another BLAS).
+    """
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    blas = "unknown"
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line})
+    except OSError:
+        paths = []
+    for path in paths:
+        library = ctypes.CDLL(path)
+        for prefix in ("scipy_openblas_", "openblas_"):
+            for suffix in ("64_", ""):
+                config = getattr(library, f"{prefix}get_config{suffix}", None)
+                core = getattr(library, f"{prefix}get_corename{suffix}", None)
+                if config is not None and core is not None:
+                    config.restype = core.restype = ctypes.c_char_p
+                    blas = f"{config().decode().strip()} (kernel {core().decode()})"
+                    return f"CPU {cpu}; BLAS {blas}"
+    return f"CPU {cpu}; BLAS {blas}"
 
 
 def peak_memory(fn: Callable[[], object]) -> tuple[object, int]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..cli import non_negative_int, output_file, positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ._measure import PATTERN_BYTES_PER_ROW, best_time, best_times, check_memory, mib, peak_memory
+from ._measure import PATTERN_BYTES_PER_ROW, best_time, best_times, check_memory, machine, mib, peak_memory
 
 __all__ = ["add_arguments", "check_arguments", "run", "measure"]
 
@@ -110,6 +110,7 @@ def measure(n: int, heads: int, d: int, causal: bool, repeat: int, equation_max:
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark, print the table and the targets; return 0, or 1 if a target is missed."""
     torch = _torch()
+    print(machine())
     print(f"threads: numba {_threads()}" +
           (f", torch {torch.get_num_threads()} (torch {torch.__version__})" if torch else ", torch not importable"))
     t0 = time.perf_counter()
