@@ -191,7 +191,7 @@ RECORD = Mechanism(
     id="axial", title="Axial attention (rows, then columns)", family="sparse", section="4.1.1.3 (Fig. 6c)",
     paper='J. Ho et al., 2019, "Axial Attention in Multidimensional Transformers", arXiv:1912.12180',
     equation=r"A = A_\text{col} A_\text{row}", time="O(n·(H+W)·d)", memory="O(n·(H+W))", kind="attention",
-    methods=("equation", "csr", "auto"),
+    methods=("equation", "csr", "bsr", "auto"),
     function=axial_patterns, apply=_apply, causal=True, incremental=False, position_dependent=True, cross=False,
     example_length=16, figure="refattn.figures.sparse:axial", exact_options=None,
     exact_limit="none: each step sees one row or column; the two steps reach the whole image, but as a product "

@@ -71,7 +71,7 @@ def _band(n, m, causal, rng, w=2):
 RECORD = Mechanism(
     id="band", title="Band (sliding-window) attention", family="sparse", section="4.1.1.1 (Fig. 4b)", paper=LONGFORMER,
     equation=r"J_i = \{ j : |i - j| \le w \}",
-    time="O(n·w·d)", memory="O(n·w)", kind="attention", methods=("equation", "csr", "auto"),
+    time="O(n·w·d)", memory="O(n·w)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
     function=band_pattern, apply=pattern_apply(_band, "band"),
     causal=True, position_dependent=True, figure=FigureSpec(
         title="Band (sliding-window) attention (Fig. 4b), w = 2, window inclusive", n=16, seed=21, panels=(

@@ -550,7 +550,7 @@ RECORD = Mechanism(
     id="bigbird", title="BigBird (block form: window, global, random blocks)", family="sparse",
     section="4.1.1.2 (Fig. 5d)", paper=BIGBIRD,
     equation=r"J_I = \{I-1, I, I+1\} \cup G \cup R_I \text{ (blocks of } b\text{)}", time="O(n·(3+g+r)·b·d)",
-    memory="O(n·(3+g+r)·b)", kind="attention", methods=("equation", "csr", "auto"), function=bigbird_pattern,
+    memory="O(n·(3+g+r)·b)", kind="attention", methods=("equation", "csr", "bsr", "auto"), function=bigbird_pattern,
     apply=pattern_apply(_bigbird, "bigbird", cross=False, causal_ok=False), causal=False, position_dependent=True,
     cross=False, example_length=16, figure="refattn.figures.sparse:bigbird", exact_options=_exact,
     exact_limit="(3 + g + r)·b ≥ n: every block row reaches every block", draws=("random_blocks",),

@@ -168,7 +168,7 @@ def _block_local(n, m, causal, rng, block=3):
 RECORD = Mechanism(
     id="block_local", title="Block local attention", family="sparse", section="4.1.1.1 (Fig. 4e)", paper=SURVEY,
     equation=r"J_i = \{ j : \lfloor i/b \rfloor = \lfloor j/b \rfloor \}",
-    time="O(n·b·d)", memory="O(n·b)", kind="attention", methods=("equation", "csr", "auto"),
+    time="O(n·b·d)", memory="O(n·b)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
     function=block_local_pattern, apply=pattern_apply(_block_local, "block_local"),
     causal=True, position_dependent=True, figure=FigureSpec(
         title="Block local attention (Fig. 4e): blocks of b = 4 tokens, n = 18 (last block shorter)",

@@ -241,7 +241,7 @@ RECORD = Mechanism(
     paper='Z. Ye et al., 2019, "BP-Transformer: Modelling Long-Range Context via Binary Partitioning", '
     "arXiv:1911.04070", equation=r"\text{token } i \to k \text{ span nodes per side per level}",
     time="O(k·n·log(n/k)·d)", memory="O(k·n·log(n/k))", kind="attention",
-    methods=("equation", "csr", "auto"), function=bp_transformer_pattern,
+    methods=("equation", "csr", "bsr", "auto"), function=bp_transformer_pattern,
     apply=pattern_apply(_bp_transformer, "bp_transformer", cross=False, causal_ok=False), causal=False,
     position_dependent=True, cross=False, figure="refattn.figures.sparse:bp_transformer", exact_options=None,
     exact_limit="none: span nodes attend to their own tokens only, whatever k",

@@ -70,7 +70,7 @@ RECORD = Mechanism(
     id="dilated", title="Dilated sliding-window attention", family="sparse",
     section="4.1.1.1 (Fig. 4c)", paper=LONGFORMER,
     equation=r"J_i = \{ j : |i - j| \le w\,w_d,\ (i - j) \bmod w_d = 0 \}",
-    time="O(n·w·d)", memory="O(n·w)", kind="attention", methods=("equation", "csr", "auto"),
+    time="O(n·w·d)", memory="O(n·w)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
     function=dilated_pattern, apply=pattern_apply(_dilated, "dilated"),
     causal=True, position_dependent=True, figure=FigureSpec(
         title="Dilated attention (Fig. 4c): w = 2 keys each side, dilation w_d = 3,\n"

@@ -170,7 +170,7 @@ RECORD = Mechanism(
     paper='J. Ainslie et al., 2020, "ETC: Encoding Long and Structured Inputs in Transformers", arXiv:2004.08483',
     equation=r"g2g, g2l, l2g \text{ full};\ l2l: |i-j| \le r", time="O((n_g + r)·n·d)", memory="O((n_g + r)·n)",
     kind="attention",
-    methods=("equation", "csr", "auto"), function=etc_pattern,
+    methods=("equation", "csr", "bsr", "auto"), function=etc_pattern,
     apply=pattern_apply(_etc, "etc", cross=False, causal_ok=False),
     causal=False, position_dependent=True, cross=False, figure="refattn.figures.sparse:etc",
     exact_options=lambda n, m: {"radius": n}, exact_limit="r ≥ n_l",

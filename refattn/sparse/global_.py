@@ -82,7 +82,7 @@ def _global(n, m, causal, rng, global_indices=None):
 RECORD = Mechanism(
     id="global", title="Global attention", family="sparse", section="4.1.1.1 (Fig. 4a)", paper=LONGFORMER,
     equation=r"J_i = \{0..m-1\} \text{ if } i \in G, \text{ else } G",
-    time="O(g·(n+m)·d)", memory="O(g·(n+m))", kind="attention", methods=("equation", "csr", "auto"),
+    time="O(g·(n+m)·d)", memory="O(g·(n+m))", kind="attention", methods=("equation", "csr", "bsr", "auto"),
     function=global_pattern, apply=pattern_apply(_global, "global"),
     causal=True, position_dependent=True, figure=FigureSpec(
         title="Global attention (Fig. 4a): G = {0, 9} attend to all keys and are attended by all",

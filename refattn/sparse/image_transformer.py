@@ -285,7 +285,7 @@ RECORD = Mechanism(
     id="image_transformer", title="Image Transformer 2-D local attention", family="sparse",
     section="4.1.1.3 (Fig. 6b)", paper='N. Parmar et al., 2018, "Image Transformer", arXiv:1802.05751',
     equation=r"J_{(r,c)} = \text{memory block around the query block of } (r, c)", time="O(n·l_m·d)",
-    memory="O(n·l_m)", kind="attention", methods=("equation", "csr", "auto"), function=image_transformer_pattern,
+    memory="O(n·l_m)", kind="attention", methods=("equation", "csr", "bsr", "auto"), function=image_transformer_pattern,
     apply=pattern_apply(_image_transformer, "image_transformer", cross=False), causal=True, position_dependent=True,
     cross=False, example_length=16, figure="refattn.figures.sparse:image_transformer",
     exact_options=lambda n, m: {"width": m, "query_block": (1, m), "memory_flange": (0, m)},

@@ -183,7 +183,7 @@ RECORD = Mechanism(
     id="longformer", title="Longformer (sliding window, dilation per head, global tokens)", family="sparse",
     section="4.1.1.2 (Fig. 5b)", paper=LONGFORMER,
     equation=r"J_i = \{ j : |i-j| \le w/2 \cdot w_d,\ w_d \mid i-j \} \cup G", time="O(n·(w+g)·d)",
-    memory="O(n·(w+g))", kind="attention", methods=("equation", "csr", "auto"), function=longformer_pattern,
+    memory="O(n·(w+g))", kind="attention", methods=("equation", "csr", "bsr", "auto"), function=longformer_pattern,
     apply=pattern_apply(_longformer, "longformer", cross=False), causal=True, position_dependent=True, cross=False,
     figure="refattn.figures.sparse:longformer", exact_options=lambda n, m: {"window": 2 * max(n, m), "dilation": 1},
     exact_limit="w ≥ 2n, w_d = 1",

@@ -151,7 +151,7 @@ def _random(n, m, causal, rng, r=2, keys=None):
 RECORD = Mechanism(
     id="random", title="Random attention", family="sparse", section="4.1.1.1 (Fig. 4d)", paper=BIGBIRD,
     equation=r"J_i = r \text{ keys drawn uniformly without replacement}",
-    time="O(n·r·d)", memory="O(n·r)", kind="attention", methods=("equation", "csr", "auto"),
+    time="O(n·r·d)", memory="O(n·r)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
     function=random_pattern, apply=pattern_apply(_random, "random"),
     causal=True, position_dependent=True, figure=FigureSpec(
         title="Random attention (Fig. 4d): r = 3 distinct keys per query, uniform, seed 24", n=16, seed=24, panels=(

@@ -587,7 +587,7 @@ RECORD = Mechanism(
     equation=r"\operatorname{out}_i = \sum_{j : c(k_j) = c(q_i)} \operatorname{softmax}_j"
              r"\!\left(\frac{q_i^\top k_j}{\sqrt{d}}\right) v_j, \quad c(x) = \operatorname*{argmin}_c "
              r"\lVert x/\lVert x\rVert - \mu_c \rVert",
-    time="O(n·m·d/k + (n + m)·k·d)", memory="O(n·m/k)", kind="attention", methods=("equation", "csr", "auto"),
+    time="O(n·m·d/k + (n + m)·k·d)", memory="O(n·m/k)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
     function=routing_attention, apply=_apply, causal=True, content_selected=True,
     examples=({"num_clusters": 2}, {"balanced": True}),
     figure="refattn.figures.routing:routing", exact_options={"num_clusters": 1}, exact_limit="one cluster (k = 1)",

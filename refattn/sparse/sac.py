@@ -360,7 +360,7 @@ RECORD = Mechanism(
     equation=r"\operatorname{out}_i = \sum_{(i, j) \in E} \operatorname{softmax}_{j : (i, j) \in E}"
              r"\big(q_i k_j^\top/\sqrt{d}\big)\, v_j",
     time="O(|E|·d) attention (+ O(n·m·d) for the demonstration predictor)", memory="O(|E|)", kind="attention",
-    methods=("equation", "csr", "auto"), function=sac_attention, apply=_apply, figure="refattn.figures.sac:sac",
+    methods=("equation", "csr", "bsr", "auto"), function=sac_attention, apply=_apply, figure="refattn.figures.sac:sac",
     causal=True, content_selected=True, draws=("predictor",), examples=({"r": 1},),
     exact_options=lambda n, m: {"r": m}, exact_limit="every edge: r = m keys per query",
 )

@@ -667,7 +667,7 @@ RECORD = Mechanism(
     id="sinkhorn", title="Sparse Sinkhorn attention", family="sparse", section="4.1.2", paper=PAPER,
     equation=r"P = S^k\big((R + \varepsilon)/\tau\big),\ \operatorname{out}_i = \operatorname{softmax}"
              r"\big(q_i [\textstyle\sum_J P_{IJ} K_J;\, K_I]^\top/\sqrt{d}\big)[\textstyle\sum_J P_{IJ} V_J;\, V_I]",
-    time="O(n·b·d + N²·(k + b·d))", memory="O(n·b + N²)", kind="attention", methods=("equation", "csr", "auto"),
+    time="O(n·b·d + N²·(k + b·d))", memory="O(n·b + N²)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
     function=sinkhorn_attention, apply=_apply, figure="refattn.figures.sinkhorn:sinkhorn",
     causal=True, position_dependent=True, cross=False, normalized=False, content_selected=True,
     future_independent=False, example_length=16, draws=("sort_net", "gumbel"),

@@ -167,7 +167,7 @@ RECORD = Mechanism(
     section="4.1.1.2 (Fig. 5e)", paper=CHILD,
     equation=r"A^{(1)}_i = \{ j : i - l \le j \le i \},\ A^{(2)}_i = \{ j : (i - j) \bmod l = 0 \}",
     time="O(n·√n·d)", memory="O(n·√n)", kind="attention",
-    methods=("equation", "csr", "auto"), function=sparse_transformer_pattern,
+    methods=("equation", "csr", "bsr", "auto"), function=sparse_transformer_pattern,
     apply=pattern_apply(_sparse_transformer, "sparse_transformer", cross=False), causal=True,
     position_dependent=True, cross=False, figure="refattn.figures.sparse:sparse_transformer",
     exact_options=lambda n, m: {"stride": max(n, m)}, exact_limit="l ≥ n (strided)",

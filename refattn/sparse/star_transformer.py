@@ -110,7 +110,7 @@ RECORD = Mechanism(
     id="star_transformer", title="Star-Transformer (ring + relay node)", family="sparse", section="4.1.1.2 (Fig. 5a)",
     paper='Q. Guo et al., 2019, "Star-Transformer", arXiv:1902.09113',
     equation=r"J_i = \{i-1, i, i+1, \text{relay}\},\ J_\text{relay} = \text{all}", time="O(n·d)", memory="O(n)",
-    kind="attention", methods=("equation", "csr", "auto"), function=star_transformer_pattern,
+    kind="attention", methods=("equation", "csr", "bsr", "auto"), function=star_transformer_pattern,
     apply=pattern_apply(_star_transformer, "star_transformer", cross=False, causal_ok=False), causal=False,
     position_dependent=True, cross=False, figure="refattn.figures.sparse:star_transformer", exact_options=None,
     exact_limit="none: every satellite keeps degree 4 (i − 1, i, i + 1 and the relay) at any length",

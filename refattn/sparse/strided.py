@@ -65,7 +65,7 @@ def _strided(n, m, causal, rng, stride=3):
 RECORD = Mechanism(
     id="strided", title="Strided attention", family="sparse", section="4.1.1.1 (dilation w_d ≫ 1)", paper=CHILD,
     equation=r"J_i = \{ j : (i - j) \bmod s = 0 \}",
-    time="O(n·m·d / s)", memory="O(n·m / s)", kind="attention", methods=("equation", "csr", "auto"),
+    time="O(n·m·d / s)", memory="O(n·m / s)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
     function=strided_pattern, apply=pattern_apply(_strided, "strided"),
     causal=True, position_dependent=True, figure=FigureSpec(
         title="Strided attention (dilation w_d ≫ 1, no window): s = 4", n=16, seed=23, panels=(
