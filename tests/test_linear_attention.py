@@ -21,6 +21,16 @@ def qkv(rng, n, m, d=4, d_v=3, batch=()):
             rng.standard_normal((*batch, m, d_v)))
 
 
+def test_elu_feature_map_is_the_two_case_definition_bit_for_bit(rng):
+    # φ(x) = x + 1 for x > 0 and e^x otherwise (the paper's cases), against the computed
+    # e^{min(x, 0)} + max(x, 0), on a wide range and every special value, scalars included
+    x = np.concatenate([rng.standard_normal(10_000) * 30, [0.0, -0.0, np.inf, -np.inf, np.nan, 1e308,
+                                                          -1e308, 5e-324, -5e-324, 1e-17, -745.2]])
+    cases = np.array([xi + 1.0 if xi > 0 else np.exp(xi) for xi in x])
+    np.testing.assert_array_equal(elu_feature_map(x), cases)
+    assert elu_feature_map(-1.0) == np.exp(-1.0) and elu_feature_map(2.0) == 3.0
+
+
 @pytest.mark.parametrize(("n", "m"), [(5, 8), (8, 5), (6, 6)])
 def test_quadratic_and_right_match_the_naive_loop(rng, n, m):
     q, k, v = qkv(rng, n, m)

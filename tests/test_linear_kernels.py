@@ -147,12 +147,15 @@ def test_scan_shift_and_offset_follow_their_definition(rng):
 
 
 def test_the_kernels_stay_in_bounds_under_numba_boundscheck(tmp_path):
-    # The three scan kernels, compiled afresh with NUMBA_BOUNDSCHECK=1, on ordinary and edge shapes
-    # (B, n, m = 0; F = 1; d_v = 0; delta past either end): any out-of-bounds index would raise. The
+    # The three scan kernels and the chunkwise one, compiled afresh with NUMBA_BOUNDSCHECK=1, on ordinary
+    # and edge shapes (B, n, m = 0; F = 1; d_v = 0; delta past either end; chunks that do and do not divide
+    # n, with and without decays, a NaN value): any out-of-bounds index would raise. The
     # script first checks that bounds checking is on: the raw kernel with a key map of 1 feature for
     # a query map of 12 (what the wrapper now refuses) must raise IndexError.
     script = textwrap.dedent("""
         import numpy as np
+        import numba
+        from refattn.kernels import chunk
         from refattn.kernels.delta_scan import delta_rule_scan
         from refattn.kernels.gated_scan import gated_linear_scan
         from refattn.kernels.scan import _causal_linear_scan, causal_linear_scan
@@ -177,6 +180,17 @@ def test_the_kernels_stay_in_bounds_under_numba_boundscheck(tmp_path):
             for coupled in (True, False):
                 gated_linear_scan(phi_q, phi_k, v, g, coupled, 0.5, out, den)
             delta_rule_scan(phi_q, phi_k, v, g, out)
+        chunk._chunk_linear = numba.njit(chunk._chunk_linear.py_func)   # serial: prange drops IndexError
+        for B, n, F, e in [(2, 9, 3, 2), (1, 4, 1, 1), (0, 3, 2, 2), (2, 0, 2, 2), (1, 5, 2, 0)]:
+            q, k, v = rng.random((B, n, F)), rng.random((B, n, F)), rng.random((B, n, e))
+            if B > 0 and n > 2 and e > 0:
+                v[0, 2, 0] = np.nan                                     # the chunk loop for a non-finite value
+            for size in (1, 2, 4, 16):
+                N = -(-n // size)
+                decays = (rng.random((B, N, size, size)), rng.random((B, N, size)), rng.random((B, N, size)),
+                          rng.random((B, N)))
+                for d in (None, decays):
+                    chunk.chunk_linear(q, k, v, rng.random((B, F, e)), size, np.empty((B, n, e)), decays=d)
     """)
     env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
            "NUMBA_DISABLE_JIT": "0", "PYTHONPATH": str(REPO)}

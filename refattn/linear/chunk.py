@@ -69,28 +69,31 @@ def linear_chunks(phi_q, keys, v, batch, delta, eps, chunk_size):
     B = q.shape[0]
     if n == 0 or m == 0 or B == 0:                                 # every row sees no key (or there is none)
         return np.zeros((*batch, n, d_v)), np.full((*batch, n), eps)
-    v1 = np.concatenate([vv, np.ones((B, m, 1))], axis=-1)        # (B, m, d_v + 1)  the last column: 1
     first, end = max(0, -delta), min(n, m - delta)                 # aligned positions t that hold a key t + delta
-    k_al, v_al = np.zeros((B, n, F)), np.zeros((B, n, d_v + 1))
-    if end > first:
-        k_al[:, first:end], v_al[:, first:end] = k[:, first + delta:end + delta], v1[:, first + delta:end + delta]
+    if delta == 0 and m == n:                                      # n = m, top-left: already aligned
+        k_al, v_al = k, _with_ones(vv)
+    else:
+        k_al, v_al = np.zeros((B, n, F)), np.zeros((B, n, d_v + 1))
+        if end > first:
+            k_al[:, first:end], v_al[:, first:end] = k[:, first + delta:end + delta], _with_ones(
+                vv[:, first + delta:end + delta])
     prefix = min(max(delta, 0), m)                                 # keys 0 … prefix − 1: seen by every query
     decays = None
     if keys.shift is None:
-        S0 = np.swapaxes(k[:, :prefix], -1, -2) @ v1[:, :prefix]   # (B, F, d_v + 1)
+        S0 = np.swapaxes(k[:, :prefix], -1, -2) @ _with_ones(vv[:, :prefix])   # (B, F, d_v + 1)
     else:
         shift = kernel_rows(keys.shift, batch, (m,))               # (B, m)  C_j, non-decreasing
         C = shift[:, np.clip(np.arange(n) + delta, 0, m - 1)]      # (B, n)  C at each query's last key
         C0 = shift[:, prefix - 1] if prefix else C[:, 0]           # (B,)    the initial state's scale
         with np.errstate(over="ignore", invalid="ignore"):
             S0 = np.swapaxes(k[:, :prefix] * np.exp(shift[:, :prefix] - C0[:, None])[..., None], -1, -2) \
-                @ v1[:, :prefix]
+                @ _with_ones(vv[:, :prefix])
         decays = _shift_decays(C, C0, chunk_size)
     num = _chunk_core(q, k_al, v_al, chunk_size, S0, decays)      # (B, n, d_v + 1)
     if keys.offset != 0.0:                                         # + ω Σ_f φ(q_i)_f (Σ_{j ≤ l(i)} v_j, l(i) + 1)
         last = np.minimum(np.arange(n) + delta, m - 1)             # (n,)
         seen = last >= 0
-        sums = np.cumsum(v1, axis=1)[:, np.maximum(last, 0)]      # (B, n, d_v + 1)
+        sums = np.cumsum(_with_ones(vv), axis=1)[:, np.maximum(last, 0)]   # (B, n, d_v + 1)
         num = num + np.where(seen[:, None], keys.offset * q.sum(axis=-1)[..., None] * sums, 0.0)
     den = num[..., -1] + eps
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -108,7 +111,7 @@ def gated_chunks(phi_q, phi_k, v, gates, coupled, eps, batch, chunk_size):
     B = q.shape[0]
     if n == 0 or B == 0:
         return np.zeros((*batch, n, d_v)), np.full((*batch, n), eps)
-    v1 = np.concatenate([vv, np.ones((B, n, 1))], axis=-1)
+    v1 = _with_ones(vv)
     gc = _chunked(g, chunk_size, 1.0)                              # (B, N, C)  padding: g = 1 (and w = 0)
     coefficients = _gate_coefficients(gc, coupled)                 # (B, N, C, C)  c_it, t <= i
     inward = np.cumprod(gc, axis=-1)                               # (B, N, C)  Π_{l=a..i} g_l
@@ -132,6 +135,14 @@ def _shift_decays(C, C0, chunk_size):
         return coefficients, inward, outward, np.exp(before - after)
 
 
+def _with_ones(x: NDArray) -> NDArray:
+    """(B, T, d) → (B, T, d + 1) with a last column of ones (the denominator's "value"), in one copy."""
+    out = np.empty((*x.shape[:-1], x.shape[-1] + 1))
+    out[..., :-1] = x
+    out[..., -1] = 1.0
+    return out
+
+
 def _chunked(x: NDArray, size: int, fill) -> NDArray:
     """(B, T, ...) → (B, N, size, ...), the last chunk padded with ``fill`` (a number, or "edge": the last row)."""
     B, T = x.shape[:2]
@@ -148,32 +159,18 @@ def _chunk_core(q, k, v, size, S0, decays):
 
     ``decays`` is None (c = 1) or (coefficients (B, N, C, C), inward (B, N, C), outward (B, N, C),
     across (B, N)): the within-chunk c_it, the decay from the state entering a chunk to each query, from
-    each key to the state leaving its chunk, and across the whole chunk.
+    each key to the state leaving its chunk, and across the whole chunk. The products run in
+    :func:`refattn.kernels.chunk.chunk_linear`.
     """
+    from ..kernels.chunk import chunk_linear
+
     B, n, F = q.shape
-    e = v.shape[-1]
-    N = -(-n // size)
-    check_fits("the chunk states of method='chunk'", (B, N, F, e))
-    qc, kc, vc = (_chunked(x, size, 0.0) for x in (q, k, v))      # (B, N, C, ·)
-    tri = np.tri(size, dtype=bool)                                 # t <= i
-    with np.errstate(invalid="ignore", over="ignore"):
-        P = qc @ np.swapaxes(kc, -1, -2)                           # (B, N, C, C)  φ(q_i)·φ(k_t)
-        if decays is not None:
-            coefficients, inward, outward, across = decays
-            P = P * coefficients
-            qc, kc = qc * inward[..., None], kc * outward[..., None]
-    P = np.where(tri, P, 0.0)                                      # the future, by selection
-    num = _lower_product(P, vc)                                    # (B, N, C, e)  intra-chunk
-    dS = np.swapaxes(kc, -1, -2) @ vc                              # (B, N, F, e)  each chunk's state increment
-    S = np.empty((B, N, F, e))                                     # the state entering each chunk
-    S[:, 0] = S0
-    for c in range(1, N):                                          # a loop of N small additions: faster than a
-        if decays is None:                                         # strided cumsum over the chunk axis
-            np.add(S[:, c - 1], dS[:, c - 1], out=S[:, c])
-        else:
-            S[:, c] = across[:, c - 1, None, None] * S[:, c - 1] + dS[:, c - 1]
-    num += qc @ S                                                  # inter-chunk
-    return num.reshape(B, N * size, e)[:, :n]
+    check_fits("the chunk states of method='chunk'", (B, -(-n // size), F, v.shape[-1]))
+    out = np.empty(v.shape)
+    if decays is not None:
+        decays = tuple(np.ascontiguousarray(x, dtype=np.float64) for x in decays)
+    chunk_linear(q, k, v, np.ascontiguousarray(S0, dtype=np.float64), size, out, decays=decays)
+    return out
 
 
 def _lower_product(P: NDArray, x: NDArray) -> NDArray:
