@@ -8,6 +8,8 @@
 # Algorithm 1.**
 # **M. N. Rabe, C. Staats, "Self-attention Does Not Need O(n²) Memory", 2021,
 # [arXiv:2112.05682](https://arxiv.org/abs/2112.05682).**
+# **T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", ICLR 2024,
+# [arXiv:2307.08691](https://arxiv.org/abs/2307.08691), Algorithm 2 (backward pass).**
 #
 # For one query with scores $s_1, \dots, s_m$ and values $v_1, \dots, v_m$, read the keys in order and keep a
 # running maximum $\mu_j$, a running sum $\ell_j$ and an unnormalised output $a_j$
@@ -40,13 +42,18 @@
 # > forms the scores; `method="blocked"` is a Numba kernel that runs the recurrence above over
 # > `block_size = (query tile, key tile)` tiles (`refattn.kernels.blocked`). `return_lse=True` returns
 # > $\log \sum_j e^{s_j}$ per query, and `refattn.oracle.merge_attention` combines two (output, lse) pairs:
-# > section (d) shows that this merge *is* the online-softmax step.
+# > section (d) shows that this merge *is* the online-softmax step. `refattn.oracle.sdpa_vjp` gives the
+# > gradients, on the dense arrays (`method="equation"`) or by FlashAttention-2's backward tile loop
+# > (`method="blocked"`, `refattn.kernels.blocked_bwd`), which section (e) derives.
 #
 # **Contents.** (a) why the rescaling is exact · (b) tile by tile on a small example · (c) memory versus
-# $n$ · (d) the log-sum-exp merge: split keys, flash-decoding, causal masks · (e) exercises
+# $n$ · (d) the log-sum-exp merge: split keys, flash-decoding, causal masks · (e) the backward pass:
+# the gradients, $D_i = dO_i \cdot O_i$, weights recomputed from the log-sum-exp, the tile loop, memory ·
+# (f) exercises
 
 # %%
 import tracemalloc
+from functools import partial
 
 import matplotlib as mpl
 import numba                                           # only to pin the thread count in (c)
@@ -54,7 +61,7 @@ import numpy as np
 
 import refattn
 from refattn import viz
-from refattn.oracle import merge_attention
+from refattn.oracle import merge_attention, sdpa_vjp
 
 np.set_printoptions(precision=3, suppress=True, linewidth=110)
 rng = np.random.default_rng(1805_02867)   # arXiv:1805.02867; every draw below comes from rng
@@ -500,7 +507,292 @@ for n, m in ((5, 9), (9, 5)):
 #   every split of a causal mask, with $n < m$ or $n > m$, merges to the full result.
 
 # %% [markdown]
-# ## (e) Exercises
+# ## (e) The backward pass: recomputing the weights from the log-sum-exp
+#
+# **T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", ICLR 2024,
+# [arXiv:2307.08691](https://arxiv.org/abs/2307.08691), §3.1.2 and Algorithm 2; FlashAttention, §3.1 and
+# Algorithm 4.**
+#
+# Forwards, $S = \text{scale}\cdot Q K^\top$, $P = \operatorname{softmax}(S)$ row by row, $O = P V$. Backwards,
+# given $dO = \partial \mathcal{L} / \partial O$ (any loss $\mathcal{L}$), the chain rule gives
+#
+# $$
+# dV = P^\top dO, \qquad dP = dO\, V^\top, \qquad dS = P \circ (dP - D), \quad
+# D_i = \sum_j P_{ij}\, dP_{ij}, \qquad dQ = \text{scale}\cdot dS\, K, \qquad dK = \text{scale}\cdot dS^\top Q .
+# $$
+#
+# The only non-linear step is the softmax: for one row $p = \operatorname{softmax}(s)$,
+# $\partial p_j / \partial s_l = p_j(\delta_{jl} - p_l)$, so $ds_l = \sum_j dp_j\, p_j (\delta_{jl} - p_l) =
+# p_l\,(dp_l - \sum_j p_j\, dp_j)$: that is $dS = P \circ (dP - D)$. A masked pair has $P_{ij} = 0$, hence
+# $dS_{ij} = 0$.
+#
+# > `refattn.oracle.sdpa_vjp` computes these gradients: `method="equation"` on dense $n \times m$ arrays,
+# > `method="blocked"` with FlashAttention-2's tile loop in Numba (`refattn.kernels.blocked_bwd`). First the
+# > equations in NumPy against the equation path; then a finite difference, which does not rest on them.
+
+# %%
+h, n, m, d = 2, 5, 7, 4
+q, k, v = rng.standard_normal((h, n, d)), rng.standard_normal((h, m, d)), rng.standard_normal((h, m, d))
+d_out = rng.standard_normal((h, n, d))                     # dO, the gradient arriving from above
+scale = 1 / np.sqrt(d)
+out, P = sdpa(q, k, v, return_weights=True)                # O and P, (h, n, d) and (h, n, m)
+
+# from the equation
+dv = np.swapaxes(P, -1, -2) @ d_out                        # Pᵀ dO
+dp = d_out @ np.swapaxes(v, -1, -2)                        # dO Vᵀ, (h, n, m)
+D = (P * dp).sum(axis=-1, keepdims=True)                   # D_i = Σ_j P_ij dP_ij
+ds = P * (dp - D)                                          # P ∘ (dP − D)
+dq, dk = scale * ds @ k, scale * np.swapaxes(ds, -1, -2) @ q
+grads = sdpa_vjp(q, k, v, d_out, method="equation")
+for mine, ref in ((dq, grads.dq), (dk, grads.dk), (dv, grads.dv)):
+    check(mine, ref)
+
+# the same gradients as a directional derivative of loss = Σ dO ∘ O, by central differences:
+# error ≈ step²·(third derivative) + eps·|loss|/step ≈ 1e-10 + 1e-10, asserted at 1e-8
+direction = rng.standard_normal((3, h, max(n, m), d))
+dir_q, dir_k, dir_v = direction[0, :, :n], direction[1, :, :m], direction[2, :, :m]
+
+
+def loss(t):                                               # moves q, k, v by t along the direction
+    return np.sum(d_out * sdpa(q + t * dir_q, k + t * dir_k, v + t * dir_v))
+
+
+step = 1e-5
+numeric = (loss(step) - loss(-step)) / (2 * step)
+analytic = np.sum(dq * dir_q) + np.sum(dk * dir_k) + np.sum(dv * dir_v)
+assert abs(numeric - analytic) <= 1e-8 * max(1.0, abs(analytic)), (numeric, analytic)
+print(f"directional derivative: analytic {analytic:.6f}, central difference {numeric:.6f}")
+
+# %% [markdown]
+# ### Why $D_i = dO_i \cdot O_i$
+#
+# $D_i$ is a sum over *all* the keys of row $i$, but the tile loop below meets them one tile at a time and
+# needs $D_i$ in every tile. It needs no pass over the row: since $dP_{ij} = dO_i \cdot v_j$,
+#
+# $$
+# D_i = \sum_j P_{ij}\, dP_{ij} = \sum_j P_{ij}\, (dO_i \cdot v_j) = dO_i \cdot \Big(\sum_j P_{ij}\, v_j\Big)
+# = dO_i \cdot O_i ,
+# $$
+#
+# one dot product of length $d_v$ per query, from the output the forward pass returned (FlashAttention-2,
+# §3.1.2). Each equality, asserted:
+
+# %%
+step_1 = (P * dp).sum(axis=-1)                                         # Σ_j P_ij dP_ij
+step_2 = np.einsum("hij,hie,hje->hi", P, d_out, v)                     # Σ_j P_ij (dO_i · v_j)
+step_3 = np.einsum("hie,hie->hi", d_out, P @ v)                        # dO_i · (Σ_j P_ij v_j)
+step_4 = np.einsum("hie,hie->hi", d_out, out)                          # dO_i · O_i
+for later in (step_2, step_3, step_4):
+    check(later, step_1)
+check(ds.sum(axis=-1), np.zeros((h, n)))    # and each row of dS sums to 0: softmax ignores a shift of s
+print("D (head 0):", step_4[0])
+
+# %% [markdown]
+# ### The weights recomputed from $L_i$ are the forward's weights
+#
+# The forward pass keeps, per query, only $O_i$ and $L_i = \log \sum_l e^{s_{il}}$ (section (a): $\mu + \log
+# \ell$). The backward pass recomputes each weight from its own score and $L_i$:
+#
+# $$
+# e^{s_{ij} - L_i} = \frac{e^{s_{ij}}}{e^{L_i}} = \frac{e^{s_{ij}}}{\sum_l e^{s_{il}}} = P_{ij} .
+# $$
+#
+# This is the definition of the softmax, not an approximation of it, and it reads no other key: a tile of
+# $P$ is recomputed from that tile's scores and $n$ numbers $L_i$, so no $n \times m$ array is kept between
+# the two passes. In floating point $e^{s - L}$ and the equation path's $e^{s - \mu} / \ell$ round
+# differently, so they agree to about one unit in the last place, asserted at $10^{-15}$ (weights are at
+# most 1).
+
+# %%
+n, m, d = 8, 12, 4
+q, k, v = rng.standard_normal((n, d)), rng.standard_normal((m, d)) * 1.5, rng.standard_normal((m, d))
+_, P, L = sdpa(q, k, v, return_weights=True, return_lse=True)        # the equation path: P from all of S
+out_blocked, L_blocked = sdpa(q, k, v, method="blocked", block_size=4, return_lse=True)   # what FA keeps
+check(L_blocked, L)
+
+S = q @ k.T / np.sqrt(d)
+recomputed = np.exp(S - L_blocked[:, None])                           # every entry alone: e^{s_ij − L_i}
+np.testing.assert_allclose(recomputed, P, rtol=0, atol=1e-15)
+tile = np.exp(S[4:8, 4:8] - L_blocked[4:8, None])                     # one 4 × 4 tile, nothing else read
+np.testing.assert_allclose(tile, P[4:8, 4:8], rtol=0, atol=1e-15)
+print(f"max |exp(s - L) - P| = {np.abs(recomputed - P).max():.0e}, "
+      f"{recomputed.size} weights from {S.size} scores and {L.size} log-sum-exps")
+
+# %% [markdown]
+# ### From the equation: the backward tile loop
+#
+# > FlashAttention-2's order (Algorithm 2): key tiles outer. A key tile $J$ stays put while the query
+# > tiles $I$ stream past it; its $dK_J$ and $dV_J$ are sums over the queries, so they accumulate in the
+# > inner loop and are finished, and written once, when the inner loop ends. $dQ_I$ is a sum over the keys:
+# > it receives one term per key tile and is final only after the last key tile. (Parallel kernels give
+# > each thread its own key tiles; refattn's kernel keeps a partial $dQ$ per group of key tiles and adds
+# > them at the end.) Each step recomputes one tile of $P$ from $L$ and uses $D_i = dO_i \cdot O_i$.
+# >
+# > The mask is the causal mask of notebook 01, `refattn.causal_mask`, applied by selection: a masked score
+# > is $-\infty$, so its weight $e^{-\infty - L_i}$ is exactly 0, and a tile the mask hides entirely is
+# > skipped. Every query here sees at least one key, so $L_i$ is finite; a query that sees none has
+# > $L_i = -\infty$ and $e^{-\infty - (-\infty)}$ is NaN, which refattn's kernel treats apart (as in
+# > exercise 1).
+
+# %%
+# from the equation: FlashAttention-2 Alg. 2 in plain NumPy (not refattn); one head, allowed = (n, m) bool
+def backward_tiles(q, k, v, d_out, out, lse, allowed, block_q, block_k, steps=None):
+    n, m, scale = q.shape[0], k.shape[0], 1 / np.sqrt(q.shape[1])
+    D = np.einsum("ie,ie->i", d_out, out)                               # D_i = dO_i · O_i, once
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for j0 in range(0, m, block_k):                                     # key tiles, outer
+        J = slice(j0, j0 + block_k)
+        for i0 in range(0, n, block_q):                                 # query tiles, inner
+            I = slice(i0, i0 + block_q)
+            if not allowed[I, J].any():
+                continue                                                # hidden by the mask: skipped
+            s = np.where(allowed[I, J], q[I] @ k[J].T * scale, -np.inf)
+            p = np.exp(s - lse[I, None])                                # P_IJ recomputed from L
+            ds = p * (d_out[I] @ v[J].T - D[I, None])                   # dS = P ∘ (dP − D)
+            dv[J] += p.T @ d_out[I]                                     # dV_J += P_IJᵀ dO_I
+            dk[J] += scale * ds.T @ q[I]                                # dK_J += scale dS_IJᵀ Q_I
+            dq[I] += scale * ds @ k[J]                                  # dQ_I += scale dS_IJ K_J
+            if steps is not None:                                       # for the figure below
+                steps.append((I, J, p, dq.copy(), dk.copy(), dv.copy()))
+    return dq, dk, dv
+
+
+# %% [markdown]
+# > The check: $n = 8$ queries, $m = 12$ keys, both causal alignments ($n \ne m$, so they differ), tile sizes
+# > that divide $n$ and $m$ and that do not. The forward pass is refattn's blocked kernel, which returns
+# > $O$ and $L$; the loop's gradients are asserted against `sdpa_vjp` with `method="equation"` and with
+# > `method="blocked"` (the same tiles).
+
+# %%
+d_out = rng.standard_normal((n, d))
+print(f"{'causal':>12}  {'block (q, k)':>12}  {'tiles run':>9}  {'|mine - equation|':>17}  {'|blocked - equation|':>20}")
+for alignment in ("top-left", "bottom-right"):
+    allowed = refattn.causal_mask(n, m, alignment=alignment)           # True = may attend
+    equation = sdpa_vjp(q, k, v, d_out, causal=alignment, method="equation")
+    for block in [(4, 4), (2, 6), (3, 5), (8, 12)]:
+        out, lse = sdpa(q, k, v, causal=alignment, method="blocked", block_size=block, return_lse=True)
+        steps = []
+        mine = backward_tiles(q, k, v, d_out, out, lse, allowed, *block, steps=steps)
+        blocked = sdpa_vjp(q, k, v, d_out, causal=alignment, method="blocked", block_size=block)
+        for mine_g, blocked_g, ref in zip(mine, blocked[:3], equation[:3], strict=True):   # dq, dk, dv
+            check(mine_g, ref)
+            check(blocked_g, ref)
+        err_mine = max(np.abs(a - b).max() for a, b in zip(mine, equation[:3], strict=True))
+        err_blocked = max(np.abs(a - b).max() for a, b in zip(blocked[:3], equation[:3], strict=True))
+        tiles = -(-n // block[0]) * -(-m // block[1])
+        print(f"{alignment:>12}  {str(block):>12}  {len(steps):>4} / {tiles:<2}  {err_mine:17.1e}  {err_blocked:20.1e}")
+
+# %% [markdown]
+# > The loop step by step, bottom-right causal mask, tiles of $4 \times 4$: three key tiles times two
+# > query tiles, of which the mask hides one (keys 8–11 for queries 0–3), so five steps, one column each.
+# > Top: the tile of $P$ recomputed at that step (outlined; grey: not computed at this step, or masked).
+# > Below: the partial $dQ$, $dK$, $dV$ after the step, transposed so that a column is one query or one key
+# > (the columns of $dK^\top$ and $dV^\top$ line up with those of $P$), each on one signed scale for all
+# > steps; grey columns belong to key tiles not reached yet.
+
+# %%
+alignment, block = "bottom-right", (4, 4)
+allowed = refattn.causal_mask(n, m, alignment=alignment)
+out, lse = sdpa(q, k, v, causal=alignment, method="blocked", block_size=block, return_lse=True)
+final = sdpa_vjp(q, k, v, d_out, causal=alignment, method="blocked", block_size=block)
+steps = []
+backward_tiles(q, k, v, d_out, out, lse, allowed, *block, steps=steps)
+
+p_tiles, snapshots = [], {"dQ": [], "dK": [], "dV": []}
+for t, (I, J, p, dq, dk, dv) in enumerate(steps):
+    frame = np.full((n, m), np.nan)
+    frame[I, J] = np.where(allowed[I, J], p, np.nan)              # this step's tile of P, masked pairs grey
+    p_tiles.append(frame)
+    reached = np.arange(m) < J.stop                               # key rows whose tile has started
+    snapshots["dQ"].append(dq)
+    snapshots["dK"].append(np.where(reached[:, None], dk, np.nan))
+    snapshots["dV"].append(np.where(reached[:, None], dv, np.nan))
+    last_of_tile = t + 1 == len(steps) or steps[t + 1][1] != J
+    if last_of_tile:                                              # a key tile's dK, dV are final when it ends
+        check(dk[J], final.dk[J])
+        check(dv[J], final.dv[J])
+    assert (t + 1 == len(steps)) == (np.abs(dq - final.dq).max() <= 1e-13)   # dQ is final only at the end
+
+fig = viz.figure((14, 8.6))
+rows = fig.subfigures(4, 1, height_ratios=[8, 4.4, 4.4, 4.4])
+axes = viz.draw_attention(rows[0], np.array(p_tiles), vmax=1.0, annotate=False,
+                          titles=[f"step {t + 1}: P, queries {I.start}-{I.stop - 1}, keys {J.start}-{J.stop - 1}"
+                                  for t, (I, J, *_) in enumerate(steps)])
+for ax, (I, J, *_) in zip(axes[0], steps, strict=True):
+    ax.add_patch(mpl.patches.Rectangle((J.start - 0.5, I.start - 0.5), J.stop - J.start, I.stop - I.start,
+                                       fill=False, ec="C3", lw=2))
+for row, (name, frames), xlabel in zip(rows[1:], snapshots.items(), ("query i", "key j", "key j"), strict=True):
+    frames = np.swapaxes(np.array(frames), -1, -2)                # transposed: one column per query / key
+    viz.draw_attention(row, frames, signed=True, vmax=float(np.nanmax(np.abs(frames))), annotate=False,
+                       titles=[f"{name}ᵀ after step {t + 1}" for t in range(len(steps))], xlabel=xlabel,
+                       ylabel="feature")
+fig
+
+# %% [markdown]
+# > Steps 1 and 2 finish keys 0–3 of $dK$ and $dV$, steps 3 and 4 keys 4–7, and step 5, the only tile of
+# > keys 8–11 that the mask leaves, finishes those at once: a key tile's columns do not change after its last
+# > step. $dQ$ changes at every step (queries 0–3 at steps 1 and 3, queries 4–7 at steps 2, 4 and 5) and is
+# > final only after step 5. The arrays that live across steps are $dQ$, $dK$, $dV$, $L$ and $D$; a tile of
+# > $P$ exists for one step.
+
+# %% [markdown]
+# ### Memory
+#
+# > The equation path forms the scores, the weights, $dP$ and $dS$: several $h \times n \times m$ arrays.
+# > The blocked path keeps, besides the gradients it returns, the forward pass's $O$ (it computes it
+# > again, since `sdpa_vjp` takes only $q, k, v$ and $dO$), $L$ and $D$ ($n$ numbers each per head), a partial
+# > $dQ$ per group of key tiles (`refattn.kernels.blocked_bwd.KEY_GROUP_TASKS`; with two heads, four groups)
+# > and a fixed scratch of a few tiles per task: $O(n \cdot d)$. Measured as in (c), with `tracemalloc`,
+# > one Numba thread for a repeatable peak, the smaller peak of two calls, rounded to 10 KiB; causal, two
+# > heads, $d = 64$.
+
+# %%
+def rounded(peak):
+    return int(round(peak / (10 * KiB))) * 10 * KiB                  # to 10 KiB: a few KiB vary per call
+
+
+KiB, heads, d = 2**10, 2, 64
+print(f"{'n':>5}  {'n x m (MiB)':>11}  {'equation peak':>13}  {'/ n x m':>7}  {'blocked peak':>12}  {'/ n x d':>7}")
+ns_bwd, peaks = (256, 512, 1024, 2048), {"equation": [], "blocked": []}
+for n_ in ns_bwd:
+    q, k, v, d_out = rng.standard_normal((4, heads, n_, d))
+    eq = min(traced_peak(partial(sdpa_vjp, q, k, v, d_out, causal=True, method="equation")) for _ in range(2))
+    numba.set_num_threads(1)
+    bl = min(traced_peak(partial(sdpa_vjp, q, k, v, d_out, causal=True, method="blocked")) for _ in range(2))
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    peaks["equation"].append(eq)
+    peaks["blocked"].append(bl)
+    nm_bytes, nd_bytes = heads * n_ * n_ * 8, heads * n_ * d * 8
+    print(f"{n_:5d}  {nm_bytes / MiB:11.2f}  {rounded(eq) / MiB:13.2f}  {rounded(eq) / nm_bytes:7.1f}  "
+          f"{rounded(bl) / MiB:12.2f}  {rounded(bl) / nd_bytes:7.1f}")
+
+eq, bl = np.array(peaks["equation"], float), np.array(peaks["blocked"], float)
+assert np.all(np.abs(eq[1:] / eq[:-1] - 4) < 0.1)                     # doubling n: 4 times the memory, n²
+growth = np.diff(bl)                                                   # a + b·n: the increments double with n
+assert np.all(np.abs(growth[1:] / growth[:-1] - 2) < 0.02), growth
+assert bl[-1] < eq[-1] / 20
+
+# %% [markdown]
+# > The equation path's peak is about seven $n \times m$ arrays and quadruples when $n$ doubles. The
+# > blocked path's is about eight $n \times d$ arrays (the three gradients, $O$ and four partial $dQ$; $L$ and
+# > $D$ are $n$ numbers per head) plus a scratch that does not depend on $n$: it doubles when $n$ doubles.
+# > The equation path's memory is what stops gradient checks at large $n$ (section (c): one $n \times m$
+# > matrix is 64 GiB at $n = 32768$ with 8 heads); `sdpa_vjp`'s default switches to the blocked path when
+# > the dense arrays would not fit the memory budget.
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - The backward pass needs, per query, only $O_i$ and $L_i$ from the forward: $e^{s_{ij} - L_i}$ is the
+#   forward's weight (to one rounding), and $\sum_j P_{ij}\, dP_{ij} = dO_i \cdot O_i$ needs no pass over
+#   the row.
+# - With key tiles outer, each key tile finishes its $dK$, $dV$ rows and writes them once; $dQ$ receives one
+#   term per key tile. The NumPy loop and `sdpa_vjp(method="blocked")` equal the equation path to
+#   $10^{-13}$, with $n \ne m$ and both causal alignments.
+# - The blocked backward's memory grows like $n \cdot d$, the equation path's like $n \cdot m$.
+
+# %% [markdown]
+# ## (f) Exercises
 #
 # 1. **Causal tiles.** Add `causal=True` (top-left) to `online_attention` of (a): mask the scores of a tile
 #    with `np.where(j <= i, s, -np.inf)`, and skip key tiles that lie entirely right of the query tile's
@@ -522,13 +814,18 @@ for n, m in ((5, 9), (9, 5)):
 #    in float64 and <code>x &gt; 88.72</code> in float32, and <code>inf / inf = nan</code>. With the running
 #    maximum every exponent is at most 0.</details>
 #
-# 3. **Recompute the weights from the lse.** FlashAttention's backward pass stores only the output and
-#    the log-sum-exp per query and recomputes each tile of weights as $P_{ij} = e^{s_{ij} - \text{lse}_i}$.
-#    With the `q, k, v` of (b), check that this gives `sdpa(..., return_weights=True)`'s weights for the
-#    second key tile, without any sum over the other tiles.
-#    <details><summary>Hint</summary><code>_, A, lse = sdpa(q, k, v, return_weights=True, return_lse=True)</code>;
-#    then <code>S = q @ k.T / np.sqrt(d)</code> and
-#    <code>check(np.exp(S[:, 4:8] - lse[:, None]), A[:, 4:8])</code>.</details>
+# 3. **The bias gradient.** With a float mask $B$ (an additive bias: `sdpa(q, k, v, B)` is
+#    $\operatorname{softmax}(\text{scale}\cdot QK^\top + B)\,V$) the scores gain $B$ and $dB = dS$. Give
+#    `backward_tiles` of (e) a `bias` argument: add `bias[I, J]` to each tile's scores and write the tile's
+#    $dS$ into a `d_bias` array. Check it against `sdpa_vjp(q, k, v, d_out, B, method="blocked").d_bias`
+#    with some entries of $B$ set to $-\infty$. `d_bias` is $n \times m$: why does that not break the rule
+#    that the backward pass stores nothing of that size?
+#    <details><summary>Hint</summary><code>s = np.where(allowed[I, J], q[I] @ k[J].T * scale + bias[I, J],
+#    -np.inf)</code> and <code>d_bias[I, J] = ds</code>; the forward's $L$ must come from the same biased
+#    scores, <code>sdpa(q, k, v, B, method="blocked", return_lse=True)</code>. <code>d_bias</code> is an
+#    output of the size of an input the caller already holds; what the backward pass avoids is keeping
+#    $P$ (or $S$) from the forward pass, and each tile of $dS$ is written once and never read
+#    again.</details>
 #
 # 4. **How many splits?** In the flash-decoding example of (d), merge 64 chunks of one key each, once in
 #    order and once as a balanced tree, and compare both with the full attention. Which is closer, and by
