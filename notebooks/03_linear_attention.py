@@ -36,7 +36,7 @@
 # width of $v$, $F$ the number of features $\phi$ returns.
 #
 # The plain text paraphrases the survey and the papers, with their section numbers; the only
-# quotations are the titles and one printed result of two GitHub issues, in (h). Commentary is set
+# quotations are the titles and one printed result of two GitHub issues, in (i). Commentary is set
 # apart as block quotes. Every derivation is checked against refattn to 1e-12, and every limit and
 # identity is an `assert`.
 #
@@ -50,12 +50,13 @@
 #
 # **Contents.** (a) from the equation · (b) the cost of the two orders · (c) the kernel view: elu + 1
 # and Performer's features · (d) error versus the number of random features · (e) the RNN view, token
-# by token · (f) gated and delta-rule memories · (g) Efficient Attention · (h) why Performer's
-# relative errors can be large · (i) exercises
+# by token · (f) gated and delta-rule memories · (g) the chunkwise-parallel form · (h) Efficient
+# Attention · (i) why Performer's relative errors can be large · (j) exercises
 
 # %%
 import matplotlib as mpl
 import numpy as np
+from matplotlib.patches import Rectangle
 
 import refattn
 from refattn import registry, viz
@@ -268,7 +269,7 @@ fig
 #   with orthogonal $\omega$ (§2.4).
 #
 # > Inputs: $n = 16$ tokens, $d = 16$, independent standard normal $q$ and $k$ scaled so that
-# > $\|q/d^{1/4}\|^2 \approx 1.5$ on average, a regime where the estimates are usable (section (h)
+# > $\|q/d^{1/4}\|^2 \approx 1.5$ on average, a regime where the estimates are usable (section (i)
 # > shows what happens when they are not). One draw of $r = 64$ orthogonal $\omega$ serves all three
 # > Performer maps. Besides the relative (Frobenius) error of the whole kernel matrix, the table gives
 # > the median relative error of single entries, separately for the quarter of pairs with the smallest
@@ -489,7 +490,7 @@ fig
 # > $r = 4$ or 8, a fraction of one block, the two are within their error bars. The relative errors
 # > look large because the exact output averages many random values and is small; the point of the plot
 # > is the slope and the gap, not the level. At larger $\|q\|, \|k\|$ the features are heavy-tailed and
-# > the error approaches its $1/\sqrt r$ regime only at much larger $r$: section (h).
+# > the error approaches its $1/\sqrt r$ regime only at much larger $r$: section (i).
 
 # %% [markdown]
 # **Takeaways.**
@@ -722,7 +723,236 @@ fig
 #   have negative entries.
 
 # %% [markdown]
-# ## (g) Efficient Attention
+# ## (g) The chunkwise-parallel form: the same recurrence by matrix products
+#
+# The scan of (e) is sequential: token $i$ waits for $S_{i-1}$, and each step is a rank-one update
+# of the whole state. The right product of (a), made causal, is parallel: a cumulative sum gives every
+# $S_i$ at once, but it stores all of them, $n \cdot F \cdot d_v$ numbers, more than the $n \times n$
+# matrix whenever $F d_v > n$. The *chunkwise* form sits between the two; it is how gated and
+# delta-rule linear attention are trained today (S. Yang et al., "Gated Linear Attention Transformers
+# with Hardware-Efficient Training", ICML 2024, [arXiv:2312.06635](https://arxiv.org/abs/2312.06635),
+# §3). Cut the sequence into chunks of $C$ positions. Query $i$, in the chunk that starts at $a$, sees
+# the keys before the chunk through the state $S_{a-1}$ and the keys of its own chunk directly:
+#
+# $$
+# \operatorname{num}_i = \underbrace{\phi(q_i)^\top S_{a-1}}_{\text{inter-chunk: the state}}
+# + \underbrace{\sum_{a \le t \le i} \big(\phi(q_i)^\top\phi(k_t)\big)\, v_t}_{\text{intra-chunk: quadratic}},
+# \qquad
+# S_{a+C-1} = S_{a-1} + \sum_{t=a}^{a+C-1} \phi(k_t)\, v_t^\top ,
+# $$
+#
+# and the same with $v_t$ replaced by 1 for the denominator. For a whole chunk $c$ (rows
+# $\Phi(Q_c)$, $\Phi(K_c)$, $V_c$) both are matrix products:
+# $\operatorname{num}_c = \Phi(Q_c)\,S_{c-1} + \operatorname{tril}\big(\Phi(Q_c)\Phi(K_c)^\top\big)V_c$ and
+# $S_c = S_{c-1} + \Phi(K_c)^\top V_c$, where $S_{c-1}$ is the state entering chunk $c$.
+#
+# > Below: the scan, the causal right product by `np.cumsum`, and the chunk loop, a few NumPy lines
+# > each (the denominator rides along as one more column of $V$, a column of ones). They are checked
+# > against refattn's `method="scan"`, `method="chunk"` and the masked left product
+# > `method="equation"`, to 1e-12: for a chunk size that divides $n$ and ones that do not (the last
+# > chunk is shorter), $C = 1$ (one token per chunk: the scan) and $C \ge n$ (one chunk: the left
+# > product). refattn's `method="right"` is non-causal only; its causal form is the scan.
+# > This section draws from a generator of its own, seeded with that paper's number.
+
+# %%
+rng_chunk = np.random.default_rng(2312_06635)                      # arXiv:2312.06635 (GLA)
+
+
+def scan(phi_q, phi_k, v):
+    # (e)'s loop: one rank-one write and one read per token
+    S, z, out = np.zeros((phi_k.shape[1], v.shape[1])), np.zeros(phi_k.shape[1]), []
+    for i in range(len(v)):
+        S, z = S + np.outer(phi_k[i], v[i]), z + phi_k[i]
+        out.append(phi_q[i] @ S / (phi_q[i] @ z))
+    return np.array(out)
+
+
+def right_cumsum(phi_q, phi_k, v):
+    # every S_i and z_i at once: parallel, but (n, F, d_v) numbers
+    S_all = np.cumsum(phi_k[:, :, None] * v[:, None, :], axis=0)   # (n, F, d_v)
+    z_all = np.cumsum(phi_k, axis=0)                               # (n, F)
+    return np.einsum("if,ifv->iv", phi_q, S_all) / np.einsum("if,if->i", phi_q, z_all)[:, None]
+
+
+def chunk_loop(phi_q, phi_k, v, C):
+    # per chunk: a C × C masked product (intra) and two state GEMMs (inter, and the state update)
+    v1 = np.column_stack([v, np.ones(len(v))])                     # [V | 1]: numerator and denominator
+    S = np.zeros((phi_k.shape[1], v1.shape[1]))                    # [S | z] before the chunk
+    num = np.empty_like(v1)
+    for a in range(0, len(v), C):                                  # the last chunk may be shorter
+        Qc, Kc, Vc = phi_q[a:a + C], phi_k[a:a + C], v1[a:a + C]
+        num[a:a + C] = Qc @ S + np.tril(Qc @ Kc.T) @ Vc            # inter + intra
+        S = S + Kc.T @ Vc                                          # the state after the chunk
+    return num[:, :-1] / num[:, -1:]
+
+
+d, d_v = 4, 3
+for n, C in ((16, 4), (18, 4), (18, 5), (18, 1), (18, 18), (18, 64)):
+    q, k, v = rng_chunk.standard_normal((n, d)), rng_chunk.standard_normal((n, d)), rng_chunk.standard_normal((n, d_v))
+    phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+    reference = linear_attention(q, k, v, elu_feature_map, causal=True, method="scan")
+    check(scan(phi_q, phi_k, v), reference)
+    check(right_cumsum(phi_q, phi_k, v), reference)
+    check(chunk_loop(phi_q, phi_k, v, C), reference)
+    check(linear_attention(q, k, v, elu_feature_map, causal=True, method="chunk", chunk_size=C), reference)
+    check(linear_attention(q, k, v, elu_feature_map, causal=True, method="equation"), reference)
+    sizes = [min(C, n - a) for a in range(0, n, C)]               # the chunks' lengths
+    chunks = " + ".join(f"{sizes.count(s_)} × {s_}" for s_ in dict.fromkeys(sizes))
+    print(f"n = {n:>2}, C = {C:>2}, chunks {chunks:<14} scan = cumsum = chunk loop = method='chunk' = equation")
+
+# %% [markdown]
+# > **The chunk's two parts, drawn.** With $n = 16$ and $C = 4$, the causal matrix splits into the
+# > four diagonal blocks, the intra-chunk part (each a $C \times C$ product, masked to its lower
+# > triangle), and everything below them, the inter-chunk part, which the chunk form never forms: row
+# > block $c$ of it reaches the output only through the state $S_{c-1}$. Below, the effective matrix
+# > of `method="chunk"` (`return_weights=True`), whole and in its two parts (grey: not in the part;
+# > red: the diagonal blocks; dashed: the block that each chunk's entering state stands for). Then the
+# > numerator of one chunk, as the sum of its two parts.
+
+# %%
+n, C = 16, 4
+q, k, v = rng_chunk.standard_normal((n, d)), rng_chunk.standard_normal((n, d)), rng_chunk.standard_normal((n, d_v))
+phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+out_chunk, A_chunk = linear_attention(q, k, v, elu_feature_map, causal=True, method="chunk", chunk_size=C,
+                                      return_weights=True)
+chunk_of = np.arange(n) // C                                       # the chunk of each position
+lower = np.tri(n, dtype=bool)                                      # t <= i
+intra = lower & (chunk_of[:, None] == chunk_of[None, :])           # the diagonal blocks' triangles
+inter = chunk_of[:, None] > chunk_of[None, :]                      # the keys of earlier chunks
+assert np.array_equal(intra | inter, lower) and not np.any(intra & inter)
+check(A_chunk, np.where(lower, phi_q @ phi_k.T, 0.0) / (phi_q @ phi_k.T * lower).sum(axis=1, keepdims=True))
+
+fig = viz.plot_attention(np.array([A_chunk, A_chunk, A_chunk]), allowed=np.array([lower, intra, inter]),
+                         annotate=False, size=3.0,
+                         titles=["causal A, chunks of C = 4", "intra-chunk: C × C masked products",
+                                 "inter-chunk: read from the state"],
+                         suptitle="method='chunk': each row's weights in two parts")
+for p, ax in enumerate(fig.axes[:3]):
+    for a in range(0, n, C):
+        ax.add_patch(Rectangle((a - 0.5, a - 0.5), C, C, fill=False, ec="#d62728", lw=1.6))
+        if a and p != 1:                                           # the block the state stands for
+            ax.add_patch(Rectangle((-0.5, a - 0.5), a, C, fill=False, ec="k", lw=1.2, ls="--"))
+fig
+
+# %%
+c = 2                                                              # one chunk: rows 8 … 11
+rows = slice(c * C, (c + 1) * C)
+v1 = np.column_stack([v, np.ones(n)])                              # [V | 1]
+S_before = phi_k[:c * C].T @ v1[:c * C]                            # [S | z] entering chunk c, (F, d_v + 1)
+inter_part = phi_q[rows] @ S_before                                # φ(Q_c) [S | z]
+intra_part = np.tril(phi_q[rows] @ phi_k[rows].T) @ v1[rows]       # tril(φ(Q_c)φ(K_c)ᵀ) [V_c | 1]
+M = phi_q @ phi_k.T                                                # φ(q_i)·φ(k_t)
+check(inter_part, np.where(inter, M, 0.0)[rows] @ v1)              # the state is exactly the inter block
+check(intra_part, np.where(intra, M, 0.0)[rows] @ v1)
+numerator = inter_part + intra_part
+check(numerator[:, :-1] / numerator[:, -1:], out_chunk[rows])
+
+share = (A_chunk * inter).sum(axis=1)                              # weight each row takes from the state
+shares = np.array([share[chunk_of == c_].mean() for c_ in range(n // C)])
+assert np.all(share[:C] == 0) and np.all(np.diff(shares) > 0)     # chunk 0 starts from S = 0, then it grows
+print("mean share of a row's weight carried by the state, by chunk:", shares.round(3))
+
+viz.plot_attention(np.array([inter_part, intra_part, numerator]), signed=True, size=2.4,
+                   titles=[f"φ(Q_{c}) [S | z] before chunk {c}", f"+ tril(φ(Q_{c})φ(K_{c})ᵀ) [V_{c} | 1]",
+                           "= numerator | denominator"],
+                   row_labels=[f"q_{i}" for i in range(c * C, (c + 1) * C)],
+                   col_labels=[f"v{j}" for j in range(d_v)] + ["den"], xlabel="value dim  |  denominator",
+                   ylabel=f"query i (chunk {c})")
+
+# %% [markdown]
+# > Each row of chunk 2 is the sum of what the state $[S \mid z]$ holds for it (the keys of chunks 0
+# > and 1, asserted equal to the inter-chunk block of the matrix times $[V \mid 1]$) and its own
+# > chunk's masked product; the last column is the denominator, and the quotient is refattn's output.
+# > The printed shares grow from chunk to chunk (asserted): a later chunk finds more keys in the state, and the
+# > masked product only ever covers $C$ of them.
+# >
+# > **Why chunk runs at matrix-product speed.** Count the multiply-adds from the shapes, as in (b)
+# > (numerator only). The scan does $2nFd_v$: per token, a rank-one write and a read of the
+# > $F \times d_v$ state. The chunk loop does $nC(F + d_v)$ within the chunks (the $C \times C$
+# > products with their masked halves included: a matrix product computes them) and the same $2nFd_v$
+# > across them: $\Phi(Q_c)S_{c-1}$ and $\Phi(K_c)^\top V_c$ (in flops, twice these:
+# > $2nC(F + d_v) + 4nFd_v$, as `bench` counts them). So chunk does *more* work than the scan, by
+# > the factor $1 + C/N^\ast$, with $N^\ast = 2Fd_v/(F + d_v)$ the crossing of (b). What it gains is the
+# > kind of work. A scan step reads and writes the whole state for about one multiply-add per number
+# > moved, and step $i$ must wait for step $i - 1$. A matrix product $(a \times b)(b \times c)$ does $abc$
+# > multiply-adds on $ab + bc + ac$ numbers, each reused many times from the cache, so BLAS runs it
+# > near the machine's peak; all the chunks' $C \times C$ products are independent, and only the $n/C$
+# > state additions remain in order. `python -m refattn bench linear` times the two on your machine,
+# > beside its matrix-product rate (`--chunk-size` tries other chunk sizes).
+
+# %%
+count_within = count_across = 0
+S = np.zeros((phi_k.shape[1], d_v))
+for a in range(0, n, C):                                           # the loop's products, counted from shapes
+    Qc, Kc, Vc = phi_q[a:a + C], phi_k[a:a + C], v[a:a + C]
+    count_within += macs(Qc, Kc.T) + macs(Qc @ Kc.T, Vc)
+    count_across += macs(Qc, S) + macs(Kc.T, Vc)
+F = phi_k.shape[1]
+assert count_within == n * C * (F + d_v) and count_across == 2 * n * F * d_v   # scan: 2nFd_v as well
+
+
+def reuse(a, b, c_):
+    # multiply-adds per number read or written by an (a × b)(b × c) product
+    return a * b * c_ / (a * b + b * c_ + a * c_)
+
+
+n_big, F_big, dv_big = 65536, 64, 64
+N_star = 2 * F_big * dv_big / (F_big + dv_big)
+scan_count = 2 * n_big * F_big * dv_big
+scan_reuse = 2 * F_big * dv_big / (2 * F_big * dv_big + 2 * F_big + 2 * dv_big)   # S in and out, φ(k), φ(q), v, out
+print(f"n = {n_big}, F = d_v = {F_big}: the scan does {scan_count:.3e} multiply-adds, "
+      f"{scan_reuse:.2f} per number read or written")
+print(f"{'C':>5}{'within chunks':>16}{'across':>12}{'chunk / scan':>14}{'reuse, smallest product':>26}")
+for C_ in (1, 4, 16, 32, 64, 128, 256):
+    within, across = n_big * C_ * (F_big + dv_big), 2 * n_big * F_big * dv_big
+    ratio = (within + across) / scan_count
+    assert np.isclose(ratio, 1 + C_ / N_star)
+    smallest = min(reuse(C_, F_big, C_), reuse(C_, C_, dv_big), reuse(C_, F_big, dv_big), reuse(F_big, C_, dv_big))
+    print(f"{C_:>5}{within:>16.3e}{across:>12.3e}{ratio:>14.3f}{smallest:>26.1f}")
+
+# %% [markdown]
+# > The last column is the multiply-adds per number read or written by the least favourable of a
+# > chunk's four products. At $C = 64 = N^\ast$ the chunk form does twice the scan's multiply-adds,
+# > all in matrix products whose every input is reused about 20 times; at $C = 1$ its products are
+# > the scan's rank-one updates again. Larger chunks raise the reuse only slowly and the work
+# > linearly, which is why the chunk size stays moderate (refattn's default is 64).
+# >
+# > **Gates and the delta rule** have chunk forms too (`method="chunk"` in `rfa_attention`,
+# > `delta_rule_attention`, `performer_attention`). A gate scales the state between tokens, so within a
+# > chunk each pair $(i, t)$ gains the product of the gates between them, and the state is decayed as it
+# > enters and leaves the chunk. The delta rule's writes are not additive (each first subtracts what its
+# > key retrieves), but a chunk's writes can be collected in the WY/UT form of S. Yang et al. (NeurIPS
+# > 2024, [arXiv:2406.06484](https://arxiv.org/abs/2406.06484), §3): a triangular solve gives what each
+# > key writes, $U - W S_{c-1}$. The module docstring of `refattn/linear/chunk.py` writes out both; below,
+# > each is held to its scan.
+
+# %%
+omega = draw_omega(rng_chunk, 8, d)
+for n, C in ((16, 4), (18, 5)):
+    q, k, v = rng_chunk.standard_normal((n, d)), rng_chunk.standard_normal((n, d)), rng_chunk.standard_normal((n, d_v))
+    g, beta = rng_chunk.uniform(0.5, 1.0, n), rng_chunk.uniform(0.0, 1.0, n)
+    for gate_form in ("paper", "decay"):
+        check(rfa_attention(q, k, v, g, elu_feature_map, gate_form=gate_form, method="chunk", chunk_size=C),
+              rfa_attention(q, k, v, g, elu_feature_map, gate_form=gate_form, method="scan"))
+    check(delta_rule_attention(q, k, v, beta, elu_feature_map, method="chunk", chunk_size=C),
+          delta_rule_attention(q, k, v, beta, elu_feature_map, method="scan"))
+    check(performer_attention(q, k, v, omega=omega, causal=True, method="chunk", chunk_size=C),
+          performer_attention(q, k, v, omega=omega, causal=True, method="scan"))
+print("gated RFA (both forms), the delta rule and causal Performer: method='chunk' = method='scan', to 1e-12")
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - The chunkwise form computes the causal recurrence exactly (asserted against the scan, the cumulative
+#   sum and the masked left product): each query adds what the state holds for the earlier chunks to a
+#   masked $C \times C$ product over its own chunk.
+# - It does $1 + C/N^\ast$ times the scan's multiply-adds, but in matrix products that reuse their
+#   inputs, with only $n/C$ sequential steps; $C = 1$ is the scan, $C \ge n$ the masked left product.
+# - Gates and the delta rule keep their chunk forms: decays inside and across chunks, and the WY/UT
+#   form of a chunk's writes.
+
+# %% [markdown]
+# ## (h) Efficient Attention
 #
 # Z. Shen, M. Zhang, H. Zhao, S. Yi, H. Li, "Efficient Attention: Attention with Linear
 # Complexities", WACV 2021, [arXiv:1812.01243](https://arxiv.org/abs/1812.01243), §3. Normalise the
@@ -781,7 +1011,7 @@ viz.plot_attention(np.array([A_soft, A_eff]), size=2.8,
 #   it has no causal form.
 
 # %% [markdown]
-# ## (h) Why Performer's relative errors can be large
+# ## (i) Why Performer's relative errors can be large
 #
 # Users of `lucidrains/performer-pytorch` have reported large errors against exact attention, for
 # instance in issue [#46](https://github.com/lucidrains/performer-pytorch/issues/46) ("SelfAttention
@@ -915,7 +1145,7 @@ fig
 #   73 % error of the issue; here, from $\|x + y\|^2 \approx 2.5$ on, neither estimate beats that average.
 
 # %% [markdown]
-# ## (i) Exercises
+# ## (j) Exercises
 #
 # 1. **Put the normaliser and the features back into the count.** Extend the counts of (b): the left
 #    order also needs the row sums ($n(m - 1)$ additions) and $n d_v$ divisions; the right one
@@ -929,13 +1159,17 @@ fig
 #    softmax, <code>(d + d_v + 1)N² = 2F·d_v·N + 2F·N + 2r·d·N</code> gives about 530 tokens for
 #    F = r = 266. Counting is not timing: the exponentials are not multiply-adds.</details>
 #
-# 2. **The causal right product with `np.cumsum`.** Compute causal linear attention as
-#    `np.cumsum(phi_k[:, :, None] * v[:, None, :], axis=0)` (all the states $S_i$ at once) and check it
-#    against `linear_attention(..., causal=True, method="scan")`. How much memory does it need, and why
-#    does the scan not need it?
-#    <details><summary>Hint</summary>The cumsum stores every <code>S_i</code>: an <code>n × F × d_v</code>
-#    array, more than the <code>n × n</code> matrix whenever <code>F·d_v > n</code>. The scan keeps one
-#    <code>S</code> and writes each output as soon as it is read.</details>
+# 2. **The chunk size between its two ends.** Show on paper that `chunk_loop` of (g) with $C = 1$
+#    computes exactly the scan's $\phi(q_i)^\top S_i$, and with $C \ge n$ the masked left product. The
+#    cumulative sum of (g) holds every $S_i$, $n F d_v$ numbers; the scan holds one. A batched chunk
+#    form that keeps every chunk's entering state and every chunk's $C \times C$ product at once holds
+#    about $nC + (n/C) F d_v$ numbers: which $C$ makes that smallest, and how does it compare with the
+#    cumulative sum at $F = d_v = 64$?
+#    <details><summary>Hint</summary>With <code>C = 1</code> the masked product is the single number
+#    <code>φ(q_i)·φ(k_i)</code>, so <code>num_i = φ(q_i)ᵀS_(i−1) + (φ(q_i)·φ(k_i)) v_i = φ(q_i)ᵀS_i</code>.
+#    With one chunk the state stays 0 and <code>num = tril(φ(Q)φ(K)ᵀ) V</code>. The derivative of
+#    <code>nC + nF·d_v/C</code> vanishes at <code>C = √(F·d_v)</code>, 64 here, where the total is
+#    <code>128 n</code> numbers, against <code>4096 n</code> for the cumulative sum.</details>
 #
 # 3. **Orthogonal features for a single pair.** For the two pairs of (d), estimate the MSE of the
 #    positive estimator with $r = d = 4$ from one orthogonal block per estimate
