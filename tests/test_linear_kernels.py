@@ -190,7 +190,8 @@ def test_the_kernels_stay_in_bounds_under_numba_boundscheck(tmp_path):
                 decays = (rng.random((B, N, size, size)), rng.random((B, N, size)), rng.random((B, N, size)),
                           rng.random((B, N)))
                 for d in (None, decays):
-                    chunk.chunk_linear(q, k, v, rng.random((B, F, e)), size, np.empty((B, n, e)), decays=d)
+                    chunk.chunk_linear(q, k, v, rng.random((B, F, e)), rng.random((B, F)), size, np.empty((B, n, e)),
+                                       np.empty((B, n)), decays=d)
     """)
     env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
            "NUMBA_DISABLE_JIT": "0", "PYTHONPATH": str(REPO)}

@@ -7,8 +7,11 @@ import math
 import time
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
+
+from ..kernels.blas import openblas_libraries
 
 PATTERN_BYTES_PER_ROW = 16 * 2**10
 """Bytes per query row of building a sparse pattern and running the CSR kernel on it, at most.
@@ -59,35 +62,31 @@ def gemm_rate(size: int = 1024, repeat: int = 3) -> float:
 
 
 def machine() -> str:
-    """The CPU model and the BLAS library and kernel NumPy runs, for the head of a benchmark's output.
+    """The CPU and the BLAS libraries in use, for the head of a benchmark's output.
 
-    Read from ``/proc/cpuinfo`` and, for OpenBLAS (NumPy's wheels), from the loaded library's own
-    ``get_config`` and ``get_corename`` (the kernel its DYNAMIC_ARCH build chose for this CPU);
-    "unknown" where either cannot be read (not Linux, another BLAS).
+    The CPU's model name, family and model numbers and whether it has AVX-512, from ``/proc/cpuinfo``;
+    for each OpenBLAS loaded (NumPy's, and SciPy's, which the kernels' ``np.dot`` calls once loaded),
+    its own ``get_config`` and ``get_corename`` (the kernel its DYNAMIC_ARCH build chose for this
+    CPU). "unknown" where they cannot be read (not Linux, another BLAS).
     """
-    cpu = "unknown"
+    fields = {}
     try:
         with open("/proc/cpuinfo") as info:
-            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+            for line in info:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    blas = "unknown"
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line})
-    except OSError:
-        paths = []
-    for path in paths:
-        library = ctypes.CDLL(path)
-        for prefix in ("scipy_openblas_", "openblas_"):
-            for suffix in ("64_", ""):
-                config = getattr(library, f"{prefix}get_config{suffix}", None)
-                core = getattr(library, f"{prefix}get_corename{suffix}", None)
-                if config is not None and core is not None:
-                    config.restype = core.restype = ctypes.c_char_p
-                    blas = f"{config().decode().strip()} (kernel {core().decode()})"
-                    return f"CPU {cpu}; BLAS {blas}"
-    return f"CPU {cpu}; BLAS {blas}"
+    cpu = fields.get("model name", "unknown")
+    if "cpu family" in fields:
+        cpu += f" (family {fields['cpu family']} model {fields.get('model', '?')}"
+        cpu += ", AVX-512)" if "avx512f" in fields.get("flags", "").split() else ", no AVX-512)"
+    blas = []
+    for library in openblas_libraries():
+        config, core = library.function("get_config"), library.function("get_corename")
+        config.restype = core.restype = ctypes.c_char_p
+        blas.append(f"{config().decode().strip()} (kernel {core().decode()}; {Path(library.path).name})")
+    return f"CPU {cpu}; BLAS {'; '.join(blas) or 'unknown'}"
 
 
 def peak_memory(fn: Callable[[], object]) -> tuple[object, int]:

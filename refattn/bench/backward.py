@@ -7,9 +7,9 @@ log-sum-exp, as a training step would call it after its own forward pass ("bwd k
 equation VJP where its (h, n, n) arrays fit (n <= --equation-max), and, when PyTorch is
 importable, torch autograd's backward of its CPU ``scaled_dot_product_attention`` in float64
 (``torch.autograd.grad`` on a graph built once, outside the timing), in interleaved rounds
-(:func:`refattn.bench._measure.best_times`). GFLOP/s counts the backward's five n × m products,
-10·h·n²·d, for causal runs too; beside them, the machine's float64 GEMM rate measured in the same
-run (NumPy's BLAS on a 2048² product, all its threads).
+(:func:`refattn.bench._measure.best_times`). GFLOP/s counts the backward's five products over the
+pairs it must compute, 10·h·d per pair: n² of them, n(n + 1)/2 causal; beside them, the machine's
+float64 GEMM rate measured in the same run (NumPy's BLAS on a 2048² product, all its threads).
 
 Targets (issue 20): the backward kernel at n = 4096 at most 1.0× torch's backward, non-causal and
 causal; peak memory of ``sdpa_vjp(method="blocked")`` at n = 32768, 8 heads, causal, under 512 MiB
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     for n in args.sizes:
         for causal in (False, True):
             times = measure(n, args.heads, args.d, causal, args.repeat, args.equation_max, torch)
-            flops = 10 * args.heads * n * n * args.d
+            flops = 10 * args.heads * (n * (n + 1) // 2 if causal else n * n) * args.d
             for method, t in times.items():
                 ratio = f"{t / times['torch']:.2f}" if "torch" in times else "—"
                 rate = flops / t / 1e9

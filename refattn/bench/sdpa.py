@@ -4,9 +4,10 @@ For n = 1024 … 8192 (8 heads, d = 64, float64) it times ``scaled_dot_product_a
 equation path (where the (h, n, n) score matrix fits: n <= --equation-max), by the blocked Numba
 kernel (``method="blocked"``), and, when PyTorch is importable, torch's CPU
 ``scaled_dot_product_attention`` on the same inputs in the same process (``torch.set_num_threads``
-= the Numba thread count). GFLOP/s counts the full n² work, 4·h·n²·d, for causal runs too, as the
-issue does. Peak memory is NumPy's allocations during the call (tracemalloc) beyond the inputs;
-the kernel's own per-thread tiles are outside it and O(threads · tile²).
+= the Numba thread count). GFLOP/s counts the pairs a run must compute, 4·h·d per pair: n² of them,
+n(n + 1)/2 causal (so a causal rate beside the machine's GEMM rate is a rate, not twice one). Peak
+memory is NumPy's allocations during the call (tracemalloc) beyond the inputs; the kernel's own
+per-thread tiles are outside it and O(threads · tile²).
 
 Blocked and torch are timed in interleaved rounds with a pause before each call
 (:func:`refattn.bench._measure.best_times`), so that one library's spinning threads do not slow
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     for n in args.sizes:
         for causal in (False, True):
             times = measure(n, args.heads, args.d, causal, args.repeat, args.equation_max, torch)
-            flops = 4 * args.heads * n * n * args.d
+            flops = 4 * args.heads * (n * (n + 1) // 2 if causal else n * n) * args.d
             for method, t in times.items():
                 ratio = f"{t / times['torch']:.2f}" if "torch" in times else "—"
                 print(f"{n:>6}{str(causal):>8}{method:>10}{t:>10.4f}{flops / t / 1e9:>9.2f}{ratio:>10}")

@@ -67,6 +67,7 @@ from numpy.typing import NDArray
 from .._jit import jit, jit_inline, jit_parallel, prange
 from ..common import check_bool, check_fits, check_positive_int, check_scale
 from . import POLICY_CODES, check_kernel_array, check_kernel_indices, check_policy
+from .blas import serial_blas
 from .vexp import vexp
 
 __all__ = ["Visibility", "blocked_attention", "finite_rows"]
@@ -127,7 +128,8 @@ def blocked_attention(q, k, v, scale, visibility, fully_masked, tiles, out, lse)
     check_fits(f"the blocked kernel's score tiles (block_size=({block_q}, {block_k}), one per running task)",
                (tasks, block_k, block_q))
     visibility = visibility._replace(causal=causal, delta=int(delta))      # one compiled type
-    _blocked_loop(q, k, v, scale, visibility, (policy, vmean), (block_q, block_k), out, lse)
+    with serial_blas():                                            # BLAS runs inside the kernel's threads
+        _blocked_loop(q, k, v, scale, visibility, (policy, vmean), (block_q, block_k), out, lse)
 
 
 @jit_parallel

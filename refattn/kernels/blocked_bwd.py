@@ -38,6 +38,7 @@ import numpy as np
 from .._jit import jit_parallel, prange
 from ..common import check_fits, check_positive_int, check_scale
 from . import check_kernel_array, check_kernel_indices
+from .blas import serial_blas
 from .blocked import Visibility, _select_per_pair, _visible, finite_rows
 from .vexp import vexp
 
@@ -94,8 +95,9 @@ def blocked_attention_vjp(q, k, v, d_out, out, lse, scale, visibility, tiles, dq
     dq[...], dk[...], dv[...] = 0.0, 0.0, 0.0
     if has_bias:
         d_bias[...] = 0.0
-    _backward_loop(q, k, v, d_out, lse, np.ascontiguousarray(D), scale, visibility, (block_q, block_k),
-                   partial, dk, dv, d_bias)
+    with serial_blas():                                            # BLAS runs inside the kernel's threads
+        _backward_loop(q, k, v, d_out, lse, np.ascontiguousarray(D), scale, visibility, (block_q, block_k),
+                       partial, dk, dv, d_bias)
     if groups > 1:
         np.sum(partial, axis=0, out=dq)
 

@@ -37,6 +37,7 @@ import numpy as np
 from .._jit import jit, jit_parallel, prange
 from ..common import check_positive_int, check_scale
 from . import POLICY_CODES, check_kernel_array, check_kernel_indices, check_policy
+from .blas import serial_blas
 from .blocked import finite_rows
 from .vexp import vexp
 
@@ -136,8 +137,9 @@ def sparse_attention_bsr(q, k, v, pattern, blocks, scale, policy, out, weights, 
     vmean = np.zeros((B, d_v))
     if policy == POLICY_CODES["uniform"] and m:
         vmean = (v * (1.0 / m)).sum(axis=1)                        # the CSR kernel's Σ_j (1/m) v_j
-    _bsr_loop(q, k, v, (indptr, indices), (block_indptr, block_indices, b), check_scale(scale), policy, vmean,
-              out, weights, bias)
+    with serial_blas():                                            # BLAS runs inside the kernel's threads
+        _bsr_loop(q, k, v, (indptr, indices), (block_indptr, block_indices, b), check_scale(scale), policy, vmean,
+                  out, weights, bias)
 
 
 @jit_parallel

@@ -47,8 +47,8 @@ from ..kernels import kernel_rows
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "check_chunk_size", "delta_rule_chunks", "gated_chunks", "linear_chunks"]
 
-#: Chunk size of ``method="chunk"`` when none is given (measured: ``python -m refattn bench chunk``).
-DEFAULT_CHUNK_SIZE = 64
+#: Chunk size of ``method="chunk"`` when none is given (measured: ``python -m refattn bench linear --chunk-size C``).
+DEFAULT_CHUNK_SIZE = 32
 
 
 def check_chunk_size(chunk_size) -> int:
@@ -71,34 +71,33 @@ def linear_chunks(phi_q, keys, v, batch, delta, eps, chunk_size):
         return np.zeros((*batch, n, d_v)), np.full((*batch, n), eps)
     first, end = max(0, -delta), min(n, m - delta)                 # aligned positions t that hold a key t + delta
     if delta == 0 and m == n:                                      # n = m, top-left: already aligned
-        k_al, v_al = k, _with_ones(vv)
+        k_al, v_al = k, vv
     else:
-        k_al, v_al = np.zeros((B, n, F)), np.zeros((B, n, d_v + 1))
+        k_al, v_al = np.zeros((B, n, F)), np.zeros((B, n, d_v))
         if end > first:
-            k_al[:, first:end], v_al[:, first:end] = k[:, first + delta:end + delta], _with_ones(
-                vv[:, first + delta:end + delta])
+            k_al[:, first:end], v_al[:, first:end] = k[:, first + delta:end + delta], vv[:, first + delta:end + delta]
     prefix = min(max(delta, 0), m)                                 # keys 0 … prefix − 1: seen by every query
-    decays = None
-    if keys.shift is None:
-        S0 = np.swapaxes(k[:, :prefix], -1, -2) @ _with_ones(vv[:, :prefix])   # (B, F, d_v + 1)
-    else:
+    k0, decays = k[:, :prefix], None
+    if keys.shift is not None:
         shift = kernel_rows(keys.shift, batch, (m,))               # (B, m)  C_j, non-decreasing
         C = shift[:, np.clip(np.arange(n) + delta, 0, m - 1)]      # (B, n)  C at each query's last key
         C0 = shift[:, prefix - 1] if prefix else C[:, 0]           # (B,)    the initial state's scale
         with np.errstate(over="ignore", invalid="ignore"):
-            S0 = np.swapaxes(k[:, :prefix] * np.exp(shift[:, :prefix] - C0[:, None])[..., None], -1, -2) \
-                @ _with_ones(vv[:, :prefix])
+            k0 = k0 * np.exp(shift[:, :prefix] - C0[:, None])[..., None]
         decays = _shift_decays(C, C0, chunk_size)
-    num = _chunk_core(q, k_al, v_al, chunk_size, S0, decays)      # (B, n, d_v + 1)
-    if keys.offset != 0.0:                                         # + ω Σ_f φ(q_i)_f (Σ_{j ≤ l(i)} v_j, l(i) + 1)
-        last = np.minimum(np.arange(n) + delta, m - 1)             # (n,)
-        seen = last >= 0
-        sums = np.cumsum(_with_ones(vv), axis=1)[:, np.maximum(last, 0)]   # (B, n, d_v + 1)
-        num = num + np.where(seen[:, None], keys.offset * q.sum(axis=-1)[..., None] * sums, 0.0)
-    den = num[..., -1] + eps
+    S0, z0 = np.swapaxes(k0, -1, -2) @ vv[:, :prefix], k0.sum(axis=1)   # the initial state (B, F, d_v), (B, F)
+    if keys.offset == 0.0:                                         # the kernel divides
+        out, den = _chunk_core(q, k_al, v_al, chunk_size, S0, z0, decays, eps)
+        return out.reshape(*batch, n, d_v), den.reshape(*batch, n)
+    num, den = _chunk_core(q, k_al, v_al, chunk_size, S0, z0, decays)
+    last = np.minimum(np.arange(n) + delta, m - 1)                 # + ω Σ_f φ(q_i)_f (Σ_{j ≤ l(i)} v_j, l(i) + 1)
+    seen = last >= 0
+    sigma = keys.offset * q.sum(axis=-1)                           # (B, n)
+    num += np.where(seen[:, None], sigma[..., None] * np.cumsum(vv, axis=1)[:, np.maximum(last, 0)], 0.0)
+    den += np.where(seen, sigma * (last + 1), 0.0) + eps
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = num[..., :-1] / den[..., None]
-    return out.reshape(*batch, n, d_v), den.reshape(*batch, n)
+        np.divide(num, den[..., None], out=num)
+    return num.reshape(*batch, n, d_v), den.reshape(*batch, n)
 
 
 def gated_chunks(phi_q, phi_k, v, gates, coupled, eps, batch, chunk_size):
@@ -111,15 +110,11 @@ def gated_chunks(phi_q, phi_k, v, gates, coupled, eps, batch, chunk_size):
     B = q.shape[0]
     if n == 0 or B == 0:
         return np.zeros((*batch, n, d_v)), np.full((*batch, n), eps)
-    v1 = _with_ones(vv)
     gc = _chunked(g, chunk_size, 1.0)                              # (B, N, C)  padding: g = 1 (and w = 0)
     coefficients = _gate_coefficients(gc, coupled)                 # (B, N, C, C)  c_it, t <= i
     inward = np.cumprod(gc, axis=-1)                               # (B, N, C)  Π_{l=a..i} g_l
     decays = (coefficients, inward, coefficients[..., -1, :], inward[..., -1])
-    num = _chunk_core(q, k, v1, chunk_size, np.zeros((B, F, d_v + 1)), decays)
-    den = num[..., -1] + eps
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = num[..., :-1] / den[..., None]
+    out, den = _chunk_core(q, k, vv, chunk_size, np.zeros((B, F, d_v)), np.zeros((B, F)), decays, eps)
     return out.reshape(*batch, n, d_v), den.reshape(*batch, n)
 
 
@@ -135,14 +130,6 @@ def _shift_decays(C, C0, chunk_size):
         return coefficients, inward, outward, np.exp(before - after)
 
 
-def _with_ones(x: NDArray) -> NDArray:
-    """(B, T, d) → (B, T, d + 1) with a last column of ones (the denominator's "value"), in one copy."""
-    out = np.empty((*x.shape[:-1], x.shape[-1] + 1))
-    out[..., :-1] = x
-    out[..., -1] = 1.0
-    return out
-
-
 def _chunked(x: NDArray, size: int, fill) -> NDArray:
     """(B, T, ...) → (B, N, size, ...), the last chunk padded with ``fill`` (a number, or "edge": the last row)."""
     B, T = x.shape[:2]
@@ -154,23 +141,26 @@ def _chunked(x: NDArray, size: int, fill) -> NDArray:
     return x.reshape(B, N, size, *x.shape[2:])
 
 
-def _chunk_core(q, k, v, size, S0, decays):
-    """Σ_{t <= i} c_it (φ(q_i)·φ(k_t)) v_t for aligned (B, n, ·) arrays plus φ(q_i)ᵀ(carried state), (B, n, e).
+def _chunk_core(q, k, v, size, S0, z0, decays, eps=None):
+    """``(num, den)``: Σ_{t <= i} c_it (φ(q_i)·φ(k_t)) (v_t, 1) + φ(q_i)ᵀ(carried state), aligned (B, n, ·) inputs.
 
-    ``decays`` is None (c = 1) or (coefficients (B, N, C, C), inward (B, N, C), outward (B, N, C),
-    across (B, N)): the within-chunk c_it, the decay from the state entering a chunk to each query, from
-    each key to the state leaving its chunk, and across the whole chunk. The products run in
-    :func:`refattn.kernels.chunk.chunk_linear`.
+    With ``eps``: ``(num / (den + ε), den + ε)``, the scan's ``(out, den)``.
+
+    ``S0`` (B, F, d_v) and ``z0`` (B, F) are the state before the first chunk. ``decays`` is None (c = 1)
+    or (coefficients (B, N, C, C), inward (B, N, C), outward (B, N, C), across (B, N)): the within-chunk
+    c_it, the decay from the state entering a chunk to each query, from each key to the state leaving its
+    chunk, and across the whole chunk. The products run in :func:`refattn.kernels.chunk.chunk_linear`.
     """
     from ..kernels.chunk import chunk_linear
 
     B, n, F = q.shape
-    check_fits("the chunk states of method='chunk'", (B, -(-n // size), F, v.shape[-1]))
-    out = np.empty(v.shape)
+    check_fits("the chunk states of method='chunk'", (B, -(-n // size), F, v.shape[-1] + 1))
+    num, den = np.empty(v.shape), np.empty((B, n))
     if decays is not None:
         decays = tuple(np.ascontiguousarray(x, dtype=np.float64) for x in decays)
-    chunk_linear(q, k, v, np.ascontiguousarray(S0, dtype=np.float64), size, out, decays=decays)
-    return out
+    chunk_linear(q, k, v, np.ascontiguousarray(S0, dtype=np.float64), np.ascontiguousarray(z0, dtype=np.float64),
+                 size, num, den, decays=decays, eps=eps)
+    return num, den
 
 
 def _lower_product(P: NDArray, x: NDArray) -> NDArray:
