@@ -197,10 +197,10 @@ def small_budget():
 
 @pytest.mark.parametrize("causal", [False, True, "bottom-right"])
 def test_auto_streams_above_the_memory_budget(rng, small_budget, causal):
-    # 30 × 40 = 1200 entries > 512: "auto" takes the right product or the scan, "equation" refuses before
+    # 30 × 40 = 1200 entries > 512: "auto" takes the right product or the chunkwise form, "equation" refuses before
     # allocating, and so do the weights; below the budget "auto" is the equation path itself.
     q, k, v = qkv(rng, 30, 40)
-    streaming = "right" if causal is False else "scan"
+    streaming = "right" if causal is False else "chunk"
     np.testing.assert_array_equal(linear_attention(q, k, v, elu_feature_map, causal=causal),
                                   linear_attention(q, k, v, elu_feature_map, causal=causal, method=streaming))
     with pytest.raises(MemoryBudgetError,

@@ -8,7 +8,7 @@ r"""Linearised attention (survey §4.2, Eq. 11–13): kernel feature maps and th
                  out_i = φ(q_i)ᵀ S_i / φ(q_i)ᵀ z_i         causal: an RNN with O(F·d_v) state
     "chunk"      causal: the scan's sums by chunks of C positions, quadratic within a chunk and the
                  state carried across chunks by matrix products (refattn.linear.chunk)
-    "auto"       "equation" while its n × m array fits the memory budget, "right"/"scan" above
+    "auto"       "equation" while its n × m array fits the memory budget, "right"/"chunk" above
 
 The four are the same sums in other orders; the tests hold them equal to 1e-12. Edge sizes
 (n, m, d_k, d_v or a batch dimension of 0) follow the rule stated in :mod:`refattn.linear`.
@@ -85,7 +85,8 @@ def linear_attention(
         effective attention matrix. "right": φ(Q)(φ(K)ᵀV), non-causal only. "scan": the Numba
         recurrence, causal only. "chunk": the same recurrence chunkwise, by matrix products
         (:mod:`refattn.linear.chunk`), causal only. "auto": "equation" while one (..., n, m) float64 array fits
-        :func:`~refattn.common.memory_budget`, else "right" (non-causal) or "scan" (causal); an
+        :func:`~refattn.common.memory_budget`, else "right" (non-causal) or "chunk" (causal: the
+        faster recurrence, ``python -m refattn bench linear``); an
         explicit "equation" above the budget raises
         :class:`~refattn.common.MemoryBudgetError` before allocating.
     eps : float, default 0.0
@@ -205,7 +206,7 @@ def attend(phi_q, keys: KeyFeatures, v, batch, alignment, method, eps, fully_mas
     sees_none = last < 0                                           # (n,)  rows with no key at all
     if return_weights:
         check_fits("the weights (return_weights=True)", (*batch, n, m))
-    method = resolve_method(method, "scan" if alignment is not None else "right", (*batch, n, m))
+    method = resolve_method(method, "chunk" if alignment is not None else "right", (*batch, n, m))
 
     if method == "equation" or return_weights:
         A, den_q, allowed = _quadratic_weights(phi_q, keys, alignment, last, eps)

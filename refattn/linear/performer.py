@@ -431,7 +431,7 @@ def performer_attention(
         :math:`(Q'K'^\top)V`, the non-causal :math:`Q'(K'^\top V)` of Eq. (4), or the causal
         prefix-sum recurrence of App. B.1, by steps ("scan") or by chunks ("chunk", with
         ``chunk_size``); "auto" is "equation" while the n × m matrix fits the
-        memory budget.
+        memory budget, then "right" (non-causal) or "chunk" (causal).
     stabilize : bool, default False
         The official max-subtraction (:func:`favor_features`): queries per row, keys over the
         keys each row sees (all of them non-causally, as the official code; see Notes). Changes

@@ -10,7 +10,7 @@ Unrolled, query i weighs key j ≤ i by c_ij = (1 − g_j) Π_{l=j+1..i} g_l (se
     "equation"  the masked n × n matrix c_ij φ(q_i)·φ(k_j), row-normalised (also the effective matrix)
     "scan"      the recurrence above, in Numba (refattn.kernels.gated_scan)
     "chunk"     the recurrence by chunks: c_ij within a chunk, the gated state across chunks (refattn.linear.chunk)
-    "auto"      "equation" while its n × n matrix fits the memory budget, "scan" above
+    "auto"      "equation" while its n × n matrix fits the memory budget, "chunk" above
 
 agree to 1e-12. φ is any feature map; RFA's own is a random Fourier map of ℓ2-normalised q and k.
 """
@@ -182,7 +182,7 @@ def rfa_attention(
         recurrence by chunks of ``chunk_size`` steps in matrix products
         (:mod:`refattn.linear.chunk`). "auto":
         "equation" while one (..., n, n) float64 array fits :func:`~refattn.common.memory_budget`,
-        "scan" above (an explicit "equation" above it raises
+        "chunk" above (an explicit "equation" above it raises
         :class:`~refattn.common.MemoryBudgetError` before allocating).
     eps : float, default 0.0
         Added to every denominator :math:`\phi(q_t) \cdot z_t` (the paper's equations have none).
@@ -289,7 +289,7 @@ def rfa_attention(
     n = q.shape[-2]
     if return_weights:
         check_fits("the weights (return_weights=True)", (*batch, n, n))
-    method = resolve_method(method, "scan", (*batch, n, n))
+    method = resolve_method(method, "chunk", (*batch, n, n))
 
     if method == "equation" or return_weights:
         A, den_eq = _effective_weights(phi_q, phi_k, gates, coupled, eps)
