@@ -149,5 +149,4 @@ def test_float64_gradients_over_the_memory_budget_come_from_the_blocked_backward
     for name in ("out", "dq", "dk", "dv"):
         bound = TOL * max(1.0, float(np.max(np.abs(dense.arrays[name]))))
         assert float(np.max(np.abs(small.arrays[name] - dense.arrays[name]))) <= bound, name
-    with pytest.raises(ValueError, match="gradients"):
-        evaluate(Problem(q, k, v, d_out, {}, True, memory_budget=2 * 40 * 40 * 8), conv, np.float32)
+    assert small.arrays["dq"].dtype == np.float64                  # the blocked backward's, never n × m

@@ -107,8 +107,8 @@ def check(
         Rule "ulp" only; default :data:`~refattn.oracle.tolerances.DEFAULT_MAX_ULPS` (64).
     memory_budget : int, optional
         Bytes the oracle's, the baseline's and the error model's ``(..., n, m)`` arrays may take at
-        once. Above it the output is computed by blocks of query rows (the same arithmetic per
-        row), and gradients raise ``ValueError`` (see Notes). Default
+        once. Above it the output and the gradients are computed by blocks of query rows (the same
+        arithmetic per row; dK and dV summed over the blocks; see Notes). Default
         :func:`refattn.common.memory_budget` (4 GiB unless set).
     candidate_dtype : {"bfloat16"}, optional
         The format of the candidate's values when its array does not say it: "bfloat16" for a
@@ -130,8 +130,7 @@ def check(
         neither bool nor float.
     ValueError
         Unknown rule, table, layout or policy; inputs with fewer than two dimensions or shapes that
-        do not fit each other; gradients without ``d_out``; gradients at a size whose dense
-        matrices exceed ``memory_budget``. (A candidate of the wrong shape is not an error: the
+        do not fit each other; gradients without ``d_out``. (A candidate of the wrong shape is not an error: the
         report fails it, and names a transposed layout if that is what fits.)
 
     Notes
@@ -170,8 +169,9 @@ def check(
     they exceed ``memory_budget``, the oracle, the baseline and the error model are computed for
     blocks of query rows in turn, each row over all m keys by the same equations, in memory
     proportional to the block: n = m = 32768 with 8 heads takes 2.8 GiB beyond the inputs.
-    Gradients are computed densely only (dK and dV sum over every query row); above the budget
-    they raise ``ValueError`` naming the size, before allocating it.
+    Gradients too: dQ row by row, dK and dV (sums over every query row) and their error model as
+    the sums of the blocks' parts; the float64 oracle's gradients under ``rule="table"`` come from
+    the blocked backward pass (``sdpa_vjp(method="blocked")``), which never forms n × m.
 
     **Non-finite values** are never covered by a tolerance: a NaN or Inf where the oracle is
     finite fails; a NaN (Inf) in the oracle passes only where the candidate has NaN (the same Inf)

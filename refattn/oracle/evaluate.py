@@ -13,8 +13,9 @@ Memory: one evaluation holds up to :data:`DENSE_ARRAYS` float64 arrays of the sc
 ``(..., n, m)`` at once. When they would take more than the problem's ``memory_budget``
 (:func:`refattn.common.memory_budget`, 4 GiB by default), the output is computed for blocks of query rows in turn,
 each block by the same equations over all m keys (so every row's arithmetic is the dense one's), in
-memory proportional to block rows × m; gradients, whose dK and dV sum over every row, are refused
-there with a ``ValueError`` before anything of that size is allocated.
+memory proportional to block rows × m. Gradients too: dQ is row by row, and dK, dV (which sum over
+every row) and their κ are the sums of the blocks' parts; the float64 gradients without κ (the
+"table" rule's oracle) come from the blocked backward pass, which never forms n × m.
 """
 from __future__ import annotations
 
@@ -131,44 +132,31 @@ def evaluate(problem: Problem, conv: Conventions, dtype, *, noise=()) -> Evaluat
     float64 is the oracle, float16/32 and "bfloat16" (emulated, output only:
     :func:`~refattn.oracle.precision.sdpa_bfloat16`) the same-dtype baseline. For each ``combine`` in ``noise``
     ("abs", "rss"), also the ratio rule's :math:`\kappa` of every array. Above the problem's
-    ``memory_budget``, by blocks of :func:`block_rows` query rows, and the float64 gradients (without
-    ``noise``) by the blocked backward pass (``sdpa_vjp(method="blocked")``); other gradients: ``ValueError``.
+    ``memory_budget``, by blocks of :func:`block_rows` query rows (:func:`_by_row_blocks`).
     """
     q, k, v, d_out = problem.q, problem.k, problem.v, problem.d_out
     if conv.layout == "bnhd":
         q, k, v, d_out = swap_heads(q), swap_heads(k), swap_heads(v), swap_heads(d_out)
     groups = kv_groups(q, k, v)
     k, v = repeat_over_groups(k, groups), repeat_over_groups(v, groups)   # query head i reads head i // groups
-    streamed_grads = problem.grads and np.dtype(dtype) == np.float64 and not noise   # the blocked backward
-    rows = block_rows(q, k, v, conv.mask, problem.memory_budget, problem.grads and not streamed_grads)
+    rows = block_rows(q, k, v, conv.mask, problem.memory_budget)
     n = q.shape[-2]
     if rows >= n:
         arrays, empty, kappas = _attend(q, k, v, d_out, conv, dtype, noise, groups, problem.grads)
+        kappas = _roots(kappas)
     else:
-        blocks = [_attend(q[..., start:start + rows, :], k, v, None,
-                          replace(conv, mask=_row_block_mask(conv, n, k.shape[-2], start, min(start + rows, n)),
-                                  causal=None),
-                          dtype, noise, groups, False)
-                  for start in range(0, n, rows)]
-        arrays = {"out": np.concatenate([b[0]["out"] for b in blocks], axis=-2)}
-        empty = np.concatenate([b[1] for b in blocks], axis=-1)
-        kappas = {combine: {"out": _max(np.array([b[2][combine]["out"] for b in blocks]))} for combine in noise}
-        if problem.grads:                                          # float64 without noise: never n × m
-            g = sdpa_vjp(q, k, v, d_out, conv.mask, causal=conv.causal or False, scale=conv.scale,
-                         fully_masked=conv.fully_masked, method="blocked")
-            arrays.update(dq=g.dq, dk=sum_over_groups(g.dk, groups), dv=sum_over_groups(g.dv, groups))
+        arrays, empty, kappas = _by_row_blocks(q, k, v, d_out, conv, dtype, noise, groups, problem.grads, rows)
     if conv.layout == "bnhd":
         arrays = {name: swap_heads(x) for name, x in arrays.items()}
         empty = np.swapaxes(empty, -1, -2)                         # (..., n, h)
     return Evaluation(arrays, empty, groups, kappas)
 
 
-def block_rows(q: NDArray, k: NDArray, v: NDArray, mask: NDArray | None, memory_budget: int, grads: bool) -> int:
+def block_rows(q: NDArray, k: NDArray, v: NDArray, mask: NDArray | None, memory_budget: int) -> int:
     """Query rows per block that keep one evaluation's ``(..., n, m)`` arrays within ``memory_budget`` bytes.
 
     ``q``, ``k``, ``v`` in layout "bhnd" with the key/value heads repeated over their groups; ``n``
-    when everything fits (one dense evaluation), at least 1. Checks the shapes first (naming them),
-    and raises ``ValueError`` for gradients that do not fit: they are computed densely only.
+    when everything fits (one dense evaluation), at least 1. Checks the shapes first (naming them).
     """
     batch = check_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
@@ -178,18 +166,55 @@ def block_rows(q: NDArray, k: NDArray, v: NDArray, mask: NDArray | None, memory_
     row_bytes = DENSE_ARRAYS * 8 * math.prod(batch) * m            # bytes per query row
     if row_bytes * n <= memory_budget:
         return n
-    if grads:
-        raise ValueError(
-            f"checking gradients needs the dense (..., n, m) matrices, about {row_bytes * n / 2**30:.3g} GiB for "
-            f"batch {tuple(batch)}, n={n}, m={m} ({DENSE_ARRAYS} float64 arrays of that shape), more than "
-            f"memory_budget={memory_budget / 2**30:.3g} GiB; pass a larger memory_budget (bytes) if the machine has "
-            "it, or check the output alone, which is computed by blocks of query rows"
-        )
     return max(1, int(memory_budget // row_bytes))
 
 
+def _by_row_blocks(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int, grads: bool, rows: int):
+    """(arrays, empty, κ maxima) by blocks of ``rows`` query rows, each a dense evaluation over all m keys.
+
+    Every row's output, dQ and κ are its own: those of the block are the dense ones. dK, dV and their κ
+    sum over the rows, so the blocks' parts are added (κ as p-th powers, p = 1 for "abs", 2 for "rss").
+    The float64 gradients without ``noise`` come from the blocked backward pass instead (the oracle of
+    the "table" rule, never n × m).
+    """
+    n, m = q.shape[-2], k.shape[-2]
+    streamed = grads and np.dtype(dtype) == np.float64 and not noise
+    parts: dict[str, list] = {"out": [], "dq": [], "empty": []}
+    sums: dict[str, NDArray] = {}
+    kappas: dict[str, dict[str, NDArray]] = {combine: {} for combine in noise}
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        block = replace(conv, mask=_row_block_mask(conv, n, m, start, stop), causal=None)
+        dense_grads = grads and not streamed
+        arrays, empty, block_kappas = _attend(q[..., start:stop, :], k, v,
+                                              d_out[..., start:stop, :] if dense_grads else None,
+                                              block, dtype, noise, groups, dense_grads)
+        parts["out"].append(arrays["out"])
+        parts["empty"].append(empty)
+        if dense_grads:
+            parts["dq"].append(arrays["dq"])
+            for name in ("dk", "dv"):
+                sums[name] = arrays[name] if name not in sums else sums[name] + arrays[name]
+        for combine, per in block_kappas.items():
+            for name, x in per.items():
+                known = kappas[combine].get(name)
+                if name in ("dk", "dv"):                           # p-th powers summed over the rows
+                    kappas[combine][name] = x if known is None else known + x
+                else:                                              # a row's own: the largest so far
+                    kappas[combine][name] = np.asarray(_max(x) if known is None else max(known, _max(x)))
+    out = {"out": np.concatenate(parts["out"], axis=-2)}
+    if streamed:
+        g = sdpa_vjp(q, k, v, d_out, conv.mask, causal=conv.causal or False, scale=conv.scale,
+                     fully_masked=conv.fully_masked, method="blocked")
+        out.update(dq=g.dq, dk=sum_over_groups(g.dk, groups), dv=sum_over_groups(g.dv, groups))
+    elif grads:
+        out.update(dq=np.concatenate(parts["dq"], axis=-2), dk=sums["dk"], dv=sums["dv"])
+    return out, np.concatenate(parts["empty"], axis=-1), _roots(kappas)
+
+
 def _attend(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int, grads: bool):
-    """(arrays, empty, κ maxima) of one dense evaluation, inputs in layout "bhnd" with heads repeated."""
+    """(arrays, empty, κ of every element: :func:`_noise`) of one dense evaluation, inputs in layout "bhnd" with heads
+    repeated."""
     options = {"causal": conv.causal or False, "scale": conv.scale, "fully_masked": conv.fully_masked}
     if dtype == BFLOAT16:
         out, A, lse = sdpa_bfloat16(q, k, v, conv.mask, **options)
@@ -221,21 +246,35 @@ def _row_block_mask(conv: Conventions, n: int, m: int, start: int, stop: int) ->
     return np.where(causal, mask, -np.inf)                         # a float bias: -inf masks by selection
 
 
-def _noise(q, k, v, d_out, A, out, empty, conv, combine, groups, grads) -> dict[str, float]:
-    """The largest κ of each array (float64 inputs in layout "bhnd", keys repeated over the groups)."""
+def _noise(q, k, v, d_out, A, out, empty, conv, combine, groups, grads) -> dict[str, NDArray]:
+    """κ of each array's elements (float64 inputs in layout "bhnd", keys repeated over the groups).
+
+    dK's and dV's as p-th powers (p = 1 for "abs", 2 for "rss": what adds over query rows), rooted
+    by :func:`_root`.
+    """
     allowed, bias = attention_mask(conv.mask, conv.causal or False, q.shape[-2], k.shape[-2], np.float64)
     used = np.ones(A.shape, bool) if allowed is None else np.broadcast_to(allowed, A.shape)
     if conv.fully_masked == "uniform":
         used = used | empty[..., None]
     kappa, W = forward_noise(q, k, v, A, out, bias, used, conv.scale, combine)
-    kappas = {"out": _max(kappa)}
+    kappas = {"out": kappa}
     if grads:
         k_dq, k_dk, k_dv = gradient_noise(q, k, v, d_out, A, out, W, used, conv.scale, combine)
-        p = 1 if combine == "abs" else 2                           # magnitudes add, or their squares do
-        kappas["dq"] = _max(sum_to_shape(k_dq**p, q.shape)) ** (1 / p)
-        kappas["dk"] = _max(sum_over_groups(sum_to_shape(k_dk**p, k.shape), groups)) ** (1 / p)
-        kappas["dv"] = _max(sum_over_groups(sum_to_shape(k_dv**p, v.shape), groups)) ** (1 / p)
+        p = _power(combine)                                        # magnitudes add, or their squares do
+        kappas["dq"] = sum_to_shape(k_dq**p, q.shape) ** (1 / p)
+        kappas["dk"] = sum_over_groups(sum_to_shape(k_dk**p, k.shape), groups)
+        kappas["dv"] = sum_over_groups(sum_to_shape(k_dv**p, v.shape), groups)
     return kappas
+
+
+def _power(combine: str) -> int:
+    return 1 if combine == "abs" else 2
+
+
+def _roots(kappas: dict[str, dict[str, NDArray]]) -> dict[str, dict[str, float]]:
+    """The largest κ of each array from :func:`_noise`'s elements (dK's and dV's p-th powers rooted)."""
+    return {combine: {name: _max(x) ** (1 / _power(combine)) if name in ("dk", "dv") else _max(x)
+                      for name, x in per.items()} for combine, per in kappas.items()}
 
 
 def _max(x: NDArray) -> float:
