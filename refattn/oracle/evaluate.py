@@ -14,8 +14,8 @@ Memory: one evaluation holds up to :data:`DENSE_ARRAYS` float64 arrays of the sc
 (:func:`refattn.common.memory_budget`, 4 GiB by default), the output is computed for blocks of query rows in turn,
 each block by the same equations over all m keys (so every row's arithmetic is the dense one's), in
 memory proportional to block rows × m. Gradients too: dQ is row by row, and dK, dV (which sum over
-every row) and their κ are the sums of the blocks' parts; the float64 gradients without κ (the
-"table" rule's oracle) come from the blocked backward pass, which never forms n × m.
+every row) and their κ are the sums of the blocks' parts. The float64 oracle without κ (the "table"
+rule's) comes from the blocked forward and backward kernels there, which never form n × m.
 """
 from __future__ import annotations
 
@@ -174,24 +174,23 @@ def _by_row_blocks(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int,
 
     Every row's output, dQ and κ are its own: those of the block are the dense ones. dK, dV and their κ
     sum over the rows, so the blocks' parts are added (κ as p-th powers, p = 1 for "abs", 2 for "rss").
-    The float64 gradients without ``noise`` come from the blocked backward pass instead (the oracle of
-    the "table" rule, never n × m).
+    The float64 oracle without ``noise`` (the "table" rule's) comes from the blocked kernels instead
+    (:func:`_streamed`).
     """
     n, m = q.shape[-2], k.shape[-2]
-    streamed = grads and np.dtype(dtype) == np.float64 and not noise
+    if dtype != BFLOAT16 and np.dtype(dtype) == np.float64 and not noise:
+        return _streamed(q, k, v, d_out, conv, groups, grads)
     parts: dict[str, list] = {"out": [], "dq": [], "empty": []}
     sums: dict[str, NDArray] = {}
     kappas: dict[str, dict[str, NDArray]] = {combine: {} for combine in noise}
     for start in range(0, n, rows):
         stop = min(start + rows, n)
         block = replace(conv, mask=_row_block_mask(conv, n, m, start, stop), causal=None)
-        dense_grads = grads and not streamed
-        arrays, empty, block_kappas = _attend(q[..., start:stop, :], k, v,
-                                              d_out[..., start:stop, :] if dense_grads else None,
-                                              block, dtype, noise, groups, dense_grads)
+        arrays, empty, block_kappas = _attend(q[..., start:stop, :], k, v, d_out[..., start:stop, :] if grads else None,
+                                              block, dtype, noise, groups, grads)
         parts["out"].append(arrays["out"])
         parts["empty"].append(empty)
-        if dense_grads:
+        if grads:
             parts["dq"].append(arrays["dq"])
             for name in ("dk", "dv"):
                 sums[name] = arrays[name] if name not in sums else sums[name] + arrays[name]
@@ -203,13 +202,21 @@ def _by_row_blocks(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int,
                 else:                                              # a row's own: the largest so far
                     kappas[combine][name] = np.asarray(_max(x) if known is None else max(known, _max(x)))
     out = {"out": np.concatenate(parts["out"], axis=-2)}
-    if streamed:
-        g = sdpa_vjp(q, k, v, d_out, conv.mask, causal=conv.causal or False, scale=conv.scale,
-                     fully_masked=conv.fully_masked, method="blocked")
-        out.update(dq=g.dq, dk=sum_over_groups(g.dk, groups), dv=sum_over_groups(g.dv, groups))
-    elif grads:
+    if grads:
         out.update(dq=np.concatenate(parts["dq"], axis=-2), dk=sums["dk"], dv=sums["dv"])
     return out, np.concatenate(parts["empty"], axis=-1), _roots(kappas)
+
+
+def _streamed(q, k, v, d_out, conv: Conventions, groups: int, grads: bool):
+    """The float64 oracle without κ by the blocked kernels (forward, and backward with ``grads``): never n × m."""
+    options = {"causal": conv.causal or False, "scale": conv.scale, "fully_masked": conv.fully_masked,
+               "method": "blocked"}
+    out, lse = scaled_dot_product_attention(q, k, v, conv.mask, return_lse=True, **options)
+    arrays = {"out": out}
+    if grads:
+        g = sdpa_vjp(q, k, v, d_out, conv.mask, **options)
+        arrays.update(dq=g.dq, dk=sum_over_groups(g.dk, groups), dv=sum_over_groups(g.dv, groups))
+    return arrays, lse == -np.inf, {}
 
 
 def _attend(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int, grads: bool):
