@@ -150,3 +150,18 @@ def test_float64_gradients_over_the_memory_budget_come_from_the_blocked_backward
         bound = TOL * max(1.0, float(np.max(np.abs(dense.arrays[name]))))
         assert float(np.max(np.abs(small.arrays[name] - dense.arrays[name]))) <= bound, name
     assert small.arrays["dq"].dtype == np.float64                  # the blocked backward's, never n × m
+
+
+def test_d_bias_is_zero_on_masked_pairs_when_a_visible_value_is_nan(rng):
+    # A NaN value that row i sees makes the row's Σ_j dA_ij A_ij NaN; the masked pairs' d_bias stays the
+    # documented 0 (selection, not 0 · NaN), on both paths, and the visible pairs are NaN on both.
+    q, k, v, d_out = inputs(rng, 6, 9, batch=(2,))
+    bias = np.where(rng.random((6, 9)) < 0.6, rng.standard_normal((6, 9)), -np.inf)
+    bias[:, 4] = 0.0                                               # key 4 visible to every row
+    v[0, 4, 1] = np.nan
+    with np.errstate(invalid="ignore"):
+        for method in ("equation", "blocked"):
+            d_bias = sdpa_vjp(q, k, v, d_out, bias, method=method).d_bias
+            masked = np.isneginf(bias)
+            assert np.array_equal(d_bias[masked], np.zeros(int(masked.sum()))), method
+            assert np.isnan(d_bias[~masked]).all(), method

@@ -347,7 +347,8 @@ def sdpa_vjp(
         A_kept = np.where(keys_used & ~empty, A, 0.0)
         dA = np.where(keys_used & ~empty, dA, 0.0)                 # masked values never enter
         rowsum = np.sum(dA * A_kept, axis=-1, keepdims=True)       # (..., n, 1)  Σ_j dA_ij A_ij
-        dS = A_kept * (dA - rowsum)                                # (..., n, m)  A ⊙ (dA − rowsum)
+        dS = np.where(keys_used & ~empty, A_kept * (dA - rowsum), 0.0)   # A ⊙ (dA − rowsum); masked: 0, by
+                                                                   # selection (a NaN rowsum times 0 is NaN)
     dS = np.where(empty, np.nan if fully_masked == "nan" else 0.0, dS)
     dq = scale * weighted_values(dS, k, keys_used, None, "zero")  # (..., n, d_k)  s·dS K
     dk = scale * weighted_values(np.swapaxes(dS, -1, -2), q, np.swapaxes(keys_used, -1, -2), None, "zero")
