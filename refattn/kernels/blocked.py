@@ -107,6 +107,26 @@ def blocked_attention(q, k, v, scale, visibility, fully_masked, tiles, out, lse)
     check_kernel_array("out", out, (B, n, d_v), writeable=True)
     check_kernel_array("lse", lse, (B, n), writeable=True)
     scale = check_scale(scale)
+    causal, delta = check_visibility(visibility, B, n, m)
+    policy, vmean = fully_masked
+    policy = check_policy(policy)
+    check_kernel_array("vmean", vmean, (B, d_v) if policy == POLICY_CODES["uniform"] else (None, None))
+    block_q, block_k = (check_positive_int("block_size", t) for t in tiles)
+    block_q, block_k = min(block_q, max(n, 1)), min(block_k, max(m, 1))   # no tile beyond the problem
+    tasks = min(numba.get_num_threads(), B * -(-n // block_q))              # score tiles alive at once
+    check_fits(f"the blocked kernel's score tiles (block_size=({block_q}, {block_k}), one per running task)",
+               (tasks, block_k, block_q))
+    visibility = visibility._replace(causal=causal, delta=int(delta))      # one compiled type
+    with serial_blas():                                            # BLAS runs inside the kernel's threads
+        _blocked_loop(q, k, v, scale, visibility, (policy, vmean), (block_q, block_k), out, lse)
+
+
+def check_visibility(visibility, B: int, n: int, m: int) -> tuple[bool, int]:
+    """``(causal, delta)`` after checking every array of ``visibility`` the blocked kernels index.
+
+    A :class:`Visibility` with ``lengths`` (B,) in [0, m] and a mask or bias of shape (S, n, m) with
+    its index (B,) in [0, S); ``TypeError``/``ValueError`` naming the field otherwise.
+    """
     if not isinstance(visibility, Visibility):
         raise TypeError(f"visibility must be a Visibility, got {type(visibility).__name__}")
     causal, delta = check_bool("visibility.causal", visibility.causal), visibility.delta
@@ -119,17 +139,7 @@ def blocked_attention(q, k, v, scale, visibility, fully_masked, tiles, out, lse)
         if S:
             check_kernel_array(f"visibility.{name}", slabs, (S, n, m), dtype)
             check_kernel_indices(f"visibility.{name}_index", index, (B,), 0, S - 1, np.int64)
-    policy, vmean = fully_masked
-    policy = check_policy(policy)
-    check_kernel_array("vmean", vmean, (B, d_v) if policy == POLICY_CODES["uniform"] else (None, None))
-    block_q, block_k = (check_positive_int("block_size", t) for t in tiles)
-    block_q, block_k = min(block_q, max(n, 1)), min(block_k, max(m, 1))   # no tile beyond the problem
-    tasks = min(numba.get_num_threads(), B * -(-n // block_q))              # score tiles alive at once
-    check_fits(f"the blocked kernel's score tiles (block_size=({block_q}, {block_k}), one per running task)",
-               (tasks, block_k, block_q))
-    visibility = visibility._replace(causal=causal, delta=int(delta))      # one compiled type
-    with serial_blas():                                            # BLAS runs inside the kernel's threads
-        _blocked_loop(q, k, v, scale, visibility, (policy, vmean), (block_q, block_k), out, lse)
+    return causal, int(delta)
 
 
 @jit_parallel
@@ -179,30 +189,8 @@ def _blocked_loop(q, k, v, scale, visibility, fully_masked, tiles, out, lse):  #
                     x = x if r >= first else -np.inf
                     st[c, r] = x
                     tile_max[r] = x if (x > tile_max[r] or x != x) else tile_max[r]   # NaN propagates
-            for r in range(rows):                                  # rescale ℓ_i and acc_i to the new maximum
-                mu_old = run_max[r]
-                mu_new = mu_old if (mu_old != mu_old or tile_max[r] <= mu_old) else tile_max[r]
-                run_max[r] = mu_new
-                shift[r] = 0.0 if mu_new == -np.inf else mu_new    # nothing visible yet: every weight is 0
-                if mu_new != mu_old:
-                    alpha = vexp(mu_old - shift[r])                # exp(−inf) = 0 on the first visible key
-                    run_sum[r] *= alpha
-                    for e in range(d_v):
-                        acc[r, e] *= alpha
-            for c in range(cols):                                  # p = exp(s − μ_i); ℓ_i += Σ p
-                for r in range(rows):
-                    p = vexp(st[c, r] - shift[r])
-                    st[c, r] = p
-                    run_sum[r] += p
-            v_finite = True                                        # does this value tile hold NaN/Inf?
-            for jj in range(j0, j0 + cols):
-                v_finite = v_finite and v_row_finite[b, jj]
-            if v_finite:                                           # acc += P_IJ V_J (BLAS)
-                np.dot(st.T, v[b, j0:j0 + cols], pv)
-                for r in range(rows):
-                    for e in range(d_v):
-                        acc[r, e] += pv[r, e]
-            else:                                                  # selection: 0·NaN must not enter
+            online_softmax_step(st, rows, cols, tile_max, run_max, shift, run_sum, acc)
+            if not tile_values(st, v, v_row_finite, b, j0, cols, rows, pv, acc):   # selection: 0·NaN must not enter
                 for c in range(cols):
                     for r in range(rows):
                         if _visible(visibility, b, i0 + r, j0 + c):
@@ -212,13 +200,7 @@ def _blocked_loop(q, k, v, scale, visibility, fully_masked, tiles, out, lse):  #
             i = i0 + r
             if run_max[r] == -np.inf:                              # no visible key: the policy decides
                 lse[b, i] = -np.inf
-                for e in range(d_v):                               # acc is 0 (or NaN from 0·inf)
-                    if policy == 1:
-                        out[b, i, e] = np.nan
-                    elif policy == 2:
-                        out[b, i, e] = vmean[b, e] + acc[r, e]
-                    else:
-                        out[b, i, e] = 0.0 + acc[r, e]
+                empty_row(policy, vmean, acc, r, out, b, i)
             else:
                 lse[b, i] = run_max[r] + np.log(run_sum[r])
                 for e in range(d_v):
@@ -271,3 +253,54 @@ def finite_rows(v):  # pragma: no cover - jitted
                     break
             out[b, j] = ok
     return out
+
+
+@jit_inline
+def online_softmax_step(st, rows, cols, tile_max, run_max, shift, run_sum, acc):  # pragma: no cover - jitted
+    """One tile of the online softmax: rescale ℓ_i and acc_i to the new running maximum, then st ← e^{st − μ_i}.
+
+    ``st`` (cols, rows) holds the tile's scores transposed (−∞ where hidden) and receives the
+    weights; ``tile_max`` the tile's largest score per row (NaN propagates). Shared by the blocked
+    and BSR kernels.
+    """
+    for r in range(rows):                                          # rescale ℓ_i and acc_i to the new maximum
+        mu_old = run_max[r]
+        mu_new = mu_old if (mu_old != mu_old or tile_max[r] <= mu_old) else tile_max[r]
+        run_max[r] = mu_new
+        shift[r] = 0.0 if mu_new == -np.inf else mu_new            # nothing visible yet: every weight is 0
+        if mu_new != mu_old:
+            alpha = vexp(mu_old - shift[r])                        # exp(−inf) = 0 on the first visible key
+            run_sum[r] *= alpha
+            for e in range(acc.shape[1]):
+                acc[r, e] *= alpha
+    for c in range(cols):                                          # p = exp(s − μ_i); ℓ_i += Σ p
+        for r in range(rows):
+            p = vexp(st[c, r] - shift[r])
+            st[c, r] = p
+            run_sum[r] += p
+
+
+@jit_inline
+def empty_row(policy, vmean, acc, r, out, b, i):  # pragma: no cover - jitted
+    """Output row i of a query that sees no key, by the policy code (acc_r is 0, or NaN from 0·inf)."""
+    for e in range(out.shape[2]):
+        if policy == 1:
+            out[b, i, e] = np.nan
+        elif policy == 2:
+            out[b, i, e] = vmean[b, e] + acc[r, e]
+        else:
+            out[b, i, e] = 0.0 + acc[r, e]
+
+
+@jit_inline
+def tile_values(st, v, v_row_finite, b, j0, cols, rows, pv, acc):  # pragma: no cover - jitted
+    """acc += P_IJ V_J through BLAS (``pv`` its scratch) when the value tile is finite; False, with nothing
+    added, when one of its rows holds NaN/Inf (the caller then adds the visible pairs by selection)."""
+    for jj in range(j0, j0 + cols):
+        if not v_row_finite[b, jj]:
+            return False
+    np.dot(st.T, v[b, j0:j0 + cols], pv)
+    for r in range(rows):
+        for e in range(acc.shape[1]):
+            acc[r, e] += pv[r, e]
+    return True

@@ -37,9 +37,9 @@ import numpy as np
 
 from .._jit import jit_parallel, prange
 from ..common import check_fits, check_positive_int, check_scale
-from . import check_kernel_array, check_kernel_indices
+from . import check_kernel_array
 from .blas import serial_blas
-from .blocked import Visibility, _select_per_pair, _visible, finite_rows
+from .blocked import _select_per_pair, _visible, check_visibility, finite_rows
 from .vexp import vexp
 
 __all__ = ["KEY_GROUP_TASKS", "blocked_attention_vjp", "key_groups"]
@@ -71,15 +71,8 @@ def blocked_attention_vjp(q, k, v, d_out, out, lse, scale, visibility, tiles, dq
     for name, x, shape in (("dq", dq, (B, n, d)), ("dk", dk, (B, m, d)), ("dv", dv, (B, m, d_v))):
         check_kernel_array(name, x, shape, writeable=True)
     scale = check_scale(scale)
-    if not isinstance(visibility, Visibility):
-        raise TypeError(f"visibility must be a Visibility, got {type(visibility).__name__}")
-    check_kernel_indices("visibility.lengths", visibility.lengths, (B,), 0, m, np.int64)
-    for name, dtype in (("mask", np.bool_), ("bias", np.float64)):
-        slabs, index = getattr(visibility, name), getattr(visibility, name + "_index")
-        S = check_kernel_array(f"visibility.{name}", slabs, (None, None, None), dtype)[0]
-        if S:
-            check_kernel_array(f"visibility.{name}", slabs, (S, n, m), dtype)
-            check_kernel_indices(f"visibility.{name}_index", index, (B,), 0, S - 1, np.int64)
+    causal, delta = check_visibility(visibility, B, n, m)
+    visibility = visibility._replace(causal=causal, delta=delta)  # one compiled type
     has_bias = visibility.bias.shape[0] > 0
     check_kernel_array("d_bias", d_bias, (B, n, m) if has_bias else (0, 0, 0), writeable=True)
     block_q, block_k = (check_positive_int("block_size", t) for t in tiles)

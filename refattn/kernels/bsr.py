@@ -38,8 +38,8 @@ from .._jit import jit, jit_parallel, prange
 from ..common import check_positive_int, check_scale
 from . import POLICY_CODES, check_kernel_array, check_kernel_indices, check_policy
 from .blas import serial_blas
-from .blocked import finite_rows
-from .vexp import vexp
+from .blocked import empty_row, finite_rows, online_softmax_step, tile_values
+from .csr import check_pattern_inputs
 
 __all__ = ["block_layout", "sparse_attention_bsr"]
 
@@ -111,28 +111,14 @@ def sparse_attention_bsr(q, k, v, pattern, blocks, scale, policy, out, weights, 
     (−∞ leaves it out) or None. Every array the kernel indexes is checked first: a wrong shape,
     dtype, layout or index raises ``ValueError``/``TypeError`` naming it.
     """
-    B, n, d = check_kernel_array("q", q, (None, None, None))
-    m = check_kernel_array("k", k, (B, None, d))[1]
-    d_v = check_kernel_array("v", v, (B, m, None))[2]
-    check_kernel_array("out", out, (B, n, d_v), writeable=True)
+    bias = check_pattern_inputs(q, k, v, pattern, out, weights, bias)
+    B, n, m, d_v = q.shape[0], q.shape[1], k.shape[1], v.shape[2]
     indptr, indices = pattern
-    nnz = check_kernel_array("indices", indices, (None,), "int")[0]
-    check_kernel_indices("indptr", indptr, (n + 1,), 0, nnz, np.int64)
-    if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
-        raise ValueError(f"indptr must start at 0, never decrease, and end at len(indices) = {nnz}")
-    check_kernel_indices("indices", indices, (nnz,), 0, m - 1)
     block_indptr, block_indices, b = blocks
     b = check_positive_int("block_size", b)
     n_bq, n_bk = -(-n // b), -(-m // b)
     check_kernel_indices("block_indptr", block_indptr, (n_bq + 1,), 0, len(block_indices), np.int64)
     check_kernel_indices("block_indices", block_indices, (len(block_indices),), 0, n_bk - 1, np.int64)
-    weights_shape = check_kernel_array("weights", weights, (B, None), writeable=True)
-    if weights_shape[1] not in (0, nnz):
-        raise ValueError(f"weights must have shape (B, 0) or (B, nnz) = ({B}, {nnz}), got shape {weights_shape}")
-    if bias is None:
-        bias = np.zeros((B, 0))
-    else:
-        check_kernel_array("bias", bias, (B, nnz))
     policy = check_policy(policy)
     vmean = np.zeros((B, d_v))
     if policy == POLICY_CODES["uniform"] and m:
@@ -217,30 +203,9 @@ def _bsr_loop(q, k, v, pattern, blocks, scale, policy, vmean, out, weights, bias
                         cursor[r] = p
                 if sweep == 1:
                     continue
-                for r in range(rows):                              # rescale ℓ_i and acc_i to the new maximum
-                    mu_old = run_max[r]
-                    mu_new = mu_old if (mu_old != mu_old or tile_max[r] <= mu_old) else tile_max[r]
-                    run_max[r] = mu_new
-                    shift[r] = 0.0 if mu_new == -np.inf else mu_new
-                    if mu_new != mu_old:
-                        alpha = vexp(mu_old - shift[r])
-                        run_sum[r] *= alpha
-                        for e in range(d_v):
-                            acc[r, e] *= alpha
-                for c in range(cols):                              # p = exp(s − μ_i); ℓ_i += Σ p
-                    for r in range(rows):
-                        w = vexp(st[c, r] - shift[r])
-                        st[c, r] = w
-                        run_sum[r] += w
-                v_finite = True
-                for jj in range(j0, j1):
-                    v_finite = v_finite and v_row_finite[bb, jj]
-                if v_finite:                                       # acc += P_IJ V_J (BLAS)
-                    np.dot(st.T, v[bb, j0:j1], pv)
-                    for r in range(rows):
-                        for e in range(d_v):
-                            acc[r, e] += pv[r, e]
-                else:                                              # selection: 0·NaN must not enter
+                online_softmax_step(st, rows, cols, tile_max, run_max, shift, run_sum, acc)
+                if not tile_values(st, v, v_row_finite, bb, j0, cols, rows, pv, acc):   # selection: 0·NaN must
+                                                                   # not enter
                     for c in range(cols):
                         for r in range(rows):
                             if full or seen[c, r]:
@@ -250,13 +215,7 @@ def _bsr_loop(q, k, v, pattern, blocks, scale, policy, vmean, out, weights, bias
                 for r in range(rows):
                     i = i0 + r
                     if run_max[r] == -np.inf:                      # no visible key: the policy decides
-                        for e in range(d_v):
-                            if policy == 1:
-                                out[bb, i, e] = np.nan
-                            elif policy == 2:
-                                out[bb, i, e] = vmean[bb, e] + acc[r, e]
-                            else:
-                                out[bb, i, e] = 0.0 + acc[r, e]
+                        empty_row(policy, vmean, acc, r, out, bb, i)
                         empty[r] = True
                         if keep_weights:                           # every pair left out
                             for p in range(indptr[i], indptr[i + 1]):

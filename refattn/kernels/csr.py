@@ -23,7 +23,7 @@ from .._jit import jit_parallel, prange
 from ..common import check_scale
 from . import check_kernel_array, check_kernel_indices, check_policy
 
-__all__ = ["sparse_attention_csr"]
+__all__ = ["check_pattern_inputs", "sparse_attention_csr"]
 
 
 def sparse_attention_csr(q, k, v, pattern, scale, policy, out, weights, bias=None) -> None:
@@ -34,6 +34,19 @@ def sparse_attention_csr(q, k, v, pattern, scale, policy, out, weights, bias=Non
     float; ``policy``: the fully-masked policy code 0/1/2. Every array the kernel indexes is checked
     first: a wrong shape, dtype, layout or index raises ``ValueError``/``TypeError`` naming it.
     ``bias``: (B, nnz) float64, added to each kept pair's score (−∞ leaves the pair out); None: no bias.
+    """
+    bias = check_pattern_inputs(q, k, v, pattern, out, weights, bias)
+    indptr, indices = pattern
+    _csr_loop(q, k, v, (indptr, indices), check_scale(scale), check_policy(policy), out, weights, bias)
+
+
+def check_pattern_inputs(q, k, v, pattern, out, weights, bias):
+    """The bias as the kernels take it ((B, 0) for none), after checking every array they index.
+
+    q (B, n, d), k (B, m, d), v (B, m, d_v), out (B, n, d_v); ``pattern`` = (indptr (n + 1,) int64
+    from 0 to nnz, never decreasing; indices (nnz,) of a signed integer type, in [0, m)); weights
+    (B, 0) or (B, nnz); bias None or (B, nnz): what the CSR and BSR kernels index.
+    ``ValueError``/``TypeError`` naming the argument otherwise.
     """
     B, n, d = check_kernel_array("q", q, (None, None, None))
     m = check_kernel_array("k", k, (B, None, d))[1]
@@ -49,10 +62,9 @@ def sparse_attention_csr(q, k, v, pattern, scale, policy, out, weights, bias=Non
     if weights_shape[1] not in (0, nnz):
         raise ValueError(f"weights must have shape (B, 0) or (B, nnz) = ({B}, {nnz}), got shape {weights_shape}")
     if bias is None:
-        bias = np.zeros((B, 0))
-    else:
-        check_kernel_array("bias", bias, (B, nnz))
-    _csr_loop(q, k, v, (indptr, indices), check_scale(scale), check_policy(policy), out, weights, bias)
+        return np.zeros((B, 0))
+    check_kernel_array("bias", bias, (B, nnz))
+    return bias
 
 
 @jit_parallel
