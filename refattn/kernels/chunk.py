@@ -85,10 +85,14 @@ def _chunk_linear(q, k, v, S0, z0, coefficients, inward, outward, across, size, 
     for job in prange(B * G):                                      # pass 1: each segment from a zero state
         b, g = job // G, job % G
         if g + 1 < G:                                              # (the last segment's increment is never read)
-            S, z = np.zeros((F, e)), np.zeros(F)
-            for c in range(g * SEGMENT_CHUNKS, (g + 1) * SEGMENT_CHUNKS):
-                spans[b, g] *= _fold(S, z, k, v, outward, across, decayed, b, c, size, n)
-            states[b, g], sums[b, g] = S, z
+            if decayed:
+                S, z = np.zeros((F, e)), np.zeros(F)
+                for c in range(g * SEGMENT_CHUNKS, (g + 1) * SEGMENT_CHUNKS):
+                    spans[b, g] *= _fold(S, z, k, v, outward, across, decayed, b, c, size, n)
+                states[b, g], sums[b, g] = S, z
+            else:                                                  # no decay: one product for the segment
+                a, end = g * SEGMENT_CHUNKS * size, (g + 1) * SEGMENT_CHUNKS * size
+                states[b, g], sums[b, g] = np.dot(k[b, a:end].T, v[b, a:end]), _column_sums(k[b, a:end])
     for b in prange(B if G > 0 else 0):                            # pass 2: the state entering each segment
         S, z = S0[b].copy(), z0[b].copy()
         for g in range(G):
@@ -98,11 +102,16 @@ def _chunk_linear(q, k, v, S0, z0, coefficients, inward, outward, across, size, 
     for job in prange(B * G):                                      # pass 3: outputs, chunk after chunk
         b, g = job // G, job % G
         S, z = states[b, g].copy(), sums[b, g].copy()
+        P_full, intra_full, inter_full = np.empty((size, size)), np.empty((size, e)), np.empty((size, e))
         for c in range(g * SEGMENT_CHUNKS, min(N, (g + 1) * SEGMENT_CHUNKS)):
             a = c * size
             L = min(size, n - a)
             qa, ka, va = q[b, a:a + L], k[b, a:a + L], v[b, a:a + L]
-            P = np.dot(qa, ka.T)                                   # q_i·k_t
+            if L == size:                                          # scratch reused (np.dot into it)
+                P, intra, inter = P_full, intra_full, inter_full
+            else:                                                  # the last, shorter chunk
+                P, intra, inter = np.empty((L, L)), np.empty((L, e)), np.empty((L, e))
+            np.dot(qa, ka.T, P)                                    # q_i·k_t
             for i in range(L):
                 row = 0.0
                 for t in range(i + 1):
@@ -112,31 +121,44 @@ def _chunk_linear(q, k, v, S0, z0, coefficients, inward, outward, across, size, 
                 den[b, a + i] = row
                 for t in range(i + 1, L):
                     P[i, t] = 0.0                                  # the future, by selection
-            if np.isfinite(va).all():
-                intra = np.dot(P, va)
+            if _finite(va):
+                np.dot(P, va, intra)
             else:                                                  # 0·inf would reach rows i < t
-                intra = np.zeros((L, e))
+                intra[:] = 0.0
                 for i in range(L):
                     for t in range(i + 1):
                         for j in range(e):
                             intra[i, j] += P[i, t] * va[t, j]
+            qi = qa
             if decayed:
                 qi = qa.copy()
                 for i in range(L):
                     qi[i] *= inward[b, c, i]
-                intra += np.dot(qi, S)                             # intra-chunk + inter-chunk
-                den[b, a:a + L] += np.dot(qi, z)
-            else:
-                intra += np.dot(qa, S)
-                den[b, a:a + L] += np.dot(qa, z)
-            if normalise:                                          # out = num / (den + ε), as the scan
-                for i in range(L):
-                    den[b, a + i] += eps
+            np.dot(qi, S, inter)                                   # inter-chunk: (ι_i q_i)ᵀ S_c
+            for i in range(L):
+                d = den[b, a + i]
+                for f in range(F):
+                    d += qi[i, f] * z[f]                           # + (ι_i q_i)ᵀ z_c
+                if normalise:                                      # out = num / (den + ε), as the scan
+                    d += eps
                     for j in range(e):
-                        intra[i, j] /= den[b, a + i]
-            num[b, a:a + L] = intra
+                        num[b, a + i, j] = (intra[i, j] + inter[i, j]) / d
+                else:
+                    for j in range(e):
+                        num[b, a + i, j] = intra[i, j] + inter[i, j]
+                den[b, a + i] = d
             if c + 1 < min(N, (g + 1) * SEGMENT_CHUNKS):
                 _fold(S, z, k, v, outward, across, decayed, b, c, size, n)
+
+
+@jit_inline
+def _finite(x):  # pragma: no cover - jitted
+    """Every entry of the 2-d ``x`` finite (stops at the first that is not)."""
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            if not np.isfinite(x[i, j]):
+                return False
+    return True
 
 
 @jit_inline
