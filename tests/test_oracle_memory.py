@@ -124,9 +124,10 @@ def test_check_by_row_blocks_reaches_the_dense_verdict(name):
 @pytest.mark.parametrize("name", list(CASES))
 def test_gradients_by_row_blocks_equal_the_dense_ones(rng, name, layout, rows):
     # dQ row by row; dK, dV and their κ summed over the blocks. float64 and its κ: the same sums in
-    # another order (1e-12); float64 without κ: the blocked kernels (measured 3e-14). float32/float16 baselines: each block's partial dK, dV is rounded to the
-    # dtype before the blocks are added, a few ulps of the largest entry (measured over these cases: 3.2e-7 in
-    # float32, 1.3e-3 in float16, relative to the largest entry; bounds 1e-6 and 4e-3).
+    # another order (1e-12); float64 without κ: the blocked kernels (measured 3e-14). float32 and
+    # float16 baselines: each block's partial dK, dV is rounded to the dtype before the blocks are
+    # added, a few ulps of the largest entry (measured over these cases: 3.2e-7 in float32, 1.3e-3
+    # in float16, relative to the largest entry; bounds 1e-6 and 4e-3).
     dense, conv = case_problem(name, layout)
     d_out = rng.standard_normal(dense.q.shape[:-1] + (dense.v.shape[-1],))
     dense = replace(dense, d_out=d_out, grads=True)
