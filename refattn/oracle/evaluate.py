@@ -174,12 +174,14 @@ def _by_row_blocks(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int,
 
     Every row's output, dQ and κ are its own: those of the block are the dense ones. dK, dV and their κ
     sum over the rows, so the blocks' parts are added (κ as p-th powers, p = 1 for "abs", 2 for "rss").
-    The float64 oracle without ``noise`` (the "table" rule's) comes from the blocked kernels instead
-    (:func:`_streamed`).
+    The float64 oracle's arrays come from the blocked kernels (:func:`_streamed`): without ``noise``
+    (the "table" rule's) entirely, with it the gradients (the blocks then give the output and κ only).
     """
     n, m = q.shape[-2], k.shape[-2]
-    if dtype != BFLOAT16 and np.dtype(dtype) == np.float64 and not noise:
+    float64 = dtype != BFLOAT16 and np.dtype(dtype) == np.float64
+    if float64 and not noise:
         return _streamed(q, k, v, d_out, conv, groups, grads)
+    dense_grads = grads and not float64                            # the baselines' gradients, block by block
     parts: dict[str, list] = {"out": [], "dq": [], "empty": []}
     sums: dict[str, NDArray] = {}
     kappas: dict[str, dict[str, NDArray]] = {combine: {} for combine in noise}
@@ -187,10 +189,10 @@ def _by_row_blocks(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int,
         stop = min(start + rows, n)
         block = replace(conv, mask=_row_block_mask(conv, n, m, start, stop), causal=None)
         arrays, empty, block_kappas = _attend(q[..., start:stop, :], k, v, d_out[..., start:stop, :] if grads else None,
-                                              block, dtype, noise, groups, grads)
+                                              block, dtype, noise, groups, grads, vjp=dense_grads)
         parts["out"].append(arrays["out"])
         parts["empty"].append(empty)
-        if grads:
+        if dense_grads:
             parts["dq"].append(arrays["dq"])
             for name in ("dk", "dv"):
                 sums[name] = arrays[name] if name not in sums else sums[name] + arrays[name]
@@ -202,8 +204,10 @@ def _by_row_blocks(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int,
                 else:                                              # a row's own: the largest so far
                     kappas[combine][name] = np.asarray(_max(x) if known is None else max(known, _max(x)))
     out = {"out": np.concatenate(parts["out"], axis=-2)}
-    if grads:
+    if dense_grads:
         out.update(dq=np.concatenate(parts["dq"], axis=-2), dk=sums["dk"], dv=sums["dv"])
+    elif grads:
+        out.update({name: x for name, x in _streamed(q, k, v, d_out, conv, groups, True)[0].items() if name != "out"})
     return out, np.concatenate(parts["empty"], axis=-1), _roots(kappas)
 
 
@@ -219,7 +223,7 @@ def _streamed(q, k, v, d_out, conv: Conventions, groups: int, grads: bool):
     return arrays, lse == -np.inf, {}
 
 
-def _attend(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int, grads: bool):
+def _attend(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int, grads: bool, vjp: bool = True):
     """(arrays, empty, κ of every element: :func:`_noise`) of one dense evaluation, inputs in layout "bhnd" with heads
     repeated."""
     options = {"causal": conv.causal or False, "scale": conv.scale, "fully_masked": conv.fully_masked}
@@ -229,7 +233,7 @@ def _attend(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int, grads:
         out, A, lse = scaled_dot_product_attention(q, k, v, conv.mask, return_weights=True, return_lse=True,
                                                    dtype=dtype, **options)
     arrays, empty = {"out": out}, lse == -np.inf
-    if grads:
+    if grads and vjp:                                              # (vjp=False: κ of the gradients only)
         with np.errstate(invalid="ignore", over="ignore"):         # a float16 baseline may overflow: reported
             g = sdpa_vjp(q, k, v, d_out, conv.mask, dtype=dtype, **options)
         arrays.update(dq=g.dq, dk=sum_over_groups(g.dk, groups), dv=sum_over_groups(g.dv, groups))
