@@ -153,13 +153,17 @@ def test_gradients_above_the_budget_are_checked_by_row_blocks_within_it(rng):
     grads = {"d_out": d_out, "dq": g.dq, "dk": g.dk, "dv": g.dv}
     budget = 10 * 2**20                                             # the dense evaluation needs 11.25 MiB
     assert DENSE_ARRAYS * 8 * h * n * m > budget
+    check(out, q, k, v, memory_budget=budget, **grads)            # a first call may compile the blocked kernels
     tracemalloc.start()
     try:
         blocks = check(out, q, k, v, memory_budget=budget, **grads)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 1.5 * budget                                      # the blocks, their partial sums and the inputs
+    # The row blocks are sized so that one evaluation's (rows, m) arrays fit the budget; the rest (the
+    # blocked backward's O(n·d) arrays, the partial sums, the candidate's copies) is small beside it
+    # (measured: 0.70 × the budget).
+    assert peak < budget
     dense = check(out, q, k, v, **grads)
     assert blocks.passed and dense.passed
     for c_blocks, c_dense in zip(blocks.comparisons, dense.comparisons, strict=True):

@@ -11,12 +11,12 @@ with the decays c_it (within the chunk), ι_i (state to query), ω_t (key to the
 (``np.dot``), so the flops run at GEMM speed instead of the scan's scalar loops.
 
 The chunks are grouped into segments of :data:`SEGMENT_CHUNKS` chunks, and the work runs in three
-passes: each segment's own state increment (the recurrence from a zero state over its chunks,
-independent: ``prange`` over segments), the state entering each segment (a short running sum over
-segments), then each segment's outputs chunk after chunk from its entering state (independent
-again). Each array is read twice and the output written once; the F × e state stays in cache. The
-segments are a fixed number of chunks, so the sums and their rounding do not depend on the number
-of threads.
+passes: each segment's own state increment (the recurrence from a zero state over its chunks, or
+with no decay the one product Σ_t k_t v_tᵀ over the segment; independent: ``prange`` over
+segments), the state entering each segment (a short running sum over segments), then each
+segment's outputs chunk after chunk from its entering state (independent again). Each array is
+read twice and the output written once; the F × e state stays in cache. The segments are a fixed
+number of chunks, so the sums and their rounding do not depend on the number of threads.
 
 The intra part sets the pairs t > i to 0 before its product (a selection: a NaN score of a later key
 never reaches query i). A chunk holding a non-finite value would still spread it through 0·inf in
@@ -51,8 +51,8 @@ def chunk_linear(q, k, v, S0, z0, size, num, den, *, decays=None, eps=None) -> N
         raise ValueError(f"{who}: size must be >= 1, got {size}")
     layouts = {"q": (q, "B n F"), "k": (k, "B n F"), "v": (v, "B n e"), "S0": (S0, "B F e"), "z0": (z0, "B F"),
                "num": (num, "B n e"), "den": (den, "B n")}
-    B, n = q.shape[:2]
-    N = -(-n // size)
+    sizes = check_kernel_arrays(who, layouts, written=("num", "den"))
+    B, N = sizes["B"], -(-sizes["n"] // size)
     if decays is None:
         decays = (np.ones((B, 0, size, size)), np.ones((B, 0, size)), np.ones((B, 0, size)), np.ones((B, 0)))
         chunks = "N0"

@@ -7,10 +7,11 @@ keys of its own chunk:
     out_i ∝ φ(q_i)ᵀ S_{a−1}  +  Σ_{a ≤ t ≤ i} (φ(q_i)·φ(k_t)) v_t         (inter-chunk + intra-chunk)
     S_{b} = S_{a−1} + Σ_{a ≤ t ≤ b} φ(k_t) v_tᵀ                          (the state after the chunk)
 
-All chunks' intra parts are one batched (C × C) product, every chunk's state increment one batched
-Φ(K_c)ᵀ V_c, the states a running sum over chunks, and every chunk's inter part one batched
-Φ(Q_c) S: O(n·C·(F + d_v) + n·F·d_v) flops in GEMMs instead of the scan's O(n·F·d_v) in scalar loops.
-The denominator rides along as one more column of V (a column of ones).
+Each chunk's intra part is a masked (C × C) product, its state increment Φ(K_c)ᵀ V_c, its inter
+part Φ(Q_c) S: O(n·C·(F + d_v) + n·F·d_v) flops in small matrix products instead of the scan's
+O(n·F·d_v) in scalar loops. The denominator is the same sums with v_t replaced by 1 (the state's
+z = Σ φ(k_t) beside S). The products run in :func:`refattn.kernels.chunk.chunk_linear` (Numba, BLAS
+per chunk, its last chunk shorter when C does not divide n).
 
 Decays (RFA's gate, the running-maximum rescaling of Performer's stabilised causal features) enter as
 three factors: the coefficient c_it of key t for query i within the chunk, the decay from the state
@@ -25,8 +26,9 @@ T = (I + L)⁻¹ diag(β), U = T V and W = T K,
     new_c = U − W S_{c−1},   out_c = Q S_{c−1} + tril(Q Kᵀ) new_c,   S_c = S_{c−1} + Kᵀ new_c.
 
 The triangular solve is a forward substitution, so a non-finite key or value reaches only the rows
-from its position on, as in the scan. Chunk sizes that do not divide n pad the last chunk with zero
-features (which add exact zeros) and drop the padded rows.
+from its position on, as in the scan. The delta rule runs in NumPy, a loop over chunks; chunk sizes
+that do not divide n pad its last chunk with zero features and β = 0 (which add exact zeros) and
+drop the padded rows.
 
 References
 ----------

@@ -207,20 +207,28 @@ def _by_row_blocks(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int,
     if dense_grads:
         out.update(dq=np.concatenate(parts["dq"], axis=-2), dk=sums["dk"], dv=sums["dv"])
     elif grads:
-        out.update({name: x for name, x in _streamed(q, k, v, d_out, conv, groups, True)[0].items() if name != "out"})
+        out.update(_blocked_grads(q, k, v, d_out, conv, groups))
     return out, np.concatenate(parts["empty"], axis=-1), _roots(kappas)
 
 
 def _streamed(q, k, v, d_out, conv: Conventions, groups: int, grads: bool):
     """The float64 oracle without κ by the blocked kernels (forward, and backward with ``grads``): never n × m."""
-    options = {"causal": conv.causal or False, "scale": conv.scale, "fully_masked": conv.fully_masked,
-               "method": "blocked"}
-    out, lse = scaled_dot_product_attention(q, k, v, conv.mask, return_lse=True, **options)
+    out, lse = scaled_dot_product_attention(q, k, v, conv.mask, return_lse=True, **_blocked_options(conv))
     arrays = {"out": out}
     if grads:
-        g = sdpa_vjp(q, k, v, d_out, conv.mask, **options)
-        arrays.update(dq=g.dq, dk=sum_over_groups(g.dk, groups), dv=sum_over_groups(g.dv, groups))
+        arrays.update(_blocked_grads(q, k, v, d_out, conv, groups))
     return arrays, lse == -np.inf, {}
+
+
+def _blocked_grads(q, k, v, d_out, conv: Conventions, groups: int) -> dict[str, NDArray]:
+    """dq, dk, dv of the float64 oracle by the blocked backward pass (dk, dv summed over each group)."""
+    g = sdpa_vjp(q, k, v, d_out, conv.mask, **_blocked_options(conv))
+    return {"dq": g.dq, "dk": sum_over_groups(g.dk, groups), "dv": sum_over_groups(g.dv, groups)}
+
+
+def _blocked_options(conv: Conventions) -> dict:
+    return {"causal": conv.causal or False, "scale": conv.scale, "fully_masked": conv.fully_masked,
+            "method": "blocked"}
 
 
 def _attend(q, k, v, d_out, conv: Conventions, dtype, noise, groups: int, grads: bool, vjp: bool = True):
