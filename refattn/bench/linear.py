@@ -17,9 +17,10 @@ three pairs of timings, on the same inputs:
 - the public calls on the same features (``linear_attention`` with the identity map): the same
   work plus the checks and a new output array per call. A new array's pages are faulted in by the
   kernel that first writes them, and that cost belongs to the machine, not to the method: on the
-  Firecracker VMs these benches were written on, pages the guest has freed go back to the host, and
-  faulting them in again from the chunk kernel's two threads measured 31–90 ms against 30 ms for
-  the same call on an output already in use;
+  Firecracker VMs these benches were written on, the guest reports the memory it frees to the host
+  (virtio-balloon free page reporting, ``page_reporting_order=11``), and faulting those pages in
+  again from the chunk kernel's two threads measured 31–90 ms against 30 ms for the same kernel
+  writing into an output already in use;
 - the whole calls with φ inside ("with φ"), where computing φ(Q) and φ(K) (two passes over n × d)
   is a fixed cost of both methods.
 
