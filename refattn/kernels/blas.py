@@ -1,10 +1,10 @@
 """The OpenBLAS libraries of this process, and a context that runs them on one thread.
 
-The parallel kernels call BLAS (``np.dot`` inside Numba, which calls SciPy's OpenBLAS) from each of
-their own threads, on tiles and chunks. OpenBLAS threads a product once it is large enough
-(M·N·K above 4·65536 in its defaults: a 64 × 64 × 128 product already is), and a threaded product
-started from several threads at once waits on one pool: measured here, chunkwise linear attention
-at d = 128 and C = 64 took 4× the time of the same kernel with one BLAS thread. :func:`serial_blas`
+The parallel kernels call BLAS (``np.dot`` inside Numba, or :func:`gemm`: both SciPy's OpenBLAS)
+from each of their own threads, on tiles and chunks. OpenBLAS threads a product once it is large
+enough (M·N·K above 4·65536 in its defaults: a 64 × 64 × 128 product already is), and a threaded
+product started from several threads at once waits on one pool: measured here, chunkwise linear
+attention at d = 128 and C = 64 took 2.2–4× the time of the same kernel with one BLAS thread. :func:`serial_blas`
 sets every loaded OpenBLAS to one thread for the length of a kernel call and restores the previous
 counts afterwards. The setting is process-wide: BLAS called meanwhile from another Python thread
 also runs on one thread. Libraries other than OpenBLAS are left alone.
