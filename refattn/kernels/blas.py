@@ -11,8 +11,9 @@ also runs on one thread. Libraries other than OpenBLAS are left alone.
 
 :func:`gemm` calls the BLAS ``dgemm`` behind SciPy (the one Numba's ``np.dot`` calls) from jitted
 code, with what ``np.dot`` cannot take: β (C ← AB + βC accumulates in place, no temporary) and rows
-at any stride (a view of a scratch tile). It reaches ``dgemm`` through a symbol registered with
-LLVM by name, so the kernels that call it stay cacheable.
+at any stride (a view of a scratch tile). It reaches ``dgemm`` through a symbol registered by name
+with llvmlite (Numba's compiler layer, installed with it), so the kernels that call it stay
+cacheable: a cached kernel refers to the name, and the address is registered again on import.
 """
 from __future__ import annotations
 
