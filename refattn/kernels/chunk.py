@@ -15,9 +15,9 @@ each chunk's state increment is added onto S.
 The chunks are grouped into segments of :data:`SEGMENT_CHUNKS` chunks, and the work runs in three
 passes: each segment's own state increment (the recurrence from a zero state over its chunks, or
 with no decay Σ_t k_t v_tᵀ over the segment in products of :data:`STATE_ROWS` rows; independent:
-``prange`` over segments), the state entering each segment (a short running sum over segments), then each segment's outputs chunk after chunk from its entering state
-(independent again). Each array is read twice and the output written once; the F × e state stays in
-cache. The segments are a fixed number of chunks, so the sums and their rounding do not depend on
+``prange`` over segments), the state entering each segment (a short running sum over segments),
+then each segment's outputs chunk after chunk from its entering state (independent again). Each
+array is read twice and the output written once; the F × e state stays in cache. The segments are a fixed number of chunks, so the sums and their rounding do not depend on
 the number of threads. The denominators' sums (q_i·z and the intra row sums) run in eight
 interleaved partial sums, where one running sum would wait on each addition.
 
