@@ -5,7 +5,8 @@ import numba
 import numpy as np
 import pytest
 
-from refattn.kernels.blas import gemm, gemm_work, openblas_libraries, serial_blas
+from refattn.kernels.blas import openblas_libraries, serial_blas
+from refattn.kernels.gemm import gemm, gemm_work
 
 TIGHT = {"rtol": 1e-12, "atol": 1e-12}
 

@@ -8,7 +8,7 @@ For aligned features q, k (B, n, F) and values v (B, n, e), chunk c holds positi
 
 with the decays c_it (within the chunk), ι_i (state to query), ω_t (key to the chunk's end) and α_c
 (across the chunk) all 1 when there are none. The products inside a chunk go through BLAS
-(:func:`refattn.kernels.blas.gemm`), so the flops run at GEMM speed instead of the scan's scalar
+(:func:`refattn.kernels.gemm.gemm`), so the flops run at GEMM speed instead of the scan's scalar
 loops: the inter part is written into the output rows and the intra part added onto it (β = 1), as
 each chunk's state increment is added onto S.
 
@@ -31,7 +31,8 @@ import numpy as np
 
 from .._jit import jit_inline, jit_parallel, prange
 from . import check_kernel_arrays, kernel_scalar
-from .blas import gemm, gemm_work, serial_blas
+from .blas import serial_blas
+from .gemm import gemm, gemm_work
 
 __all__ = ["SEGMENT_CHUNKS", "STATE_ROWS", "chunk_linear"]
 
