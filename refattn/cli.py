@@ -201,7 +201,7 @@ def _train(args) -> int:
 def _list(args) -> int:
     mechanisms = registry.all()
     if args.json:
-        json.dump([m.as_dict() for m in mechanisms], sys.stdout, indent=2, ensure_ascii=False)
+        json.dump([m.as_dict() for m in mechanisms], sys.stdout, indent=2)   # ASCII (\u escapes): any stdout encoding
         sys.stdout.write("\n")
     elif args.markdown:
         sys.stdout.write(registry.catalogue_markdown())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -30,6 +31,24 @@ def test_list_json_has_the_mechanism_fields():
     fields = {"id", "title", "family", "section", "paper", "equation", "time", "memory", "causal"}
     assert all(fields <= set(r) for r in records)
     assert records[1]["causal"] is True
+
+
+def test_list_json_is_ascii_whatever_the_output_encoding():
+    result = subprocess.run([sys.executable, "-m", "refattn", "list", "--json"], capture_output=True, check=False,
+                            env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    records = json.loads(result.stdout.decode("ascii"))
+    assert [r["id"] for r in records] == registry.ids()
+    assert any(not r["section"].isascii() for r in records)       # § and the like arrive as \u escapes
+
+
+def test_the_command_line_loads_numba_only_for_what_runs_a_kernel():
+    code = ("import sys, io, contextlib; from refattn.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['list', '--json']) == 0\n"
+            "assert 'numba' not in sys.modules and 'llvmlite' not in sys.modules, 'numba loaded'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
 
 
 def test_list_markdown_is_the_catalogue(capsys):
