@@ -122,3 +122,22 @@ def test_chunk_is_causal_only_and_its_size_is_checked(rng):
     with pytest.raises(ValueError, match="chunk_size"):
         rfa_attention(q, k, v, np.full(6, 0.5), elu_feature_map, method="chunk", chunk_size=2.5)
     assert isinstance(DEFAULT_CHUNK_SIZE, int) and DEFAULT_CHUNK_SIZE > 0
+
+
+def test_chunk_memory_counts_one_state_per_segment(rng):
+    # The kernel keeps one F × (d_v + 1) state per segment of SEGMENT_CHUNKS chunks, not one per chunk: n = 2048
+    # in chunks of 32 is 64 chunks (64 · 4 · 4 = 1024 entries per state set) but 2 segments (32 entries).
+    from refattn.common import MemoryBudgetError, set_memory_budget
+    from refattn.kernels.chunk import SEGMENT_CHUNKS
+
+    assert SEGMENT_CHUNKS == 32                                    # the numbers below assume it
+    q, k, v = qkv(rng, 2048, 2048, batch=(), d=4, d_v=3)
+    previous = set_memory_budget(512 * 8)                          # 512 float64 entries
+    try:
+        np.testing.assert_allclose(linear_attention(q, k, v, elu_feature_map, causal=True, method="chunk", chunk_size=32),
+                                   linear_attention(q, k, v, elu_feature_map, causal=True, method="scan"), **TIGHT)
+        q, k, v = qkv(rng, 8, 8, batch=(), d=32, d_v=31)           # one segment: 32 · 32 = 1024 entries > 512
+        with pytest.raises(MemoryBudgetError, match=r"the segment states of method='chunk' of shape \(1, 1, 32, 32\)"):
+            linear_attention(q, k, v, elu_feature_map, causal=True, method="chunk")
+    finally:
+        set_memory_budget(previous)

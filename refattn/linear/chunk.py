@@ -153,10 +153,12 @@ def _chunk_core(q, k, v, size, S0, z0, decays, eps=None):
     c_it, the decay from the state entering a chunk to each query, from each key to the state leaving its
     chunk, and across the whole chunk. The products run in :func:`refattn.kernels.chunk.chunk_linear`.
     """
-    from ..kernels.chunk import chunk_linear
+    from ..kernels.chunk import SEGMENT_CHUNKS, chunk_linear
 
     B, n, F = q.shape
-    check_fits("the chunk states of method='chunk'", (B, -(-n // size), F, v.shape[-1] + 1))
+    chunks = -(-n // size)
+    segments = -(-chunks // SEGMENT_CHUNKS)                        # the kernel keeps one state (S, z) per segment
+    check_fits("the segment states of method='chunk'", (B, segments, F, v.shape[-1] + 1))
     num, den = np.empty(v.shape), np.empty((B, n))
     if decays is not None:
         decays = tuple(np.ascontiguousarray(x, dtype=np.float64) for x in decays)
