@@ -204,8 +204,7 @@ def _bsr_loop(q, k, v, pattern, blocks, scale, policy, vmean, out, weights, bias
                 if sweep == 1:
                     continue
                 online_softmax_step(st, rows, cols, tile_max, run_max, shift, run_sum, acc)
-                if not tile_values(st, v, v_row_finite, bb, j0, cols, rows, pv, acc):   # selection: 0·NaN must
-                                                                   # not enter
+                if not tile_values(st, v, v_row_finite, bb, j0, cols, rows, pv, acc):   # by selection: no 0·NaN
                     for c in range(cols):
                         for r in range(rows):
                             if full or seen[c, r]:
