@@ -29,6 +29,7 @@ from refattn.atlas import (
     skip_reason,
     update_readme_atlas,
 )
+from refattn.atlas.metrics import clamp_round_off
 from refattn.atlas.report import ATLAS_END, ATLAS_START, EXACT_BOUND
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,17 @@ def test_row_kl_hand_made():
         row_kl([[0.5, 0.5]], [[0.2, 0.3, 0.5]])
     assert is_row_distribution([[0.2, 0.8], [0.0, 0.0]])
     assert not is_row_distribution([[0.2, 0.9]])
+
+
+def test_row_kl_is_never_below_zero(rng):
+    A = scaled_dot_product_attention(*rng.standard_normal((3, 6, 5)), return_weights=True)[1]
+    # Ã = A(1 + 1e-12) is a distribution (rows sum to 1 + 1e-12 <= 1 + ROW_SUM_TOLERANCE) with
+    # KL(A ‖ Ã) = −log(1 + 1e-12) < 0 as computed: round-off of the row sums, returned as 0.
+    assert row_kl(A, A * (1 + 1e-12)) == 0.0
+    np.testing.assert_equal(clamp_round_off([0.5, -2.5e-15, -0.0, np.inf], 1e-12, "row KL"), [0.5, 0.0, 0.0, np.inf])
+    assert math.copysign(1.0, clamp_round_off([-0.0], 0.0, "row KL")[0]) == 1.0     # never printed as "-0"
+    with pytest.raises(RuntimeError, match=r"row KL -0.001 at \(1,\) is below 0 by more than its round-off bound"):
+        clamp_round_off([0.5, -1e-3], 1e-12, "row KL")
 
 
 def test_pareto_front_hand_made():
