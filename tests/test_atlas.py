@@ -297,19 +297,49 @@ def test_tiny_atlas_end_to_end(model_tasks):
     assert "| `band` | sparse |" in text and "(2 of 3 calls)" in text
 
 
-def test_atlas_command(tmp_path, capsys):
+ATLAS_OPTIONS = ["--only", "sdpa", "band", "--tasks", "induction", "--num-sequences", "4", "--input-sequences", "2",
+                 "--repeats", "1"]
+
+
+def test_atlas_command(tmp_path, monkeypatch, capsys):
     from refattn.cli import main
 
-    out = tmp_path / "atlas"
-    assert main(["atlas", "--out", str(out), "--only", "sdpa", "band", "--tasks", "induction", "--num-sequences", "4",
-                 "--input-sequences", "2", "--repeats", "1"]) == 0
+    readme = (ROOT / "README.md").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert main(["atlas", *ATLAS_OPTIONS]) == 0                    # default: the current folder
     err = capsys.readouterr().err
     assert "[1/3] sdpa (exact): induction 2/2 calls" in err and "atlas: 3 rows in" in err
-    assert (out / "atlas.png").stat().st_size > 0
-    data = json.loads((out / "atlas.json").read_text(encoding="utf-8"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["atlas.json", "atlas.png"]
+    assert (tmp_path / "atlas.png").stat().st_size > 0
+    data = json.loads((tmp_path / "atlas.json").read_text(encoding="utf-8"))
     assert [r["label"] for r in data["rows"]] == ["sdpa (exact)", "band", "band (exact)"]
     assert data["rows"][0]["tasks"]["induction"]["accuracy"] == data["baseline"]["induction"]
+    assert (ROOT / "README.md").read_bytes() == readme              # no README without --update-readme
+    out = tmp_path / "atlas"
+    assert main(["atlas", "--out", str(out), *ATLAS_OPTIONS]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["atlas.json", "atlas.png"]
     assert main(["atlas", "--out", str(out), "--only", "nope"]) == 2
     assert "no mechanism 'nope'" in capsys.readouterr().err
     assert main(["atlas", "--out", str(out), "--only", "softmax"]) == 2
     assert "softmax is a component" in capsys.readouterr().err
+
+
+def test_atlas_update_readme_publishes_into_the_checkout(tmp_path, monkeypatch, capsys):
+    from refattn import cli
+
+    root = tmp_path / "clone"
+    (root / "figures").mkdir(parents=True)
+    (root / "README.md").write_text(f"intro\n{ATLAS_START}old\n{ATLAS_END}\n", encoding="utf-8")
+    monkeypatch.setattr(cli, "checkout", lambda: root)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["atlas", "--update-readme", *ATLAS_OPTIONS]) == 0
+    assert sorted(p.name for p in (root / "figures").iterdir()) == ["atlas.json", "atlas.png"]
+    text = (root / "README.md").read_text(encoding="utf-8")
+    assert "| `band` | sparse |" in text and "old" not in text
+    assert f"updated the atlas table of {root / 'README.md'}" in capsys.readouterr().err
+    assert cli.main(["atlas", "--update-readme", "--out", str(tmp_path / "elsewhere"), *ATLAS_OPTIONS]) == 2
+    assert f"--update-readme writes into {root / 'figures'}" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "checkout", lambda: None)              # an installed copy: no README to update
+    assert cli.main(["atlas", "--update-readme", *ATLAS_OPTIONS]) == 2
+    assert "--update-readme needs the README of a source checkout" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clone"]  # the refusals wrote nothing
