@@ -3,48 +3,103 @@
 - ``list [--json | --markdown]``: the catalogue (one line per mechanism, a JSON list of records, or
   the README's Markdown table).
 - ``figures [--out DIR] [--only ID ...]``: regenerate the PNGs of ``figures/`` (seeded, byte-stable) and,
-  when writing the repository's own ``figures/``, the README's catalogue table.
-- ``bench FAMILY [...]``: speed and memory benchmarks, e.g. ``bench sparse``.
+  when writing the checkout's own ``figures/``, the README's catalogue table. Without ``--out``: the
+  ``figures/`` of the source checkout refattn runs from, or ``./figures`` for an installed copy.
+- ``bench FAMILY [...]``: speed and memory benchmarks, e.g. ``bench sparse``; a plot only with ``--plot FILE``,
+  and the default extra targets only when ``--sizes`` is not given.
 - ``export --case NAME --out FILE.npz [--layout bnhd]`` / ``export --list``: write a fixture (inputs,
   conventions, refattn's outputs and gradients) for another implementation's tests.
   ``export --mechanism ID [--case default|causal|bottom_right] --out FILE.npz``: the test vector of any
   registered attention mechanism (inputs, draws, options, output, weights, gradients where refattn has them).
 - ``vectors --out DIR [--only ID ...]``: the whole suite of test vectors (each id's default case and its causal
   one) and ``DIR/manifest.json``.
-- ``atlas [--out DIR] [--only ID ...] [--tasks TASK ...] [--num-sequences N] [--repeats R]``: the fidelity
-  atlas: every registry entry in place of the trained models' softmax attention; writes ``atlas.png`` and
-  ``atlas.json`` and, when writing the repository's own ``figures/``, the README's atlas table; one line per
-  row on stderr.
+- ``atlas [--out DIR | --update-readme] [--only ID ...] [--tasks TASK ...] [--num-sequences N] [--repeats R]``:
+  the fidelity atlas: every registry entry in place of the trained models' softmax attention; writes
+  ``atlas.png`` and ``atlas.json`` to ``--out`` (default the current folder), one line per row on stderr.
+  ``--update-readme`` publishes the run: the files into the checkout's ``figures/`` and the table into its
+  README.
 - ``check FILE.npz [--rule ratio|table|ulp] [--table NAME] [--max-ulps N] [--memory-budget GIB]``: compare
   the candidate's results stored in the file with the oracle; exit 0 on pass, 1 on fail, 2 on a malformed file.
-- ``train TASK [--out FILE] [--seed S] [--steps N] [--check] [--record FILE]``: train the small Transformer of a task
-  (``reverse``, ``induction``) with refattn's own gradients, showing progress on stderr; print the time
-  and the accuracy on fresh sequences, and write the weights. ``--check`` compares them with the shipped
-  weights bit for bit (exit 0 identical, 1 different).
+- ``train TASK [--out FILE] [--seed S] [--steps N] [--check [--strict]] [--record FILE]``: train the small
+  Transformer of a task (``reverse``, ``induction``) with refattn's own gradients, showing progress on stderr;
+  print the time and the accuracy on fresh sequences, and write the weights. ``--check`` says whether they are
+  the shipped weights bit for bit and, separately, whether the model is as accurate as the shipped one on the
+  same fresh sequences (exit 0 when it is, 1 when not); ``--strict`` also asks for the bits (exit 1 when they
+  differ, which another BLAS kernel's rounding is enough for).
 
 Every subcommand exits 2 with a one-line error for bad arguments (numbers out of range, an output
-path that is an existing file where a folder is needed or the reverse, benchmark sizes that do not
-fit in memory or that a pattern cannot take).
+path that is an existing file where a folder is needed or the reverse, a file in a folder that does not
+exist, benchmark sizes that do not fit in memory or that a pattern cannot take). No command writes into
+the checkout unless told to (``figures`` is told by its purpose); nothing writes into an installed package.
+A reader that closes stdout early (``list --json | head``) ends the command quietly with exit status 141.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
+import re
 import sys
 from pathlib import Path
 
 from . import registry
 
-__all__ = ["main", "non_negative_float", "non_negative_int", "output_file", "output_folder", "positive_float",
-           "positive_int"]
+__all__ = ["SIGPIPE_EXIT", "checkout", "default_figures_folder", "main", "non_negative_float", "non_negative_int",
+           "output_file", "output_folder", "positive_float", "positive_int"]
 
-FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
-README = FIGURES_DIR.parent / "README.md"
+PACKAGE = Path(__file__).resolve().parent
+
+SIGPIPE_EXIT = 141
+"""The exit status when the reader of stdout closes it early: 128 + SIGPIPE (13), what the shell reports
+for ``cat`` or ``yes`` killed by the signal in the same place. Not 0: the output was not all delivered, and
+a script with ``set -o pipefail`` should see that as it does for those tools."""
+
+
+def checkout(package: Path = PACKAGE) -> Path | None:
+    """The source checkout the package at ``package`` belongs to, or None for an installed copy.
+
+    A checkout is the folder just above the package when it holds ``README.md`` and a ``pyproject.toml``
+    naming the project ``refattn``: a clone, run in place or installed editable. A copy installed by
+    ``pip install .`` sits in site-packages, which holds neither.
+
+    Parameters
+    ----------
+    package : pathlib.Path
+        The folder of the ``refattn`` package (default this one).
+
+    Returns
+    -------
+    pathlib.Path or None
+    """
+    root = package.resolve().parent
+    project = root / "pyproject.toml"
+    if not (root / "README.md").is_file() or not project.is_file():
+        return None
+    named = re.search(r'^name\s*=\s*"refattn"\s*$', project.read_text(encoding="utf-8"), re.MULTILINE)
+    return root if named else None
+
+
+def default_figures_folder() -> Path:
+    """Where ``figures`` writes without ``--out``: the checkout's ``figures/``, else ``./figures`` (installed copy)."""
+    root = checkout()
+    return Path("figures") if root is None else root / "figures"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; return the exit code."""
+    """Run the command line; return the exit code (:data:`SIGPIPE_EXIT` when stdout's reader closed it early)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()                                         # a closed pipe shows here at the latest
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)                 # Python's own flush at exit must not
+        os.dup2(devnull, sys.stdout.fileno())                      # meet the pipe again (and print a traceback)
+        os.close(devnull)
+        return SIGPIPE_EXIT
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m refattn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -54,9 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     fmt.add_argument("--markdown", action="store_true", help="the README's catalogue table")
 
     p_fig = sub.add_parser("figures", help="regenerate the figures (one PNG per mechanism) and, writing the "
-                           "repository's own figures/, the README's catalogue table")
-    p_fig.add_argument("--out", type=output_folder, default=FIGURES_DIR,
-                       help=f"output folder, created if missing (default {FIGURES_DIR})")
+                           "checkout's own figures/, the README's catalogue table")
+    p_fig.add_argument("--out", type=output_folder, default=default_figures_folder(),
+                       help="output folder, created if missing (default: figures/ of the source checkout refattn "
+                            "runs from; for an installed copy, figures/ under the current folder)")
     p_fig.add_argument("--only", nargs="+", metavar="ID", help="only these mechanism ids or sheet names")
 
     p_bench = sub.add_parser("bench", help="speed and memory benchmarks (ratios measured in one process)")
@@ -82,10 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     p_vectors.add_argument("--only", nargs="+", metavar="ID", help="only these mechanism ids")
 
     p_atlas = sub.add_parser("atlas", help="the fidelity atlas: every registry entry in place of the trained "
-                             "models' softmax attention; writes atlas.png and atlas.json and, writing the "
-                             "repository's own figures/, the README's atlas table")
-    p_atlas.add_argument("--out", type=output_folder, default=FIGURES_DIR,
-                         help=f"output folder, created if missing (default {FIGURES_DIR})")
+                             "models' softmax attention; writes atlas.png and atlas.json")
+    p_atlas.add_argument("--out", type=output_folder, default=None,
+                         help="output folder, created if missing (default the current folder; with --update-readme "
+                              "the checkout's figures/)")
+    p_atlas.add_argument("--update-readme", action="store_true",
+                         help="publish the run: atlas.png and atlas.json into the checkout's figures/ and the table "
+                              "into its README.md (needs a source checkout)")
     p_atlas.add_argument("--only", nargs="+", metavar="ID", help="only these mechanism ids")
     p_atlas.add_argument("--tasks", nargs="+", choices=_task_names(), default=list(_task_names()),
                          help="the trained models to run (default both)")
@@ -120,7 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     p_train.add_argument("--steps", type=positive_int, default=None, metavar="N",
                          help="Adam steps (default: the shipped weights')")
     p_train.add_argument("--check", action="store_true",
-                         help="compare the trained weights with the shipped ones bit for bit; exit 1 if they differ")
+                         help="say whether the trained weights are the shipped ones bit for bit and whether the model "
+                              "is as accurate as the shipped one on the same fresh sequences; exit 1 if it is less "
+                              "accurate")
+    p_train.add_argument("--strict", action="store_true",
+                         help="with --check (implied): exit 1 also when the bits differ (another BLAS kernel's "
+                              "rounding is enough for that)")
     p_train.add_argument("--record", type=output_file, default=None, metavar="FILE",
                          help="also write the run's record (curves; attention and head scores at checkpoints) there")
 
@@ -161,11 +225,13 @@ def _task_names() -> tuple[str, ...]:
 
 def _train(args) -> int:
     from .training.loop import History, compare_params, pretrained, save_params, train
+    from .training.model import leaf_names
     from .training.record import record_training, save_record
     from .training.tasks import EVAL_SEED, evaluate, get_task
 
     task = get_task(args.task)
-    out = args.out if args.out is not None or args.check else Path(f"{task.name}.npz")
+    check = args.check or args.strict
+    out = args.out if args.out is not None or check else Path(f"{task.name}.npz")
     seed = task.seed if args.seed is None else args.seed
     steps = task.steps if args.steps is None else args.steps
     try:
@@ -180,22 +246,36 @@ def _train(args) -> int:
     except OSError as error:
         print(f"error: cannot write {error.filename or out}: {error.strerror or error}", file=sys.stderr)
         return 2
-    accuracy = evaluate(task, params, num_sequences=1000, rng=EVAL_SEED)
+    fresh = dict(num_sequences=1000, rng=EVAL_SEED)
+    accuracy = evaluate(task, params, **fresh)
     timing = "" if args.record else f" in {history.seconds:.1f} s ({steps / history.seconds:.0f} steps/s)"
-    print(f"{task.name}: seed {seed}, {steps} steps{timing}; final loss {history.loss[-1]:.3g}; accuracy on 1000 "
-          f"fresh sequences {accuracy:.4f}")
+    print(f"{task.name}: seed {seed}, {steps} steps{timing}; final loss {history.loss[-1]:.3g}; accuracy on "
+          f"{fresh['num_sequences']} fresh sequences {accuracy:.4f}")
     for written in (out, args.record):
         if written is not None:
             print(f"wrote {written}")
-    if not args.check:
+    if not check:
         return 0
-    differences = compare_params(params, pretrained(task))
-    if not differences:
-        print(f"identical to the shipped weights bit for bit (seed {task.seed}, {task.steps} steps)")
-        return 0
-    print(f"differs from the shipped weights (seed {task.seed}, {task.steps} steps) in {len(differences)} arrays: "
-          + ", ".join(f"{name} (max |Δ| {delta:.3g})" for name, delta in differences))
-    return 1
+    shipped = pretrained(task)
+    differences = compare_params(params, shipped)
+    recipe = f"seed {task.seed}, {task.steps} steps"
+    if differences:
+        name, delta = max(differences, key=lambda item: item[1])
+        print(f"bits: differ from the shipped weights ({recipe}) in {len(differences)} of {len(leaf_names(params))} "
+              f"arrays, largest |Δ| {delta:.3g} in {name} (expected where BLAS rounds the products otherwise: "
+              "another kernel, another thread count)")
+    else:
+        print(f"bits: identical to the shipped weights ({recipe})")
+    shipped_accuracy = evaluate(task, shipped, **fresh)
+    as_good = accuracy >= shipped_accuracy
+    print(f"accuracy: {accuracy:.4f} against the shipped model's {shipped_accuracy:.4f} on the same "
+          f"{fresh['num_sequences']} fresh sequences: {'as good' if as_good else 'WORSE'}")
+    if not as_good:
+        return 1
+    if args.strict and differences:
+        print("--strict: the bits differ")
+        return 1
+    return 0
 
 
 def _list(args) -> int:
@@ -226,9 +306,26 @@ def _figures(args) -> int:
     except OSError as error:
         print(f"error: cannot write figures to {args.out}: {error.strerror or error}", file=sys.stderr)
         return 2
-    if args.out.resolve() == FIGURES_DIR and README.is_file() and registry.update_readme_catalogue(README):
-        print(f"updated the catalogue table of {README}", file=sys.stderr)   # the repository's own figures
+    root = checkout()
+    own = root is not None and args.out.resolve() == (root / "figures").resolve()   # the checkout's own figures
+    if own and registry.update_readme_catalogue(root / "README.md"):
+        print(f"updated the catalogue table of {root / 'README.md'}", file=sys.stderr)
     return 0
+
+
+def _atlas_folder(args) -> tuple[Path, Path | None]:
+    """(folder of atlas.png and atlas.json, README to update or None); a ``ValueError`` naming what is missing."""
+    if not args.update_readme:
+        return (Path(".") if args.out is None else args.out), None
+    root = checkout()
+    if root is None:
+        raise ValueError(f"--update-readme needs the README of a source checkout; refattn runs from {PACKAGE}, "
+                         "which has none beside it (write the atlas with --out DIR instead)")
+    figures = root / "figures"
+    if args.out is not None and args.out.resolve() != figures.resolve():
+        raise ValueError(f"--update-readme writes into {figures}, where the README's atlas.png is; got --out "
+                         f"{args.out}")
+    return figures, root / "README.md"
 
 
 def _atlas(args) -> int:
@@ -240,6 +337,7 @@ def _atlas(args) -> int:
 
     start = time.perf_counter()
     try:
+        out, readme = _atlas_folder(args)                          # before the run, not after it
         ids = None if args.only is None else [registry.get(i).id for i in args.only]
         tasks = [model_task(t, input_sequences=args.input_sequences, num_sequences=args.num_sequences,
                             seed=args.seed) for t in args.tasks]
@@ -248,16 +346,16 @@ def _atlas(args) -> int:
         print(f"error: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
         return 2
     try:
-        args.out.mkdir(parents=True, exist_ok=True)
-        save_figure(atlas_figure(atlas), args.out / "atlas.png")
-        (args.out / "atlas.json").write_text(json.dumps(atlas.as_dict(), indent=1, ensure_ascii=False) + "\n",
-                                             encoding="utf-8")
+        out.mkdir(parents=True, exist_ok=True)
+        save_figure(atlas_figure(atlas), out / "atlas.png")
+        (out / "atlas.json").write_text(json.dumps(atlas.as_dict(), indent=1, ensure_ascii=False) + "\n",
+                                        encoding="utf-8")
     except OSError as error:
-        print(f"error: cannot write the atlas to {args.out}: {error.strerror or error}", file=sys.stderr)
+        print(f"error: cannot write the atlas to {out}: {error.strerror or error}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out / 'atlas.png'} and {args.out / 'atlas.json'}", file=sys.stderr)
-    if args.out.resolve() == FIGURES_DIR and README.is_file() and update_readme_atlas(README, atlas):
-        print(f"updated the atlas table of {README}", file=sys.stderr)
+    print(f"wrote {out / 'atlas.png'} and {out / 'atlas.json'}", file=sys.stderr)
+    if readme is not None and update_readme_atlas(readme, atlas):
+        print(f"updated the atlas table of {readme}", file=sys.stderr)
     print(f"atlas: {len(atlas.rows)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return 0
 
@@ -402,7 +500,10 @@ def output_folder(text: str) -> Path:
 
 
 def output_file(text: str) -> Path | None:
-    """An argparse ``type``: a file path that is not an existing folder and lies under no existing file; '' is None."""
+    """An argparse ``type``: a file path in an existing folder, not itself a folder; '' is None.
+
+    Refused at once, so that a command refuses before it works rather than when it writes.
+    """
     if not text:
         return None
     path = Path(text)
@@ -411,4 +512,6 @@ def output_file(text: str) -> Path | None:
     blocker = _existing_file_above(path)
     if blocker is not None:
         raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {str(blocker)!r} is an existing file")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: the folder {str(path.parent)!r} does not exist")
     return path

@@ -29,6 +29,7 @@ from refattn.atlas import (
     skip_reason,
     update_readme_atlas,
 )
+from refattn.atlas.metrics import clamp_round_off
 from refattn.atlas.report import ATLAS_END, ATLAS_START, EXACT_BOUND
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,17 @@ def test_row_kl_hand_made():
         row_kl([[0.5, 0.5]], [[0.2, 0.3, 0.5]])
     assert is_row_distribution([[0.2, 0.8], [0.0, 0.0]])
     assert not is_row_distribution([[0.2, 0.9]])
+
+
+def test_row_kl_is_never_below_zero(rng):
+    A = scaled_dot_product_attention(*rng.standard_normal((3, 6, 5)), return_weights=True)[1]
+    # Ã = A(1 + 1e-12) is a distribution (rows sum to 1 + 1e-12 <= 1 + ROW_SUM_TOLERANCE) with
+    # KL(A ‖ Ã) = −log(1 + 1e-12) < 0 as computed: round-off of the row sums, returned as 0.
+    assert row_kl(A, A * (1 + 1e-12)) == 0.0
+    np.testing.assert_equal(clamp_round_off([0.5, -2.5e-15, -0.0, np.inf], 1e-12, "row KL"), [0.5, 0.0, 0.0, np.inf])
+    assert math.copysign(1.0, clamp_round_off([-0.0], 0.0, "row KL")[0]) == 1.0     # never printed as "-0"
+    with pytest.raises(RuntimeError, match=r"row KL -0.001 at \(1,\) is below 0 by more than its round-off bound"):
+        clamp_round_off([0.5, -1e-3], 1e-12, "row KL")
 
 
 def test_pareto_front_hand_made():
@@ -285,19 +297,49 @@ def test_tiny_atlas_end_to_end(model_tasks):
     assert "| `band` | sparse |" in text and "(2 of 3 calls)" in text
 
 
-def test_atlas_command(tmp_path, capsys):
+ATLAS_OPTIONS = ["--only", "sdpa", "band", "--tasks", "induction", "--num-sequences", "4", "--input-sequences", "2",
+                 "--repeats", "1"]
+
+
+def test_atlas_command(tmp_path, monkeypatch, capsys):
     from refattn.cli import main
 
-    out = tmp_path / "atlas"
-    assert main(["atlas", "--out", str(out), "--only", "sdpa", "band", "--tasks", "induction", "--num-sequences", "4",
-                 "--input-sequences", "2", "--repeats", "1"]) == 0
+    readme = (ROOT / "README.md").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert main(["atlas", *ATLAS_OPTIONS]) == 0                    # default: the current folder
     err = capsys.readouterr().err
     assert "[1/3] sdpa (exact): induction 2/2 calls" in err and "atlas: 3 rows in" in err
-    assert (out / "atlas.png").stat().st_size > 0
-    data = json.loads((out / "atlas.json").read_text(encoding="utf-8"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["atlas.json", "atlas.png"]
+    assert (tmp_path / "atlas.png").stat().st_size > 0
+    data = json.loads((tmp_path / "atlas.json").read_text(encoding="utf-8"))
     assert [r["label"] for r in data["rows"]] == ["sdpa (exact)", "band", "band (exact)"]
     assert data["rows"][0]["tasks"]["induction"]["accuracy"] == data["baseline"]["induction"]
+    assert (ROOT / "README.md").read_bytes() == readme              # no README without --update-readme
+    out = tmp_path / "atlas"
+    assert main(["atlas", "--out", str(out), *ATLAS_OPTIONS]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["atlas.json", "atlas.png"]
     assert main(["atlas", "--out", str(out), "--only", "nope"]) == 2
     assert "no mechanism 'nope'" in capsys.readouterr().err
     assert main(["atlas", "--out", str(out), "--only", "softmax"]) == 2
     assert "softmax is a component" in capsys.readouterr().err
+
+
+def test_atlas_update_readme_publishes_into_the_checkout(tmp_path, monkeypatch, capsys):
+    from refattn import cli
+
+    root = tmp_path / "clone"
+    (root / "figures").mkdir(parents=True)
+    (root / "README.md").write_text(f"intro\n{ATLAS_START}old\n{ATLAS_END}\n", encoding="utf-8")
+    monkeypatch.setattr(cli, "checkout", lambda: root)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["atlas", "--update-readme", *ATLAS_OPTIONS]) == 0
+    assert sorted(p.name for p in (root / "figures").iterdir()) == ["atlas.json", "atlas.png"]
+    text = (root / "README.md").read_text(encoding="utf-8")
+    assert "| `band` | sparse |" in text and "old" not in text
+    assert f"updated the atlas table of {root / 'README.md'}" in capsys.readouterr().err
+    assert cli.main(["atlas", "--update-readme", "--out", str(tmp_path / "elsewhere"), *ATLAS_OPTIONS]) == 2
+    assert f"--update-readme writes into {root / 'figures'}" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "checkout", lambda: None)              # an installed copy: no README to update
+    assert cli.main(["atlas", "--update-readme", *ATLAS_OPTIONS]) == 2
+    assert "--update-readme needs the README of a source checkout" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clone"]  # the refusals wrote nothing

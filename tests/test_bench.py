@@ -1,6 +1,9 @@
 """The benchmark entry points run (tiny sizes; no timing is asserted: targets live in the bench itself)."""
 from __future__ import annotations
 
+import pytest
+
+from refattn.bench import backward, linear, sdpa
 from refattn.cli import main
 
 
@@ -71,3 +74,37 @@ def test_bench_beyond_runs_every_mixer_beside_softmax(capsys):
     for name in ("softmax", "fnet", "aft-simple", "topk", "xcit", "skyformer", "scatterbrain", "long_short", "flash"):
         assert name in printed
     assert "time over softmax's" in printed
+
+
+def test_bench_sdpa_writes_nothing_and_times_only_sdpa_without_plot(tmp_path, monkeypatch, capsys):
+    def not_asked(*args):
+        raise AssertionError("timed for the figure, which was not asked for")
+    monkeypatch.setattr(sdpa, "_band_time", not_asked)
+    monkeypatch.setattr(sdpa, "_scan_time", not_asked)
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "sdpa", "--sizes", "8", "16", "--heads", "1", "--d", "4", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == [] and "wrote" not in out
+    assert "target: peak memory" not in out                        # --sizes runs only the sizes asked for
+
+
+@pytest.mark.parametrize(("module", "extra", "small", "line"), [
+    (sdpa, "MEMORY_N", 16, "target: peak memory at n = 16,"),
+    (backward, "MEMORY_N", 16, "target: peak memory of the blocked backward at n = 16,"),
+    (linear, "SWEEP", (4, 8), "chunk size at n = 16: C = 4"),
+])
+def test_bench_sizes_leave_out_the_default_extra_targets(module, extra, small, line, monkeypatch, capsys):
+    monkeypatch.setattr(module, "DEFAULT_SIZES", (16,))            # the defaults, made small
+    monkeypatch.setattr(module, extra, small)
+    family = module.__name__.rpartition(".")[2]
+    options = ["--d", "4", "--repeat", "1"] + (["--heads", "1"] if module is not linear else [])
+    assert main(["bench", family, *options]) == 0
+    assert line in capsys.readouterr().out                         # no --sizes: the default extra target runs
+    assert main(["bench", family, "--sizes", "16", *options]) == 0
+    assert line not in capsys.readouterr().out                     # --sizes: only what was asked
+
+
+def test_bench_plot_needs_an_existing_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "sdpa", "--sizes", "8", "--plot", str(tmp_path / "missing" / "c.png")])
+    assert exit_info.value.code == 2 and "does not exist" in capsys.readouterr().err

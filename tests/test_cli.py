@@ -1,16 +1,20 @@
 """The command line, run as a user would run it (``python -m refattn ...``)."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from refattn import cli, registry
 from refattn.bench import _measure
 from refattn.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args):
@@ -153,14 +157,17 @@ def test_bad_arguments_exit_2_with_one_error_line(tmp_path, capsys):
         assert message in errors[0], (argv, errors[0])
 
 
-def test_bench_sizes_that_do_not_fit_are_refused_naming_the_gib(monkeypatch, capsys):
+def test_bench_sizes_that_do_not_fit_are_refused_naming_the_gib(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(_measure, "available_memory", lambda: 2**30)
     with pytest.raises(SystemExit) as exit_info:                    # 5 (8, 8192, 8192) float64 score arrays
         main(["bench", "sdpa", "--sizes", "1024", "8192", "--equation-max", "8192", "--memory-n", "0"])
     error = capsys.readouterr().err.splitlines()[-1]
     assert exit_info.value.code == 2
-    assert ("error: n=8192 needs about 20.4 GiB (inputs and outputs 0.25, band pattern 0.125, equation path's "
-            "scores 20 GiB), more than the 1 GiB of memory available now; lower --sizes") in error
+    assert ("error: n=8192 needs about 20.2 GiB (inputs and outputs 0.25, equation path's scores 20 GiB), more than "
+            "the 1 GiB of memory available now; lower --sizes") in error
+    with pytest.raises(SystemExit):                                 # the plot's band pattern counts only with --plot
+        main(["bench", "sdpa", "--sizes", "8192", "--equation-max", "8192", "--plot", str(tmp_path / "c.png")])
+    assert "(inputs and outputs 0.25, band pattern 0.125, equation path's scores 20 GiB)" in capsys.readouterr().err
     monkeypatch.setattr(_measure, "available_memory", lambda: None)   # unknown (not Linux): not refused
     assert _measure.check_memory({"n=1": {"everything": 2**60}}, "") is None
 
@@ -172,3 +179,75 @@ def test_figures_out_must_be_a_folder(tmp_path, capsys):
         main(["figures", "--out", str(tmp_path / "taken"), "--only", "softmax"])
     assert (tmp_path / "taken").read_text() == ""                   # left alone
     assert "error: argument --out" in capsys.readouterr().err
+
+
+def test_list_into_a_reader_that_closes_early_exits_quietly():
+    read_end, write_end = os.pipe()
+    os.close(read_end)                                             # the reader is gone before the first write
+    with os.fdopen(write_end, "wb") as stdout:
+        closed = subprocess.run([sys.executable, "-m", "refattn", "list", "--json"], stdout=stdout,
+                                stderr=subprocess.PIPE, text=True, check=False)
+    assert closed.returncode == cli.SIGPIPE_EXIT and closed.stderr == ""
+    # `list --json | head -n 1`: the JSON (90 KB) is more than the pipe holds, so head's exit breaks it mid-write
+    writer = subprocess.Popen([sys.executable, "-m", "refattn", "list", "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    head = subprocess.run(["head", "-n", "1"], stdin=writer.stdout, capture_output=True, text=True, check=False)
+    writer.stdout.close()
+    errors = writer.stderr.read().decode()
+    writer.stderr.close()
+    assert writer.wait() == cli.SIGPIPE_EXIT and errors == ""
+    assert head.stdout == "[\n"
+
+
+def fake_checkout(root, name="refattn"):
+    """A folder laid out as a source checkout: pyproject.toml naming ``name``, README.md with the markers."""
+    from refattn.atlas.report import ATLAS_END, ATLAS_START
+
+    (root / "refattn").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(f'[project]\nname = "{name}"\n', encoding="utf-8")
+    (root / "README.md").write_text(f"{registry.CATALOGUE_START}old\n{registry.CATALOGUE_END}\n"
+                                    f"{ATLAS_START}old\n{ATLAS_END}\n", encoding="utf-8")
+    return root
+
+
+def test_checkout_is_the_folder_with_refattns_pyproject_and_readme(tmp_path):
+    assert cli.checkout() == ROOT                                  # the tests run from a checkout
+    root = fake_checkout(tmp_path / "clone")
+    assert cli.checkout(root / "refattn") == root
+    other = fake_checkout(tmp_path / "other", name="not-refattn")
+    assert cli.checkout(other / "refattn") is None
+    (root / "README.md").unlink()
+    assert cli.checkout(root / "refattn") is None
+    site = tmp_path / "site-packages"                              # an installed copy: nothing beside the package
+    (site / "refattn").mkdir(parents=True)
+    assert cli.checkout(site / "refattn") is None
+
+
+def test_figures_of_an_installed_copy_go_to_figures_under_the_current_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "checkout", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    assert main(["figures", "--only", "softmax"]) == 0
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["figures",
+                                                                                       "figures/softmax.png"]
+    assert "catalogue" not in capsys.readouterr().err
+
+
+def test_figures_of_a_checkout_go_to_its_figures_with_the_catalogue(tmp_path, monkeypatch, capsys):
+    root = fake_checkout(tmp_path / "clone")
+    monkeypatch.setattr(cli, "checkout", lambda: root)
+    monkeypatch.chdir(tmp_path)
+    assert main(["figures", "--only", "softmax"]) == 0
+    assert (root / "figures" / "softmax.png").is_file()
+    assert registry.catalogue_markdown() in (root / "README.md").read_text(encoding="utf-8")
+    assert f"updated the catalogue table of {root / 'README.md'}" in capsys.readouterr().err
+    readme = (root / "README.md").read_bytes()
+    assert main(["figures", "--only", "softmax", "--out", str(tmp_path / "elsewhere")]) == 0
+    assert (tmp_path / "elsewhere" / "softmax.png").is_file() and (root / "README.md").read_bytes() == readme
+
+
+def test_output_files_must_be_in_an_existing_folder(tmp_path):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"the folder '.*missing' does not exist"):
+        cli.output_file(str(tmp_path / "missing" / "w.npz"))
+    assert cli.output_file(str(tmp_path / "w.npz")) == tmp_path / "w.npz"
+    assert cli.output_file("w.npz") == Path("w.npz")                # the current folder
+    assert cli.output_file("") is None

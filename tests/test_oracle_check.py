@@ -313,6 +313,28 @@ def test_report_text_has_every_number(problem):
         assert part in text, part
 
 
+def test_report_leaves_oracle_zeros_out_of_relative_and_ulp_errors():
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((3, 1, 1, 4, 8))
+    mask = np.ones((4, 4), bool)
+    mask[2] = False                                                # a fully masked row: the oracle's row 2 is 0
+    out = scaled_dot_product_attention(q, k, v, mask).astype(np.float32)
+    out[0, 0, 2] = 1.0                                             # the candidate gives 1 there
+    c = check(out, q, k, v, mask=mask)["out"]
+    assert c.max_abs_error == 1.0 and c.max_abs_values == (1.0, 0.0)
+    assert c.oracle_zeros == 8 and c.oracle_zeros_max_abs_error == 1.0
+    assert c.max_rel_values[1] != 0 and c.max_rel_error < 1e-6      # float32 rounding of the other rows
+    assert c.max_ulp_error <= 0.5                                   # not 1 / spacing(0) = 7e+44
+    lines = c.lines()
+    assert "  oracle 0    at 8 elements: abs error up to 1 (no relative or ulp error there)" in lines
+    assert any(line.startswith(f"  max ulp     {c.max_ulp_error:.4g} ulp of float32 at (") for line in lines)
+    assert not any("inf" in line for line in lines if line.startswith("  max rel"))
+    zeros = check(np.zeros((1, 1, 4, 8), np.float32), q, k, np.zeros_like(v))["out"]   # the oracle is 0 everywhere
+    assert zeros.max_ulp_index is None and zeros.oracle_zeros == 32
+    assert "  max rel     — (no oracle value other than 0)" in zeros.lines()
+    assert any(line.startswith("  max ulp     —;") for line in zeros.lines())
+
+
 def test_assert_close_raises_with_the_report(problem):
     q, k, v, _, _ = problem
     out = scaled_dot_product_attention(q, k, v, dtype=np.float32)

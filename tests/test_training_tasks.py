@@ -1,6 +1,7 @@
 """The training tasks: seeded generators, head scores, accuracy of the shipped models, the CLI, weight files."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -286,17 +287,49 @@ def test_cli_writes_task_npz_by_default(tmp_path, monkeypatch, capsys):
     assert training.load_params(tmp_path / "reverse.npz", "reverse").num_heads == 2
 
 
-def test_cli_check_compares_bit_for_bit(tmp_path, monkeypatch, capsys):
+def test_cli_check_tells_bits_and_accuracy_apart(tmp_path, monkeypatch, capsys):
     from refattn.training import loop as train_module
     params, _ = training.train("induction", steps=2, progress=False)           # the shipped seed
     training.save_params(tmp_path / "induction.npz", params)
     monkeypatch.setattr(train_module, "WEIGHTS_DIR", tmp_path)                 # "shipped" = these 2 steps
     assert main(["train", "induction", "--steps", "2", "--check"]) == 0
-    assert "identical to the shipped weights bit for bit" in capsys.readouterr().out
-    assert main(["train", "induction", "--steps", "3", "--check"]) == 1
     out = capsys.readouterr().out
-    assert "differs from the shipped weights" in out and "layers.0.attn.w_q" in out
+    assert "bits: identical to the shipped weights" in out and "as good" in out
     assert [p.name for p in tmp_path.iterdir()] == ["induction.npz"]          # --check alone writes nothing
+    leaves = [leaf.copy() for leaf in flatten(params)]                         # another BLAS's last bit
+    leaves[3].reshape(-1)[0] = np.nextafter(leaves[3].reshape(-1)[0], np.inf)
+    training.save_params(tmp_path / "induction.npz", unflatten(params, leaves))
+    assert main(["train", "induction", "--steps", "2", "--check"]) == 0        # as good: the bits are reported
+    out = capsys.readouterr().out
+    assert f"bits: differ from the shipped weights (seed 0, 3000 steps) in 1 of {len(leaves)} arrays" in out
+    assert f"in {leaf_names(params)[3]}" in out and "as good" in out
+    assert main(["train", "induction", "--steps", "2", "--check", "--strict"]) == 1
+    assert "--strict: the bits differ" in capsys.readouterr().out
+    assert main(["train", "induction", "--steps", "2", "--strict"]) == 1          # --strict implies --check
+
+
+def test_cli_check_fails_a_model_less_accurate_than_the_shipped_one(capsys):
+    assert main(["train", "induction", "--steps", "2", "--check"]) == 1        # 2 steps against 3000
+    out = capsys.readouterr().out
+    accuracy, shipped = (float(x) for x in re.search(r"accuracy: (\S+) against the shipped model's (\S+)",
+                                                     out).groups())
+    assert accuracy < shipped and "WORSE" in out
+
+
+def test_cli_refuses_an_output_in_a_missing_folder_before_training(tmp_path, monkeypatch, capsys):
+    from refattn.training import loop as train_module
+
+    def not_reached(*args, **kwargs):
+        raise AssertionError("trained before refusing the output")
+    monkeypatch.setattr(train_module, "train", not_reached)
+    for option in ("--out", "--record"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["train", "reverse", option, str(tmp_path / "missing" / "w.npz")])
+        error = capsys.readouterr().err.splitlines()[-1]
+        assert exit_info.value.code == 2
+        assert f"argument {option}: '{tmp_path / 'missing' / 'w.npz'}' cannot be written: the folder " \
+               f"'{tmp_path / 'missing'}' does not exist" in error
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_refuses_bad_arguments():

@@ -13,6 +13,10 @@ weights :math:`\tilde A`, the pairs it computes):
   \sum_j A_{ij} \log(A_{ij} / \tilde A_{ij})`, defined only where every row of :math:`\tilde A` is a
   distribution (entries >= 0, rows summing to 1). It is :math:`+\infty` for a row that gives zero weight
   to a pair the exact softmax weighs (every sparse pattern that drops a key: its mass kept says how much).
+
+The relative error is a ratio of norms and the KL divergence is >= 0 (Gibbs' inequality); computed, a
+KL of two nearly equal rows can land a little below 0 by round-off, and :func:`row_kl` returns 0 for
+it (within a stated bound; beyond it, a bug, it raises).
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from numpy.typing import ArrayLike
 
 from ..common import as_float
 
-__all__ = ["ROW_SUM_TOLERANCE", "is_row_distribution", "mass_kept", "relative_error", "row_kl"]
+__all__ = ["ROW_SUM_TOLERANCE", "clamp_round_off", "is_row_distribution", "mass_kept", "relative_error", "row_kl"]
 
 #: How far from 1 a row sum may be for the row to count as a distribution (float64 sums of at most a few
 #: thousand terms each within a few units in the last place of 1 are off by far less).
@@ -138,6 +142,23 @@ def row_kl(exact_weights: ArrayLike, approx_weights: ArrayLike) -> float:
         zeros among them). Terms with
         :math:`A_{ij} = 0` count 0 (:math:`0 \log 0 = 0`).
 
+    Raises
+    ------
+    RuntimeError
+        If a row's KL is below 0 by more than round-off (see Notes): a bug, since KL >= 0.
+
+    Notes
+    -----
+    A row's KL, computed, may land below 0 by round-off; it is returned as 0 when it is at least
+    :math:`-\big(\delta + (m + 4)\,\varepsilon\,(1 + \sum_j A_{ij}(|\log A_{ij}| + |\log \tilde A_{ij}|))\big)`,
+    with :math:`\delta` = :data:`ROW_SUM_TOLERANCE`, :math:`\varepsilon` float64's machine epsilon and m
+    the row length. For the stored values, the log-sum inequality gives KL >= :math:`\alpha\log(\alpha/s)`
+    with :math:`\alpha = \sum_j A_{ij} = 1 \pm m\varepsilon/2` and :math:`s = \sum_j \tilde A_{ij} \le 1 + \delta`,
+    so at least :math:`-(\delta + m\varepsilon/2)` to first order; computing it adds at most
+    :math:`\varepsilon\,A_{ij}(|\log A_{ij}| + |\log \tilde A_{ij}|)` per term (each log within an ulp)
+    and :math:`(m + 2)\,\varepsilon/2` of the terms' absolute sum for the subtraction, product and sum
+    (Higham, 2002, §4.2). Measured on the atlas's rows: -2.5e-15 at worst.
+
     Examples
     --------
     >>> round(row_kl([[0.5, 0.5]], [[0.25, 0.75]]), 12)         # ½ log 2 + ½ log(2/3)
@@ -154,7 +175,48 @@ def row_kl(exact_weights: ArrayLike, approx_weights: ArrayLike) -> float:
                          f"than {ROW_SUM_TOLERANCE:g}): KL(exact ‖ approx) is not defined for them")
     positive = A > 0.0
     lost = positive & (W <= 0.0)                                   # exact mass the approximation cannot carry
-    safe_W = np.where(positive & ~lost, W, 1.0)
-    terms = np.where(positive & ~lost, A * (np.log(np.where(positive, A, 1.0)) - np.log(safe_W)), 0.0)
+    kept = positive & ~lost
+    log_A, log_W = np.log(np.where(positive, A, 1.0)), np.log(np.where(kept, W, 1.0))
+    terms = np.where(kept, A * (log_A - log_W), 0.0)               # (..., n, m)  A_ij log(A_ij / Ã_ij)
     kl = np.where(lost.any(axis=-1), np.inf, terms.sum(axis=-1))   # (..., n)
+    size = np.where(kept, A * (np.abs(log_A) + np.abs(log_W)), 0.0).sum(axis=-1)   # (..., n)
+    bound = ROW_SUM_TOLERANCE + (A.shape[-1] + 4) * np.finfo(np.float64).eps * (1.0 + size)
+    kl = clamp_round_off(kl, bound, "row KL")
     return float(kl.mean()) if kl.size else np.nan
+
+
+def clamp_round_off(values: ArrayLike, bound: ArrayLike, what: str) -> np.ndarray:
+    """``values``, quantities >= 0 by definition, with round-off below 0 (down to ``-bound``) set to 0.
+
+    Parameters
+    ----------
+    values : array_like
+        The computed quantities (``inf`` and NaN pass through).
+    bound : array_like, broadcastable to ``values``
+        How far below 0 round-off can take each value.
+    what : str
+        Their name, for the error.
+
+    Returns
+    -------
+    ndarray
+        ``values`` with every value in ``[-bound, 0]`` (-0.0 included) replaced by 0.
+
+    Raises
+    ------
+    RuntimeError
+        If a value is below ``-bound``: no round-off, a bug in what computed it.
+
+    Examples
+    --------
+    >>> clamp_round_off([0.5, -2.5e-15, 0.0], 1e-12, "row KL")
+    array([0.5, 0. , 0. ])
+    """
+    values = np.asarray(values, dtype=np.float64)
+    bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), values.shape)
+    below = values < -bound
+    if below.any():
+        i = np.unravel_index(int(np.argmax(below)), values.shape)
+        raise RuntimeError(f"{what} {values[i]:.3g} at {tuple(int(j) for j in i)} is below 0 by more than its "
+                           f"round-off bound {bound[i]:.3g}: it is >= 0 by definition, so this is a bug")
+    return np.where(values <= 0.0, 0.0, values)

@@ -21,6 +21,17 @@ b = 64 8.1 KiB, Longformer w = 256 with 2 globals 9.4 KiB.
 """
 
 
+def extra_target(value, default, sizes: list[int] | None):
+    """The setting of a benchmark's extra target (a size of its own, a sweep): ``--sizes`` runs only what it asks.
+
+    ``value`` when the option was given; otherwise ``default`` when ``--sizes`` was not given (``sizes`` None)
+    and None (skip) when it was.
+    """
+    if value is not None:
+        return value
+    return default if sizes is None else None
+
+
 def best_time(fn: Callable[[], object], repeat: int) -> float:
     """Best wall time of ``repeat`` calls, in seconds (the least disturbed by other load)."""
     best = float("inf")

@@ -13,7 +13,7 @@ float64 GEMM rate measured in the same run (NumPy's BLAS on a 2048² product, al
 
 Targets (issue 20): the backward kernel at n = 4096 at most 1.0× torch's backward, non-causal and
 causal; peak memory of ``sdpa_vjp(method="blocked")`` at n = 32768, 8 heads, causal, under 512 MiB
-beyond the inputs and the gradients.
+beyond the inputs and the gradients (run when ``--sizes`` is not given, or at ``--memory-n N``).
 """
 from __future__ import annotations
 
@@ -24,33 +24,38 @@ import numpy as np
 
 from ..cli import non_negative_int, positive_int
 from ..oracle.vjp import VJP_ARRAYS, sdpa_vjp
-from ._measure import best_times, check_memory, gemm_rate, mib, peak_memory
+from ._measure import best_times, check_memory, extra_target, gemm_rate, mib, peak_memory
 
-__all__ = ["add_arguments", "check_arguments", "measure", "run"]
+__all__ = ["DEFAULT_SIZES", "MEMORY_N", "add_arguments", "check_arguments", "measure", "run"]
+
+DEFAULT_SIZES = (1024, 2048, 4096)
+MEMORY_N = 32768
+"""n of the peak-memory target, run by default only when ``--sizes`` is not given."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``bench backward``."""
-    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1024, 2048, 4096], metavar="N",
-                        help="sequence lengths n = m")
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=None, metavar="N",
+                        help=f"sequence lengths n = m (default {' '.join(map(str, DEFAULT_SIZES))})")
     parser.add_argument("--heads", type=positive_int, default=8)
     parser.add_argument("--d", type=positive_int, default=64)
     parser.add_argument("--repeat", type=positive_int, default=3, help="timed rounds per point (best is kept)")
     parser.add_argument("--equation-max", type=non_negative_int, default=2048,
                         help="largest n for the equation VJP (0: never)")
-    parser.add_argument("--memory-n", type=non_negative_int, default=32768,
-                        help="n of the peak-memory target (0: skip)")
+    parser.add_argument("--memory-n", type=non_negative_int, default=None,
+                        help=f"n of the peak-memory target (0: skip; default {MEMORY_N} without --sizes, else skip)")
 
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Raise a one-line ``ValueError`` if a size would not fit in the memory available now."""
     needs = {}
-    for n in args.sizes:
+    for n in args.sizes or DEFAULT_SIZES:
         needs[f"n={n}"] = {"inputs, outputs and gradients": 10 * args.heads * n * args.d * 8}
         if n <= args.equation_max:
             needs[f"n={n}"]["equation VJP's (h, n, n) arrays"] = VJP_ARRAYS * args.heads * n * n * 8
-    if args.memory_n:
-        needs[f"--memory-n {args.memory_n}"] = {"inputs and gradients": 9 * args.heads * args.memory_n * args.d * 8}
+    memory_n = extra_target(args.memory_n, MEMORY_N, args.sizes)
+    if memory_n:
+        needs[f"--memory-n {memory_n}"] = {"inputs and gradients": 9 * args.heads * memory_n * args.d * 8}
     check_memory(needs, "lower --sizes, --heads, --d, --equation-max or --memory-n")
 
 
@@ -102,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"float64 GEMM (NumPy BLAS, 2048²): {gemm:.1f} GFLOP/s")
     print(f"{'n':>6}{'causal':>8}{'method':>12}{'time s':>10}{'GFLOP/s':>9}{'of GEMM':>9}{'vs torch':>10}")
     ok, at_4096 = True, {}
-    for n in args.sizes:
+    for n in args.sizes or DEFAULT_SIZES:
         for causal in (False, True):
             times = measure(n, args.heads, args.d, causal, args.repeat, args.equation_max, torch)
             flops = 10 * args.heads * (n * (n + 1) // 2 if causal else n * n) * args.d
@@ -116,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
         ok &= ratio <= 1.0
         print(f"target: backward kernel / torch backward at n = 4096, causal={causal}: {ratio:.2f} (<= 1.0): "
               f"{'met' if ratio <= 1.0 else 'MISSED'}")
-    if args.memory_n:
-        n, rng = args.memory_n, np.random.default_rng(1)
+    n = extra_target(args.memory_n, MEMORY_N, args.sizes)
+    if n:                                                          # the memory target
+        rng = np.random.default_rng(1)
         q, k, v, d_out = (rng.standard_normal((args.heads, n, args.d)) for _ in range(4))
         _, peak = peak_memory(lambda: sdpa_vjp(q, k, v, d_out, causal=True, method="blocked"))
         beyond = peak - 3 * q.nbytes                               # the gradients are allocated inside

@@ -24,8 +24,9 @@ on the same inputs, each pair in alternating rounds of its own:
 - the whole calls with φ inside ("with φ"), where computing φ(Q) and φ(K) (two passes over n × d)
   is a fixed cost of both methods.
 
-A sweep over the chunk size at the largest n shows where the default comes from. Target (issue
-20): the chunk recurrence >= 5× faster than the scan at n = 65536.
+A sweep over the chunk size at the largest n shows where the default comes from (run when ``--sizes`` is
+not given, or with ``--sweep C ...``). Target (issue 20): the chunk recurrence >= 5× faster than the
+scan at n = 65536.
 """
 from __future__ import annotations
 
@@ -37,22 +38,27 @@ import numpy as np
 from ..cli import non_negative_int, positive_int
 from ..linear import elu_feature_map, linear_attention
 from ..linear.chunk import DEFAULT_CHUNK_SIZE
-from ._measure import best_time, best_times, check_memory, gemm_rate, mib, peak_memory
+from ._measure import best_time, best_times, check_memory, extra_target, gemm_rate, mib, peak_memory
 
-__all__ = ["add_arguments", "check_arguments", "run"]
+__all__ = ["DEFAULT_SIZES", "SWEEP", "add_arguments", "check_arguments", "run"]
+
+DEFAULT_SIZES = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+SWEEP = (16, 32, 64, 128)
+"""Chunk sizes timed at the largest n, by default only when ``--sizes`` is not given."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``bench linear``."""
-    parser.add_argument("--sizes", type=positive_int, nargs="+",
-                        default=[1024, 2048, 4096, 8192, 16384, 32768, 65536], metavar="N",
-                        help="sequence lengths (refused, naming the GiB, if a run would not fit in memory)")
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=None, metavar="N",
+                        help=f"sequence lengths (default {' '.join(map(str, DEFAULT_SIZES))}; refused, naming the GiB, "
+                             "if a run would not fit in memory)")
     parser.add_argument("--d", type=positive_int, default=64, help="d = d_v = F")
     parser.add_argument("--repeat", type=positive_int, default=5, help="timed calls per point (best is kept)")
     parser.add_argument("--chunk-size", type=positive_int, default=DEFAULT_CHUNK_SIZE,
                         help="chunk size C of method='chunk'")
-    parser.add_argument("--sweep", type=positive_int, nargs="*", default=[16, 32, 64, 128], metavar="C",
-                        help="chunk sizes timed at the largest n (none: skip)")
+    parser.add_argument("--sweep", type=positive_int, nargs="*", default=None, metavar="C",
+                        help=f"chunk sizes timed at the largest n (none: skip; default {' '.join(map(str, SWEEP))} "
+                             "without --sizes, else skip)")
     parser.add_argument("--quadratic-max", type=non_negative_int, default=8192,
                         help="largest n for the quadratic path (0: never)")
 
@@ -68,7 +74,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     n <= ``--quadratic-max``, :data:`QUADRATIC_ARRAYS` (n, n) arrays.
     """
     needs = {}
-    for n in args.sizes:
+    for n in args.sizes or DEFAULT_SIZES:
         needs[f"n={n}"] = {"inputs, features and outputs": 9 * n * args.d * 8}
         if n <= args.quadratic_max:
             needs[f"n={n}"]["quadratic path"] = QUADRATIC_ARRAYS * n * n * 8
@@ -110,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
           f"{'t(n)/t(n/2)':>13}")
     times, speedups = {}, {}
     previous = None
-    for n in args.sizes:
+    sizes = args.sizes or DEFAULT_SIZES
+    for n in sizes:
         q, k, v = (rng.standard_normal((n, d)) for _ in range(3))
         phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
         kernels = _kernel_calls(phi_q, phi_k, v, C)
@@ -145,11 +152,12 @@ def run(args: argparse.Namespace) -> int:
           "on the same features (a new output each call); with φ: the whole calls, φ = elu + 1 inside")
     print("scan memory = features φ(Q), φ(K) (2·n·F) + output (n·d_v) + denominators: linear in n; "
           "the recurrent state is one F × d_v matrix per sequence, whatever n is")
-    if args.sweep:
-        n = args.sizes[-1]
+    sweep = extra_target(args.sweep, SWEEP, args.sizes)
+    if sweep:
+        n = max(sizes)
         phi_q, phi_k = (elu_feature_map(x) for x in rng.standard_normal((2, n, d)))
         v = rng.standard_normal((n, d))
-        calls = {size: _kernel_calls(phi_q, phi_k, v, size)["chunk"] for size in args.sweep}
+        calls = {size: _kernel_calls(phi_q, phi_k, v, size)["chunk"] for size in sweep}
         swept = best_times(calls, args.repeat, settle=0.05)
         print(f"chunk size at n = {n}: " + ", ".join(
             f"C = {size}{' (default)' if size == DEFAULT_CHUNK_SIZE else ''} {t:.4f} s" for size, t in swept.items()))

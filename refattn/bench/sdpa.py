@@ -16,7 +16,13 @@ machine for a while, in rounds of its own. Best of ``--repeat`` (5) rounds: this
 shared, and single calls vary by 20%.
 
 Targets (issue 6): blocked time at n = 4096 at most 1.0× torch's, non-causal and causal; peak
-memory at n = 32768, 8 heads, under 512 MiB beyond inputs and output.
+memory at n = 32768, 8 heads, under 512 MiB beyond inputs and output (run when ``--sizes`` is not
+given, or at ``--memory-n N``).
+
+``--plot FILE`` also times sparse band attention (CSR) and the causal linear scan at every n and
+draws time vs n for every mechanism there (a measurement of this machine: the README's
+``figures/complexity.png`` is such a plot, rewritten only by ``--plot figures/complexity.png``);
+without it nothing is written.
 """
 from __future__ import annotations
 
@@ -29,26 +35,39 @@ import numpy as np
 
 from ..cli import non_negative_int, output_file, positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ._measure import PATTERN_BYTES_PER_ROW, best_time, best_times, check_memory, machine, mib, peak_memory
+from ._measure import (
+    PATTERN_BYTES_PER_ROW,
+    best_time,
+    best_times,
+    check_memory,
+    extra_target,
+    machine,
+    mib,
+    peak_memory,
+)
 
-__all__ = ["add_arguments", "check_arguments", "run", "measure"]
+__all__ = ["DEFAULT_SIZES", "MEMORY_N", "add_arguments", "check_arguments", "measure", "run"]
 
-COMPLEXITY_PNG = Path(__file__).resolve().parents[2] / "figures" / "complexity.png"
+DEFAULT_SIZES = (1024, 2048, 4096, 8192)
+MEMORY_N = 32768
+"""n of the peak-memory target, run by default only when ``--sizes`` is not given."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``bench sdpa``."""
-    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1024, 2048, 4096, 8192], metavar="N",
-                        help="sequence lengths n = m (refused, naming the GiB, if a run would not fit in memory)")
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=None, metavar="N",
+                        help=f"sequence lengths n = m (default {' '.join(map(str, DEFAULT_SIZES))}; refused, naming "
+                             "the GiB, if a run would not fit in memory)")
     parser.add_argument("--heads", type=positive_int, default=8)
     parser.add_argument("--d", type=positive_int, default=64)
     parser.add_argument("--repeat", type=positive_int, default=5, help="timed rounds per point (best is kept)")
     parser.add_argument("--equation-max", type=non_negative_int, default=4096,
                         help="largest n for the equation path (0: never)")
-    parser.add_argument("--memory-n", type=non_negative_int, default=32768,
-                        help="n of the peak-memory target (0: skip)")
-    parser.add_argument("--plot", type=output_file, default=COMPLEXITY_PNG,
-                        help=f"where to write the time-vs-n figure (default {COMPLEXITY_PNG}; '' to skip)")
+    parser.add_argument("--memory-n", type=non_negative_int, default=None,
+                        help=f"n of the peak-memory target (0: skip; default {MEMORY_N} without --sizes, else skip)")
+    parser.add_argument("--plot", type=output_file, default=None, metavar="FILE",
+                        help="also time band attention and the linear scan, and write the time-vs-n figure there "
+                             "(default: no figure; figures/complexity.png is the README's)")
 
 
 SCORE_ARRAYS = 5
@@ -58,18 +77,21 @@ SCORE_ARRAYS = 5
 def check_arguments(args: argparse.Namespace) -> None:
     """Raise a one-line ``ValueError`` if a size would not fit in the memory available now.
 
-    The estimate of size n: 8 float64 (h, n, d) arrays (inputs, outputs, the scan's features), the
-    band pattern of the complexity figure (:data:`~refattn.bench._measure.PATTERN_BYTES_PER_ROW`
-    per row) and, where n <= ``--equation-max``, :data:`SCORE_ARRAYS` (h, n, n) score arrays.
+    The estimate of size n: 8 float64 (h, n, d) arrays (inputs, outputs, the scan's features), with
+    ``--plot`` the band pattern of the complexity figure
+    (:data:`~refattn.bench._measure.PATTERN_BYTES_PER_ROW` per row) and, where n <= ``--equation-max``,
+    :data:`SCORE_ARRAYS` (h, n, n) score arrays.
     """
     needs = {}
-    for n in args.sizes:
-        needs[f"n={n}"] = {"inputs and outputs": 8 * args.heads * n * args.d * 8,
-                           "band pattern": PATTERN_BYTES_PER_ROW * n}
+    for n in args.sizes or DEFAULT_SIZES:
+        needs[f"n={n}"] = {"inputs and outputs": 8 * args.heads * n * args.d * 8}
+        if args.plot is not None:
+            needs[f"n={n}"]["band pattern"] = PATTERN_BYTES_PER_ROW * n
         if n <= args.equation_max:
             needs[f"n={n}"]["equation path's scores"] = SCORE_ARRAYS * args.heads * n * n * 8
-    if args.memory_n:
-        needs[f"--memory-n {args.memory_n}"] = {"inputs and output": 5 * args.heads * args.memory_n * args.d * 8}
+    memory_n = extra_target(args.memory_n, MEMORY_N, args.sizes)
+    if memory_n:
+        needs[f"--memory-n {memory_n}"] = {"inputs and output": 5 * args.heads * memory_n * args.d * 8}
     check_memory(needs, "lower --sizes, --heads, --d, --equation-max or --memory-n")
 
 
@@ -119,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"blocked kernel ready in {time.perf_counter() - t0:.2f} s (first call: compile or load from cache)")
     print(f"{'n':>6}{'causal':>8}{'method':>10}{'time s':>10}{'GFLOP/s':>9}{'vs torch':>10}")
     ok, at_4096, curves = True, {}, {}
-    for n in args.sizes:
+    for n in args.sizes or DEFAULT_SIZES:
         for causal in (False, True):
             times = measure(n, args.heads, args.d, causal, args.repeat, args.equation_max, torch)
             flops = 4 * args.heads * (n * (n + 1) // 2 if causal else n * n) * args.d
@@ -129,8 +151,9 @@ def run(args: argparse.Namespace) -> int:
                 curves.setdefault(f"sdpa {method}{' causal' if causal else ''}", {})[n] = t
             if n == 4096 and "torch" in times:
                 at_4096[causal] = times["blocked"] / times["torch"]
-        curves.setdefault("sparse band w=128 (CSR)", {})[n] = _band_time(n, args.heads, args.d, args.repeat)
-        curves.setdefault("causal linear scan (elu+1)", {})[n] = _scan_time(n, args.heads, args.d, args.repeat)
+        if args.plot is not None:                                  # the other curves of the figure
+            curves.setdefault("sparse band w=128 (CSR)", {})[n] = _band_time(n, args.heads, args.d, args.repeat)
+            curves.setdefault("causal linear scan (elu+1)", {})[n] = _scan_time(n, args.heads, args.d, args.repeat)
     if args.plot is not None:
         try:
             print(f"wrote {_plot(curves, args.plot, args.heads, args.d)}")
@@ -141,8 +164,9 @@ def run(args: argparse.Namespace) -> int:
         ok &= ratio <= 1.0
         print(f"target: blocked / torch at n = 4096, causal={causal}: {ratio:.2f} (<= 1.0): "
               f"{'met' if ratio <= 1.0 else 'MISSED'}")
-    if args.memory_n:
-        n, rng = args.memory_n, np.random.default_rng(1)
+    n = extra_target(args.memory_n, MEMORY_N, args.sizes)
+    if n:                                                          # the memory target
+        rng = np.random.default_rng(1)
         q, k, v = (rng.standard_normal((args.heads, n, args.d)) for _ in range(3))
         _, peak = peak_memory(lambda: scaled_dot_product_attention(q, k, v, causal=True, method="blocked"))
         beyond = peak - q.nbytes                                   # the output, (h, n, d), is allocated inside

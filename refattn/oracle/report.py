@@ -4,10 +4,11 @@ r"""The report of :func:`refattn.oracle.check.check`: one :class:`Comparison` pe
 in its :class:`Comparison`.
 
 Every number an implementer needs to act on a failure is in the report: where the largest absolute
-and relative errors are and the two values there, the error in ULPs of the candidate's dtype, mean
-and RMS errors, how many elements fail, every NaN/Inf mismatch, the fully masked rows and what the
-candidate does there, the threshold with the rule that produced it, and the alternative
-conventions under which the candidate would pass.
+and relative errors are and the two values there, the error in ULPs of the candidate's dtype (relative
+and ULP errors where the oracle value is not 0; where it is 0 only the absolute error means something,
+reported on a line of its own), mean and RMS errors, how many elements fail, every NaN/Inf mismatch,
+the fully masked rows and what the candidate does there, the threshold with the rule that produced it,
+and the alternative conventions under which the candidate would pass.
 """
 from __future__ import annotations
 
@@ -41,14 +42,22 @@ class Comparison:
         Number of elements.
     n_failing : int
         Elements that fail: outside the tolerance, or a non-finite mismatch.
-    max_abs_error, max_rel_error : float
+    max_abs_error : float
         Over the elements where both the candidate and the oracle are finite (``nan`` if none).
+    max_rel_error : float
+        ``|c − o| / |o|`` over those elements where the oracle is not 0 (``nan`` if none).
     max_abs_index, max_rel_index : tuple of int or None
     max_abs_values, max_rel_values : tuple of (float, float) or None
         ``(candidate, oracle)`` at that index.
     max_ulp_error : float
-        ``|c − o| / spacing(o)``, the spacing of the oracle value cast to the candidate's dtype.
+        ``|c − o| / spacing(o)``, the spacing of the oracle value cast to the candidate's dtype, where the
+        oracle is not 0 (``nan`` if it is 0 everywhere): the spacing of 0 is the smallest subnormal,
+        and an error of 1 there would read as 7e+44 ulp of float32.
     max_ulp_index : tuple of int or None
+    oracle_zeros : int
+        Elements where the oracle is exactly 0 and the candidate finite.
+    oracle_zeros_max_abs_error : float
+        Largest ``|c|`` there (``nan`` if none): their only error.
     scale_ulp_error : float
         ``max|c − o| / spacing(max|o|)``: ULPs at the array's scale (what the "ulp" rule bounds).
     mean_abs_error, rms_error : float
@@ -86,6 +95,8 @@ class Comparison:
     max_ulp_error: float = float("nan")
     max_ulp_index: tuple | None = None
     scale_ulp_error: float = float("nan")
+    oracle_zeros: int = 0
+    oracle_zeros_max_abs_error: float = float("nan")
     mean_abs_error: float = float("nan")
     rms_error: float = float("nan")
     nan_where_finite: int = 0
@@ -113,9 +124,17 @@ class Comparison:
             out.append(f"  baseline    non-finite at {self.baseline_nonfinite} elements where the oracle is finite "
                        "(left out of the baseline error)")
         out.append(f"  max abs     {_at(self.max_abs_error, self.max_abs_index, self.max_abs_values)}")
-        out.append(f"  max rel     {_at(self.max_rel_error, self.max_rel_index, self.max_rel_values)}")
-        out.append(f"  max ulp     {_g(self.max_ulp_error)} ulp of {self.dtype} at {_index(self.max_ulp_index)} "
-                   f"(spacing of the oracle value); {_g(self.scale_ulp_error)} ulp at the array's scale")
+        if self.max_rel_index is None:
+            out.append("  max rel     — (no oracle value other than 0)")
+        else:
+            out.append(f"  max rel     {_at(self.max_rel_error, self.max_rel_index, self.max_rel_values)}")
+        ulp = ("—" if self.max_ulp_index is None else
+               f"{_g(self.max_ulp_error)} ulp of {self.dtype} at {_index(self.max_ulp_index)} (spacing of the oracle "
+               "value)")
+        out.append(f"  max ulp     {ulp}; {_g(self.scale_ulp_error)} ulp at the array's scale")
+        if self.oracle_zeros:
+            out.append(f"  oracle 0    at {self.oracle_zeros} elements: abs error up to "
+                       f"{_g(self.oracle_zeros_max_abs_error)} (no relative or ulp error there)")
         out.append(f"  mean abs    {_g(self.mean_abs_error)}, rms {_g(self.rms_error)}")
         nonfinite = []
         if self.nan_where_finite:
@@ -162,14 +181,20 @@ def compare_arrays(name: str, c: NDArray, o: NDArray, tol, threshold: str, basel
     if both.any():
         i = np.unravel_index(np.argmax(np.where(both, err, -1.0)), o.shape)
         stats.update(max_abs_error=float(err[i]), max_abs_index=_ints(i), max_abs_values=(float(c64[i]), float(o[i])))
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            rel = np.where(both, np.where(err == 0, 0.0, err / np.abs(o)), -1.0)
-            gaps = spacing(o, fmt)
-            ulp = np.where(both & np.isfinite(gaps), err / gaps, -1.0)
-        i = np.unravel_index(np.argmax(rel), o.shape)
-        stats.update(max_rel_error=float(rel[i]), max_rel_index=_ints(i), max_rel_values=(float(c64[i]), float(o[i])))
-        i = np.unravel_index(np.argmax(ulp), o.shape)
-        stats.update(max_ulp_error=float(ulp[i]), max_ulp_index=_ints(i))
+        nonzero = both & (o != 0)                                  # relative and ulp errors mean nothing at 0
+        if nonzero.any():
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                rel = np.where(nonzero, err / np.abs(o), -1.0)
+                gaps = spacing(o, fmt)
+                ulp = np.where(nonzero & np.isfinite(gaps), err / gaps, -1.0)
+            i = np.unravel_index(np.argmax(rel), o.shape)
+            stats.update(max_rel_error=float(rel[i]), max_rel_index=_ints(i),
+                         max_rel_values=(float(c64[i]), float(o[i])))
+            i = np.unravel_index(np.argmax(ulp), o.shape)
+            stats.update(max_ulp_error=float(ulp[i]), max_ulp_index=_ints(i))
+        zeros = both & ~nonzero
+        if zeros.any():
+            stats.update(oracle_zeros=int(np.sum(zeros)), oracle_zeros_max_abs_error=float(np.max(err[zeros])))
         top = float(np.max(np.abs(o[fin_o])))
         scale_spacing = float(spacing(min(top, fmt.max), fmt))
         stats["scale_ulp_error"] = float(err.max()) / scale_spacing
