@@ -4,7 +4,7 @@ The figure draws, per task, each row's output relative error on the model's q, k
 sdpa's (top) and the model's accuracy with it against the same time (bottom). The Pareto front of the
 approximations (the rows at their defaults that no other such row beats on both time and error) is
 drawn as a step line and labelled; the exact rows sit in a band at the bottom of the error axis
-(their errors, at most 1e-12, are drawn at :data:`ERROR_FLOOR` when smaller).
+(their errors, at most 1e-12, are round-off: drawn and printed by :func:`refattn.viz.roundoff`'s rule).
 """
 from __future__ import annotations
 
@@ -21,14 +21,12 @@ from .runner import Atlas, TaskResult
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["ATLAS_END", "ATLAS_START", "ERROR_FLOOR", "EXACT_BOUND", "FAMILY_COLOURS",
+__all__ = ["ATLAS_END", "ATLAS_START", "EXACT_BOUND", "FAMILY_COLOURS",
            "KEPT_ACCURACY", "atlas_figure", "atlas_markdown", "pareto_front", "update_readme_atlas"]
 
 ATLAS_START, ATLAS_END = "<!-- atlas:start -->\n", "<!-- atlas:end -->"
 #: The bound every exact row's error must meet.
 EXACT_BOUND = 1e-12
-#: Where the figure draws errors below it (an exact zero has no place on a log axis).
-ERROR_FLOOR = 1e-17
 
 
 def atlas_markdown(atlas: Atlas) -> str:
@@ -175,13 +173,15 @@ FAMILY_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564
 
 
 def _draw_task(axes, atlas: Atlas, task: str, colours: dict) -> None:
+    from ..viz import roundoff, shade_roundoff
+
     ax_error, ax_exact, ax_accuracy = axes
     rows = [r for r in atlas.rows if r.tasks[task].calls_taken and r.tasks[task].time_ratio is not None]
     for row in rows:
         result, exact = row.tasks[task], row.setting == "exact"
         style = dict(marker="D", facecolor="none", edgecolor=colours[row.family], s=30) if exact else \
             dict(marker="o", color=colours[row.family], s=25, alpha=0.85)
-        (ax_exact if exact else ax_error).scatter(result.time_ratio, max(result.error, ERROR_FLOOR), zorder=3,
+        (ax_exact if exact else ax_error).scatter(result.time_ratio, roundoff(result.error), zorder=3,
                                                   **style)
         if result.accuracy is not None:
             ax_accuracy.scatter(result.time_ratio, result.accuracy, zorder=3, **style)
@@ -190,7 +190,7 @@ def _draw_task(axes, atlas: Atlas, task: str, colours: dict) -> None:
                                              [r.tasks[task].error for r in approx])]
     if front:
         x = [r.tasks[task].time_ratio for r in front]
-        y = [max(r.tasks[task].error, ERROR_FLOOR) for r in front]
+        y = roundoff([r.tasks[task].error for r in front])
         ax_error.step(x, y, where="post", color="k", lw=1.0, zorder=2, label="Pareto front (approximations "
                       "taking every call)")
         for i, (row, xi, yi) in enumerate(zip(front, x, y, strict=True)):
@@ -199,10 +199,10 @@ def _draw_task(axes, atlas: Atlas, task: str, colours: dict) -> None:
         ax_error.legend(loc="upper right", fontsize=8)
     ax_error.set(xscale="log", yscale="log", title=f"{task}: output relative error on the model's q, k, v",
                  ylabel="‖Õ − O‖ / ‖O‖")
-    ax_exact.set(yscale="log", ylim=(ERROR_FLOOR / 3, EXACT_BOUND * 3), ylabel="exact rows")
-    ax_exact.axhline(EXACT_BOUND, color="0.5", lw=0.8, ls=":")
-    ax_exact.text(0.01, 0.9, f"error ≤ {EXACT_BOUND:g} (drawn at {ERROR_FLOOR:g} when smaller)",
-                  transform=ax_exact.transAxes, fontsize=7, color="0.35", va="top")
+    ax_exact.set(yscale="log", ylim=(None, EXACT_BOUND * 30), ylabel="exact rows")
+    shade_roundoff(ax_exact)
+    ax_exact.text(0.01, 0.9, f"error ≤ {EXACT_BOUND:g}: round-off", transform=ax_exact.transAxes, fontsize=7,
+                  color="0.35", va="top")
     baseline = atlas.baseline[task]
     kept = [r.id for r in sorted(approx, key=lambda r: r.tasks[task].time_ratio) if baseline is not None and
             r.tasks[task].accuracy is not None and r.tasks[task].accuracy >= baseline - KEPT_ACCURACY]
@@ -223,8 +223,8 @@ def _task_cells(result: TaskResult) -> list[str]:
         return ["", "", ""]
     partial = "" if result.calls_taken == result.calls_total else \
         f" ({result.calls_taken} of {result.calls_total} calls)"
-    error = f"{_number(result.error, '.1e')} / {_number(result.error_random, '.1e')}{partial}"
-    kl = "—" if result.kl is None else _number(result.kl, ".2g")
+    error = f"{_computed(result.error, '.1e')} / {_computed(result.error_random, '.1e')}{partial}"
+    kl = _computed(result.kl, ".2g")
     return [error, f"{_number(result.mass, '.3f')} / {kl}", _number(result.accuracy, ".3f")]
 
 
@@ -255,7 +255,15 @@ def _number(x: float | None, fmt: str) -> str:
         return "—"
     if np.isinf(x):
         return "∞"
-    return "0" if x == 0 and "e" in fmt else format(x, fmt)
+    return format(x, fmt)
+
+
+def _computed(x: float | None, fmt: str) -> str:
+    """An error or a divergence, by the figures' rule for round-off (:func:`refattn.viz.roundoff_text`):
+    "< 1e-12" below the floor, so that its last bits, which change with the machine, are not printed."""
+    from ..viz import roundoff_text
+
+    return "—" if x is None else "∞" if np.isinf(x) else roundoff_text(x, fmt)
 
 
 def _ratio(x: float | None) -> str:
