@@ -161,3 +161,19 @@ def test_bad_offset_of_the_registry_entry_is_named():
         APPLY(x, x, x, offset=True)
     with pytest.raises(ValueError, match="offset must be finite"):
         APPLY(x, x, x, offset=np.inf)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_sigma_whose_square_underflows_gives_the_limit_of_sigma_to_zero(causal):
+    """σ = 1e-300: σ² is 0, and −(j − c)²/2σ² was 0/0 = NaN at the key on the centre (3 of 4 rows). The limit σ → 0
+    puts the whole row on the nearest key it sees (row 0's centre −1 is nearest key 0), shared on a tie."""
+    v = np.eye(4)[None]                                            # one head, values = one-hot positions
+    nearest = [[1, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]
+    np.testing.assert_array_equal(hardcoded_gaussian_attention(v, sigma=1e-300, offsets=(-1,), causal=causal),
+                                  [nearest])
+    halves = [[1, 0, 0, 0], [0.5, 0.5, 0, 0], [0, 0.5, 0.5, 0], [0, 0, 0.5, 0.5]]   # centres i − 1/2: two nearest
+    np.testing.assert_array_equal(hardcoded_gaussian_attention(v, sigma=1e-300, offsets=(-0.5,), causal=causal),
+                                  [halves])
+    density = hardcoded_gaussian_attention(v, sigma=1e-300, offsets=(-1,), causal=causal, normalize="density")
+    np.testing.assert_allclose(density, [np.array(nearest) * np.where(np.arange(4) > 0, 1.0, 0.0)[:, None]
+                                         / (1e-300 * np.sqrt(2 * np.pi))], rtol=1e-15)   # N(0; 0, σ²) on a hit

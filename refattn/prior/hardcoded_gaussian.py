@@ -116,11 +116,17 @@ def _gaussian_rows(rows: NDArray, m: int, offsets: NDArray, sigma: float, ratio:
     centre = position[None, :, None] * ratio + offsets[:, None, None]             # (h, r, 1)  c = p_i·r + o_h
     allowed = np.ones((rows.size, j.size), dtype=bool) if delta is None else \
         j <= rows[:, None] + delta                                                # (r, w)  j ≤ p_i
-    S = -((j - centre) ** 2) / (2.0 * sigma**2)                                   # (h, r, w)  −(j − c)²/(2σ²)
-    if normalize == "keys":
-        return softmax(S, mask=allowed), allowed                   # (h, r, w)  ∝ e^S over the keys seen
-    density = np.exp(S) / (sigma * math.sqrt(2.0 * math.pi))       # (h, r, w)  N(j; c, σ²)
-    return np.where(allowed, density, 0.0), allowed                # masked by selection, not renormalised
+    dist = np.abs(j - centre)                                                     # (h, r, w)  |j − c|
+    if normalize == "density":
+        with np.errstate(over="ignore"):                           # (j − c)²/σ² = inf: a density of exactly 0
+            density = np.exp(-0.5 * (dist / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi))   # N(j; c, σ²)
+        return np.where(allowed, density, 0.0), allowed            # masked by selection, not renormalised
+    # e^{−(j − c)²/2σ²} over the keys seen, shifted by the nearest one's (distance d): every ratio is formed before
+    # it meets σ, so that σ² underflowing to 0 gives the σ → 0 limit (the nearest keys share the row), never 0/0
+    d = np.min(np.where(allowed, dist, np.inf), axis=-1, keepdims=True, initial=np.inf)   # (h, r, 1)
+    with np.errstate(invalid="ignore", over="ignore"):             # −inf: a weight of exactly 0; no key: masked
+        S = np.where(dist == d, 0.0, -0.5 * ((dist - d) / sigma) * ((dist + d) / sigma))  # −((j − c)² − d²)/2σ²
+    return softmax(S, mask=allowed), allowed                       # (h, r, w)  ∝ e^S over the keys seen
 
 
 def _key_window(rows: NDArray, m: int, offsets: NDArray, sigma: float, ratio: float, delta: int | None
@@ -165,7 +171,8 @@ def hardcoded_gaussian_weights(n: int, m: int | None = None, *, offsets=(-1, 1),
         :math:`o_h`, one per head (:data:`HARDCODED_OFFSETS`, :func:`hardcoded_offsets`).
     sigma : float, default 1.0
         σ > 0, shared by the heads; ``np.inf`` gives uniform weights over the keys each query sees
-        (under ``normalize="keys"``).
+        (under ``normalize="keys"``), and a σ whose square underflows (1e-300) the limit σ → 0: the nearest
+        key(s) each query sees share its row.
     causal : {False, True, "top-left", "bottom-right"}, default False
         :math:`J_i`: every key, or ``j <= p_i`` with :math:`p_i = i` (top-left) or ``i + m − n``
         (bottom-right, the n queries are the last n of m positions, which also moves their centres).
