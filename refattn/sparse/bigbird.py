@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, check_choice, check_non_negative_int, check_positive_int, check_sizes
+from ..common import as_rng, check_choice, check_non_negative_int, check_positive_int, check_size, check_sizes
 from ..mechanism import Mechanism
 from ..papers import BIGBIRD
 from .attention import pattern_apply
@@ -106,7 +106,7 @@ def draw_bigbird_random_blocks(
     True
     """
     rng = as_rng(rng)
-    nb = check_positive_int("num_blocks", num_blocks)
+    nb = check_size("num_blocks", num_blocks, positive=True, rows=True)
     r, g, half = _settings(num_random_blocks, num_global_blocks, num_window_blocks, candidates, drawing=True)
     _check_layout(nb, r, g, half, candidates, drawing=True)
     random_blocks = np.full((nb, r), -1, dtype=np.int64)
@@ -265,7 +265,7 @@ def _block_pattern(num_blocks, num_random_blocks, num_global_blocks, num_window_
                    candidates) -> tuple[SparsePattern, NDArray]:
     """The block layout as an (n_b, n_b) SparsePattern, built from index lists (no n_b × n_b loop), and its
     random blocks R (drawn, or as given)."""
-    nb = check_positive_int("num_blocks", num_blocks)
+    nb = check_size("num_blocks", num_blocks, positive=True, rows=True)
     drawing = _drawing(num_random_blocks, rng, random_blocks)
     r, g, half = _settings(num_random_blocks, num_global_blocks, num_window_blocks, candidates, drawing)
     _check_layout(nb, r, g, half, candidates, drawing)
