@@ -486,22 +486,25 @@ def default_scale(d_k: int) -> float:
     return 1.0 / float(np.sqrt(d_k))
 
 
-def check_scale(scale) -> float:
-    """Return a user ``scale`` as a float; ``TypeError``/``ValueError`` unless it is a finite real number.
+def check_scale(scale, name: str = "scale") -> float:
+    """Return a user ``scale`` (or another finite real option) as a float; ``TypeError``/``ValueError`` naming it
+    unless it is a finite real number.
 
     Parameters
     ----------
     scale : float
-        The multiplier of the scores.
+        The multiplier of the scores, or the option called ``name``.
+    name : str, default "scale"
+        The argument's name, for the message.
 
     Returns
     -------
     float
     """
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+        raise TypeError(f"{name} must be a real number, got {type(scale).__name__}")
     if not np.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale!r}")
+        raise ValueError(f"{name} must be finite, got {scale!r}")
     return float(scale)
 
 

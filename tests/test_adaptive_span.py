@@ -239,3 +239,9 @@ def test_bad_gradient_input_is_refused(rng):
     q, k, v = _heads(rng)
     with pytest.raises(ValueError, match="d_out"):
         adaptive_span_grad_z(q, k, v, [1.0, 2.0, 3.0], np.ones((3, 6, 4)), max_span=4)
+
+
+def test_span_loss_names_a_non_finite_coefficient():
+    """The shared finiteness check said "scale must be finite"."""
+    with pytest.raises(ValueError, match=r"^coefficient must be finite, got nan$"):
+        span_loss(np.ones(3), float("nan"))

@@ -360,7 +360,7 @@ def span_loss(z: ArrayLike, coefficient: float, *, return_grad: bool = False) ->
     z = np.atleast_1d(as_float("z", z))
     if z.ndim != 1:
         raise ValueError(f"z must be one span per head (1-D), got shape {z.shape}")
-    coefficient = check_scale(coefficient)
+    coefficient = check_scale(coefficient, "coefficient")
     loss = coefficient / z.size * float(z.sum())                  # (λ/M) Σ_i z_i
     return (loss, np.full(z.size, coefficient / z.size)) if check_bool("return_grad", return_grad) else loss
 
