@@ -291,8 +291,18 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def _below_max_size(name: str, value) -> int:
+    """``int(value)``, or a ``ValueError`` naming it above :data:`MAX_SIZE`: a count, size or number of iterations
+    that large cannot index an array, and would fail deep inside NumPy (or run for ever) without naming it."""
+    if value > MAX_SIZE:
+        raise ValueError(f"{name}={value} is too large: sizes and counts must be at most 2**62 (an index must fit "
+                         "in int64)")
+    return int(value)
+
+
 def check_positive_int(name: str, value) -> int:
-    """Return ``value`` as an int, or raise ``ValueError`` unless it is an int >= 1 (bools refused).
+    """Return ``value`` as an int, or raise ``ValueError`` unless it is an int >= 1 (bools refused), at most
+    :data:`MAX_SIZE`.
 
     Parameters
     ----------
@@ -307,11 +317,12 @@ def check_positive_int(name: str, value) -> int:
     """
     if not _is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
+    return _below_max_size(name, value)
 
 
 def check_non_negative_int(name: str, value) -> int:
-    """Return ``value`` as an int, or raise ``ValueError`` unless it is an int >= 0 (a window, count or offset).
+    """Return ``value`` as an int, or raise ``ValueError`` unless it is an int >= 0 (a window, count or offset), at
+    most :data:`MAX_SIZE`.
 
     Parameters
     ----------
@@ -326,7 +337,7 @@ def check_non_negative_int(name: str, value) -> int:
     """
     if not _is_int(value) or value < 0:
         raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return int(value)
+    return _below_max_size(name, value)
 
 
 def check_non_negative(name: str, value) -> float:
@@ -391,9 +402,6 @@ def check_size(name: str, value, *, positive: bool = False, rows: bool = False) 
     int
     """
     value = check_positive_int(name, value) if positive else check_non_negative_int(name, value)
-    if value > MAX_SIZE:
-        raise ValueError(f"{name}={value} is too large: sizes and counts must be at most 2**62 (an index must fit "
-                         "in int64)")
     if rows:
         check_fits(f"{name}={value}: the row pointers", (value + 1,))
     return value
@@ -419,8 +427,9 @@ def check_window(name: str, value, everything: int, *, positive: bool = False) -
     -------
     int
     """
-    value = check_positive_int(name, value) if positive else check_non_negative_int(name, value)
-    return min(value, everything)
+    if not _is_int(value) or value < (1 if positive else 0):
+        raise ValueError(f"{name} must be a {'positive' if positive else 'non-negative'} int, got {value!r}")
+    return int(min(value, everything))
 
 
 def check_sizes(n, m) -> tuple[int, int]:
@@ -503,7 +512,7 @@ def check_scale(scale, name: str = "scale") -> float:
     """
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(scale).__name__}")
-    if not np.isfinite(scale):
+    if not (abs(scale) <= float(np.finfo(np.float64).max)):         # NaN, ±inf, and ints beyond float64 (10**400)
         raise ValueError(f"{name} must be finite, got {scale!r}")
     return float(scale)
 

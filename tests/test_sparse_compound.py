@@ -467,7 +467,7 @@ def test_bigbird_takes_exactly_the_block_counts_its_refusal_names(r, g, w, candi
 @pytest.mark.parametrize("candidates", ["disjoint", "official"])
 def test_bigbird_names_the_lengths_it_takes_without_a_count_per_random_block(monkeypatch, candidates):
     """The refusal's rule comes from a few block counts, not one per requested random block (10⁶ took 8 s, 10³⁰
-    never returned)."""
+    never returned; above 2**62 the count itself is refused by name)."""
     import refattn.sparse.bigbird as bigbird_module
 
     looked_at = []
@@ -479,7 +479,7 @@ def test_bigbird_names_the_lengths_it_takes_without_a_count_per_random_block(mon
         return layout_problem(*args)
 
     monkeypatch.setattr(bigbird_module, "_layout_problem", counted)
-    for r in (10**6, 10**30):                                      # 8 blocks of 2 tokens; r + 5 blocks are enough
+    for r in (10**6, 2**62):                                       # 8 blocks of 2 tokens; r + 5 blocks are enough
         looked_at.clear()
         with pytest.raises(ValueError, match=rf"^n=16 makes num_blocks=8: num_random_blocks={r} but block row 1 has "
                                              rf"only 4 candidate blocks .*BigBird takes n = 4 or n >= {2 * (r + 5)}, "
