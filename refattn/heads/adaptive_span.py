@@ -68,9 +68,8 @@ OFFICIAL_RAMP = 32                                                 # --adapt-spa
 def _check_span(z, max_span, ramp) -> tuple[NDArray, int, float]:
     """z as a float vector of spans >= 0 (one per head), S a positive int, R a positive finite number."""
     max_span = check_positive_int("max_span", max_span)
-    if isinstance(ramp, bool) or not isinstance(ramp, (int, float, np.integer, np.floating)):
-        raise TypeError(f"ramp must be a real number, got {type(ramp).__name__}")
-    if not (np.isfinite(ramp) and ramp > 0):
+    ramp = check_scale(ramp, "ramp")                                # a finite real number, as a float
+    if ramp <= 0:
         raise ValueError(f"ramp must be a finite number > 0 (R, the width of the mask's ramp), got {ramp!r}")
     z = np.asarray(z)
     z = as_float("z", z.astype(np.float64) if z.dtype.kind in "iu" else z)   # spans in positions: ints welcome
