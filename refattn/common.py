@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 
 __all__ = [
     "ALIGNMENTS",
+    "MAX_SIZE",
     "MemoryBudgetError",
     "check_fits",
     "memory_budget",
@@ -36,7 +37,9 @@ __all__ = [
     "check_positive_int",
     "check_qkv",
     "check_scale",
+    "check_size",
     "check_sizes",
+    "check_window",
     "compute_dtype",
     "default_scale",
     "glorot",
@@ -53,6 +56,8 @@ ALIGNMENTS = ("top-left", "bottom-right")
 _COMPUTE_DTYPES = (np.float16, np.float32, np.float64)
 MEMORY_BUDGET_ENV = "REFATTN_MEMORY_BUDGET"
 DEFAULT_MEMORY_BUDGET = 4 * 2**30
+#: The largest size or count taken (a length, a number of blocks, features or draws): an index must fit in int64.
+MAX_SIZE = 2**62
 _budget: list[int | None] = [None]                                  # set_memory_budget's value, if any
 
 
@@ -286,8 +291,18 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def _below_max_size(name: str, value) -> int:
+    """``int(value)``, or a ``ValueError`` naming it above :data:`MAX_SIZE`: a count, size or number of iterations
+    that large cannot index an array, and would fail deep inside NumPy (or run for ever) without naming it."""
+    if value > MAX_SIZE:
+        raise ValueError(f"{name}={value} is too large: sizes and counts must be at most 2**62 (an index must fit "
+                         "in int64)")
+    return int(value)
+
+
 def check_positive_int(name: str, value) -> int:
-    """Return ``value`` as an int, or raise ``ValueError`` unless it is an int >= 1 (bools refused).
+    """Return ``value`` as an int, or raise ``ValueError`` unless it is an int >= 1 (bools refused), at most
+    :data:`MAX_SIZE`.
 
     Parameters
     ----------
@@ -302,11 +317,12 @@ def check_positive_int(name: str, value) -> int:
     """
     if not _is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
+    return _below_max_size(name, value)
 
 
 def check_non_negative_int(name: str, value) -> int:
-    """Return ``value`` as an int, or raise ``ValueError`` unless it is an int >= 0 (a window, count or offset).
+    """Return ``value`` as an int, or raise ``ValueError`` unless it is an int >= 0 (a window, count or offset), at
+    most :data:`MAX_SIZE`.
 
     Parameters
     ----------
@@ -321,7 +337,7 @@ def check_non_negative_int(name: str, value) -> int:
     """
     if not _is_int(value) or value < 0:
         raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return int(value)
+    return _below_max_size(name, value)
 
 
 def check_non_negative(name: str, value) -> float:
@@ -362,11 +378,66 @@ def check_bool(name: str, value) -> bool:
     return bool(value)
 
 
+def check_size(name: str, value, *, positive: bool = False, rows: bool = False) -> int:
+    """Return a size or count as an int, or raise ``ValueError`` naming it and its value.
+
+    A size is an int >= 0 (>= 1 with ``positive``; bools refused) of at most :data:`MAX_SIZE`: a
+    larger one cannot index a NumPy array, and would otherwise fail deep inside NumPy ("Maximum
+    allowed size exceeded", ``OverflowError``) without naming the argument.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    value : object
+        What was passed.
+    positive : bool, default False
+        Refuse 0.
+    rows : bool, default False
+        ``value`` counts the rows of a pattern: its (value + 1,) int64 row pointers must also fit the
+        memory budget (:class:`MemoryBudgetError` naming the argument otherwise).
+
+    Returns
+    -------
+    int
+    """
+    value = check_positive_int(name, value) if positive else check_non_negative_int(name, value)
+    if rows:
+        check_fits(f"{name}={value}: the row pointers", (value + 1,))
+    return value
+
+
+def check_window(name: str, value, everything: int, *, positive: bool = False) -> int:
+    """Return a window, reach or stride as an int, clamped to ``everything``, the value from which it keeps the same
+    pairs (a band of width ``w >= max(n, m)`` keeps every pair); ``ValueError`` naming it unless it is an int >= 0
+    (>= 1 with ``positive``).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    value : object
+        What was passed; any size, 10**30 included.
+    everything : int
+        The clamp.
+    positive : bool, default False
+        Refuse 0.
+
+    Returns
+    -------
+    int
+    """
+    if not _is_int(value) or value < (1 if positive else 0):
+        raise ValueError(f"{name} must be a {'positive' if positive else 'non-negative'} int, got {value!r}")
+    return int(min(value, everything))
+
+
 def check_sizes(n, m) -> tuple[int, int]:
     """Validate the query count ``n`` and the optional key count ``m`` (default ``n``) of a pattern.
 
     Zero is allowed: a pattern of no query (or no key) is empty, and attention over it follows the
-    edge-size rule (n = 0: no output row; m = 0: every query sees no key).
+    edge-size rule (n = 0: no output row; m = 0: every query sees no key). Both are sizes
+    (:func:`check_size`), and n's row pointers must fit the memory budget.
 
     Parameters
     ----------
@@ -380,7 +451,7 @@ def check_sizes(n, m) -> tuple[int, int]:
     (int, int)
     """
     m = n if m is None else m
-    return check_non_negative_int("n", n), check_non_negative_int("m", m)
+    return check_size("n", n, rows=True), check_size("m", m)
 
 
 def causal_alignment(causal) -> str | None:
@@ -424,22 +495,25 @@ def default_scale(d_k: int) -> float:
     return 1.0 / float(np.sqrt(d_k))
 
 
-def check_scale(scale) -> float:
-    """Return a user ``scale`` as a float; ``TypeError``/``ValueError`` unless it is a finite real number.
+def check_scale(scale, name: str = "scale") -> float:
+    """Return a user ``scale`` (or another finite real option) as a float; ``TypeError``/``ValueError`` naming it
+    unless it is a finite real number.
 
     Parameters
     ----------
     scale : float
-        The multiplier of the scores.
+        The multiplier of the scores, or the option called ``name``.
+    name : str, default "scale"
+        The argument's name, for the message.
 
     Returns
     -------
     float
     """
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
-    if not np.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale!r}")
+        raise TypeError(f"{name} must be a real number, got {type(scale).__name__}")
+    if not (abs(scale) <= float(np.finfo(np.float64).max)):         # NaN, ±inf, and ints beyond float64 (10**400)
+        raise ValueError(f"{name} must be finite, got {scale!r}")
     return float(scale)
 
 

@@ -239,3 +239,19 @@ def test_bad_gradient_input_is_refused(rng):
     q, k, v = _heads(rng)
     with pytest.raises(ValueError, match="d_out"):
         adaptive_span_grad_z(q, k, v, [1.0, 2.0, 3.0], np.ones((3, 6, 4)), max_span=4)
+
+
+def test_span_loss_names_a_non_finite_coefficient():
+    """The shared finiteness check said "scale must be finite"."""
+    with pytest.raises(ValueError, match=r"^coefficient must be finite, got nan$"):
+        span_loss(np.ones(3), float("nan"))
+
+
+def test_a_ramp_beyond_float64_or_not_finite_is_named():
+    """ramp=10**400 failed in np.isfinite ("ufunc 'isfinite' not supported"), naming nothing."""
+    from refattn import registry
+
+    q = np.ones((4, 2))
+    for ramp in (10**400, float("nan")):
+        with pytest.raises(ValueError, match=r"^ramp must be finite, got "):
+            registry.get("adaptive_span").apply(q, q, q, rng=0, ramp=ramp)

@@ -36,6 +36,13 @@ def test_squash_keeps_the_direction_and_maps_the_norm_below_one():
     np.testing.assert_array_equal(squash(np.zeros((2, 3))), 0.0)   # ‖s‖ = 0: the zero vector, no NaN
 
 
+def test_squash_of_a_norm_whose_square_overflows():
+    """‖s‖² = 1e400 overflows: r²/(1 + r²) is 1 to the last bit, and the direction is kept (it gave NaN)."""
+    s = np.array([[1e200, 0.0, 0.0], [3e200, -4e200, 0.0], [0.0, 1e308, 1e308]])
+    np.testing.assert_allclose(squash(s), [[1.0, 0.0, 0.0], [0.6, -0.8, 0.0], [0.0, 2**-0.5, 2**-0.5]], rtol=1e-15)
+    np.testing.assert_allclose(squash([3e-150, 4e-150]), [1.5e-299, 2e-299], rtol=1e-15)   # r² ≈ 2.5e-299: r² s/r
+
+
 def test_squash_hand_computed():      # s = (3, 4): ‖s‖ = 5, 25/26 · (3, 4)/5 = (15/26, 20/26)
     np.testing.assert_allclose(squash([3.0, 4.0]), [15 / 26, 20 / 26], rtol=1e-15)
 

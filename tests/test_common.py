@@ -46,10 +46,18 @@ def test_check_fits_refuses_before_allocating_and_names_the_size(restore_budget)
     (common.check_positive_int, 2.0, ValueError, "flag must be a positive int, got 2.0"),
     (common.check_non_negative_int, -1, ValueError, "flag must be a non-negative int, got -1"),
     (common.check_non_negative_int, np.int8(0), None, None),
+    (common.check_non_negative_int, 2**62, None, None),
+    (common.check_positive_int, 10**30, ValueError, r"^flag=10{30} is too large: sizes and counts must be at most"),
+    (common.check_non_negative_int, 2**62 + 1, ValueError, r"^flag=4611686018427387905 is too large"),
+    (common.check_scale, 10**400, ValueError, r"^flag must be finite, got 10{400}$"),
+    (common.check_scale, np.nan, ValueError, r"^flag must be finite, got nan$"),
 ])
 def test_scalar_checks_name_the_argument(check, value, error, match):
     if error is None:
         assert check("flag", value) == value
+    elif check is common.check_scale:                              # its name comes second
+        with pytest.raises(error, match=match):
+            check(value, "flag")
     else:
         with pytest.raises(error, match=match):
             check("flag", value)

@@ -161,3 +161,32 @@ def test_bad_offset_of_the_registry_entry_is_named():
         APPLY(x, x, x, offset=True)
     with pytest.raises(ValueError, match="offset must be finite"):
         APPLY(x, x, x, offset=np.inf)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_sigma_whose_square_underflows_gives_the_limit_of_sigma_to_zero(causal):
+    """σ = 1e-300: σ² is 0, and −(j − c)²/2σ² was 0/0 = NaN at the key on the centre (3 of 4 rows). The limit σ → 0
+    puts the whole row on the nearest key it sees (row 0's centre −1 is nearest key 0), shared on a tie."""
+    v = np.eye(4)[None]                                            # one head, values = one-hot positions
+    nearest = [[1, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]
+    np.testing.assert_array_equal(hardcoded_gaussian_attention(v, sigma=1e-300, offsets=(-1,), causal=causal),
+                                  [nearest])
+    halves = [[1, 0, 0, 0], [0.5, 0.5, 0, 0], [0, 0.5, 0.5, 0], [0, 0, 0.5, 0.5]]   # centres i − 1/2: two nearest
+    np.testing.assert_array_equal(hardcoded_gaussian_attention(v, sigma=1e-300, offsets=(-0.5,), causal=causal),
+                                  [halves])
+    density = hardcoded_gaussian_attention(v, sigma=1e-300, offsets=(-1,), causal=causal, normalize="density")
+    np.testing.assert_allclose(density, [np.array(nearest) * np.where(np.arange(4) > 0, 1.0, 0.0)[:, None]
+                                         / (1e-300 * np.sqrt(2 * np.pi))], rtol=1e-15)   # N(0; 0, σ²) on a hit
+
+
+def test_a_sigma_or_ratio_beyond_the_key_window_reads_every_key():
+    """σ = 1e300 (σ² overflows) and ratio = 1e300 (centres far past the last key) raised OverflowError while
+    sizing the key window. σ → ∞ is uniform; centres past the end put each row on the last key, which is nearest
+    ((j − c)² − (j* − c)² is formed as (j − j*)(j + j* − 2c), so no square rounds the 1e300 away)."""
+    v = np.eye(4)[None]
+    np.testing.assert_allclose(hardcoded_gaussian_attention(v, sigma=1e300, offsets=(-1,)), np.full((1, 4, 4), 0.25),
+                               rtol=1e-15)
+    out = hardcoded_gaussian_attention(v, ratio=1e300, offsets=(-1,))
+    np.testing.assert_array_equal(out[0, 1:], np.tile([0.0, 0.0, 0.0, 1.0], (3, 1)))   # centres 1e300·i − 1
+    E = np.exp(-0.5 * np.arange(1.0, 5.0) ** 2)                    # row 0: centre −1, an ordinary Gaussian
+    np.testing.assert_allclose(out[0, 0], E / E.sum(), rtol=1e-15)

@@ -547,3 +547,9 @@ def test_bad_input_is_refused(rng):
         favor_features(q, draw_omega(0, 4, 6), stabilize=True)
     with pytest.raises(ValueError, match="x has d=6 but y has d=5"):
         favor_mse(np.ones(6), np.ones(5), 4)
+
+
+def test_favor_features_names_batches_of_x_and_omega_that_do_not_broadcast():
+    """NumPy's broadcast error from the matmul named neither argument."""
+    with pytest.raises(ValueError, match=r"^leading \(batch\) dimensions do not broadcast: x \(3,\), omega \(2,\)$"):
+        favor_features(np.ones((3, 5, 4)), np.ones((2, 6, 4)))

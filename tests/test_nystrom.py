@@ -480,3 +480,13 @@ def test_csalr_needs_a_square_landmark_matrix_and_an_invertible_one():
     q, k, v = _qkv(28, 6, d=0)                                     # every score 0: Ã uniform, of rank 1
     with pytest.raises(ValueError, match=r"eps·I is singular with eps=0.0"):
         nystrom_csalr_attention(q, k, v, eps=0.0, scale=1.0)
+
+
+def test_the_skip_kernel_size_is_named_as_the_option():
+    """conv_kernel_size=-1 was reported as "kernel_size must be a positive int"."""
+    mech = registry.get("nystromformer")
+    q = np.ones((4, 2))
+    with pytest.raises(ValueError, match=r"^conv_kernel_size must be a positive int, got -1$"):
+        mech.apply(q, q, q, rng=0, conv_kernel_size=-1)
+    with pytest.raises(ValueError, match=r"^conv_kernel_size must be odd .* got conv_kernel_size=2$"):
+        mech.apply(q, q, q, rng=0, conv_kernel_size=2)

@@ -7,7 +7,7 @@ import pytest
 from refattn import causal_mask, padding_mask, scaled_dot_product_attention
 from refattn.oracle.check import assert_close, check
 from refattn.oracle.shapes import repeat_over_groups, sum_over_groups
-from refattn.oracle.tolerances import DEFAULT_MAX_ULPS, TABLES, table_tolerance
+from refattn.oracle.tolerances import DEFAULT_MAX_ULPS, TABLES, forward_noise, gradient_noise, table_tolerance
 from refattn.oracle.vjp import sdpa_vjp
 
 # ---------------------------------------------------------------- an independent float32 implementation
@@ -416,3 +416,13 @@ def test_grouped_query_heads_must_divide(rng):
     q, k, v = rng.standard_normal((1, 3, 4, 8)), rng.standard_normal((1, 2, 5, 8)), rng.standard_normal((1, 2, 5, 6))
     with pytest.raises(ValueError, match="h=3 heads but k has h_kv=2"):
         check(np.zeros((1, 3, 4, 6), np.float32), q, k, v)
+
+
+def test_the_noise_estimates_refuse_an_unknown_combine():
+    """combine="RSS" (or any value but "abs") silently took the root-sum-of-squares branch."""
+    q, k, v = np.ones((3, 2, 2))
+    A, used = np.full((2, 2), 0.5), np.ones((2, 2), dtype=bool)
+    with pytest.raises(ValueError, match=r"^combine must be one of \('abs', 'rss'\), got 'RSS'$"):
+        forward_noise(q, k, v, A, A @ v, None, used, 1.0, combine="RSS")
+    with pytest.raises(ValueError, match=r"^combine must be one of \('abs', 'rss'\), got 'RSS'$"):
+        gradient_noise(q, k, v, v, A, A @ v, A, used, 1.0, combine="RSS")

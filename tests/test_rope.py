@@ -126,3 +126,12 @@ def test_decoding_one_query_at_a_time_reproduces_the_full_causal_result(rng):
 def test_bad_input_is_refused_naming_the_argument(rng, call, match):
     with pytest.raises((ValueError, TypeError), match=match):
         call(rng.standard_normal((5, 8)))
+
+
+def test_position_errors_name_q_positions_and_k_positions():
+    """rotate's checks said "positions" whichever argument of rope_attention was wrong."""
+    q = np.ones((4, 2))
+    with pytest.raises(ValueError, match=r"^q_positions must have shape \(T,\) = \(4,\) for q of shape \(4, 2\)"):
+        rope_attention(q, q, q, q_positions=[1, 2])
+    with pytest.raises(ValueError, match=r"^k_positions must be finite"):
+        rope_attention(q, q, q, k_positions=[1.0, 2.0, 3.0, np.nan])

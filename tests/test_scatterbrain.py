@@ -132,3 +132,41 @@ def test_the_pairs_path_in_blocks_of_pairs_equals_one_block(monkeypatch, causal)
     whole = scatterbrain_attention(q, k, v, **options)
     monkeypatch.setattr(scatterbrain_module, "PAIR_BLOCK", 7)
     np.testing.assert_array_equal(scatterbrain_attention(q, k, v, **options), whole)
+
+
+@pytest.mark.parametrize("method", ["equation", "pairs"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_scores_beyond_the_exponent_range_are_shifted_by_the_row_maximum(method, causal):
+    """exp(27²) overflows float64: each row is computed as Â·e^{−c_i}, a factor that cancels in its normalisation,
+    so one key gives weight 1 and a full support is softmax attention at any magnitude."""
+    out = scatterbrain_attention([[27.0]], [[27.0]], [[1.0]], rng=0, n_buckets=1, scale=1.0, method=method,
+                                 causal=causal)
+    np.testing.assert_array_equal(out, [[1.0]])
+    q, k, v = _qkv(30, batch=(2,))
+    for magnitude in (30.0, -1e3):                                 # scores ±1e3 and ±1e6: exp over- and underflows
+        out, W = scatterbrain_attention(magnitude * q, magnitude * k, v, rng=1, n_buckets=1, method=method,
+                                        causal=causal, return_weights=True)
+        expected, A = scaled_dot_product_attention(magnitude * q, magnitude * k, v, causal=causal, return_weights=True)
+        np.testing.assert_allclose(out, expected, **TIGHT)
+        np.testing.assert_allclose(W, A, **TIGHT)
+
+
+@pytest.mark.parametrize("causal", [False, True, "bottom-right"])
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_the_two_methods_agree_on_non_finite_inputs(causal, where, bad):
+    """A NaN or inf reaches the same entries by either method, and with a full support the rows softmax attention
+    makes NaN (an inf value: ±inf where its weight is positive, as A V gives)."""
+    q, k, v = _qkv(31, batch=(2,))
+    {"q": q, "k": k, "v": v}[where][0, 3, 1] = bad
+    for n_buckets in (1, 2):
+        options = {"rng": 1, "n_buckets": n_buckets, "causal": causal, "return_weights": True}
+        out, W = scatterbrain_attention(q, k, v, method="equation", **options)
+        out_pairs, W_pairs = scatterbrain_attention(q, k, v, method="pairs", **options)
+        np.testing.assert_allclose(out_pairs, out, **TIGHT)        # NaN where the other has NaN
+        np.testing.assert_allclose(W_pairs, W, **TIGHT)
+        assert np.isfinite(out[1]).all()                           # the other batch row is untouched
+        if n_buckets == 1:
+            expected = scaled_dot_product_attention(q, k, v, causal=causal)
+            np.testing.assert_array_equal(np.isnan(out), np.isnan(expected))
+            np.testing.assert_allclose(out, expected, **TIGHT)

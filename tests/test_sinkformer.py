@@ -156,3 +156,10 @@ def test_bad_input_names_the_argument(rng, options, error, name):
     mask = options.pop("mask", None)
     with pytest.raises(error, match=name):
         sinkformer_attention(q, k, v, mask, **options)
+
+
+def test_a_count_beyond_int64_is_refused_by_name_at_once():
+    """iterations=10**30 ran for ever: every count goes through the shared int checks, which refuse above 2**62."""
+    q = np.ones((4, 2))
+    with pytest.raises(ValueError, match=r"^iterations=10{30} is too large: sizes and counts must be at most 2\*\*62"):
+        sinkformer_attention(q, q, q, iterations=10**30)

@@ -122,3 +122,10 @@ def test_refusals_name_the_argument():
         skyformer_attention(q, k, v, landmarks=[0, 1], gamma=-1.0)
     with pytest.raises(ValueError, match="sampling"):
         skyformer_attention(q, k, v, rng=0, sampling="stratified")
+
+
+def test_a_non_finite_gamma_is_named():
+    """The shared finiteness check said "scale must be finite"."""
+    q = np.ones((4, 2))
+    with pytest.raises(ValueError, match=r"^gamma must be finite, got nan$"):
+        skyformer_attention(q, q, q, rng=0, gamma=float("nan"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from refattn import sparse
+from refattn.common import MemoryBudgetError
 from refattn.sparse.band import band_pattern
 from refattn.sparse.block_local import block_local_pattern
 from refattn.sparse.dilated import dilated_pattern
@@ -172,3 +174,45 @@ def test_no_query_or_no_key_is_an_empty_pattern(n, m, causal):
 def test_random_refuses_more_keys_than_there_are_saying_what_works():
     with pytest.raises(ValueError, match=r"cannot draw r=2 distinct keys from m=0: without a causal mask r <= m"):
         random_pattern(4, 2, m=0, rng=0)
+
+
+HUGE = 10**30
+
+
+@pytest.mark.parametrize(("build", "name"), [
+    (lambda: band_pattern(HUGE, 2), "n"), (lambda: band_pattern(5, 2, m=HUGE), "m"),
+    (lambda: strided_pattern(5, 2, m=HUGE), "m"), (lambda: global_pattern(HUGE), "n"),
+    (lambda: random_pattern(HUGE, 2, rng=0), "n"), (lambda: draw_random_keys(0, 5, 2, m=HUGE), "m"),
+    (lambda: sparse.axial_pattern(4, HUGE, axis="row"), "width"), (lambda: sparse.etc_pattern(1, HUGE, 1), "num_long"),
+    (lambda: sparse.bigbird_pattern(HUGE, block_size=2, rng=0), "n"),
+    (lambda: sparse.bigbird_block_layout(HUGE, rng=0), "num_blocks"), (lambda: sparse.bp_tree_spans(HUGE), "n"),
+    (lambda: sparse.image_transformer_pattern(8, 8, query_block=(HUGE, 2)), r"query_block\[0\]"),
+    (lambda: sparse.sparse_transformer_pattern(8, HUGE), "stride"), (lambda: sparse.draw_gumbel(0, HUGE), "num_blocks"),
+    (lambda: sparse.draw_lsh_rotations(0, 4, 2, HUGE), "n_rounds"), (lambda: sparse.draw_centroids(0, 2, HUGE), "d"),
+])
+def test_builders_refuse_a_size_beyond_int64_by_name(build, name):
+    """One shared check (refattn.common.check_size): NumPy's "Maximum allowed size exceeded" or an OverflowError
+    named no argument."""
+    with pytest.raises(ValueError, match=rf"^{name}={HUGE} is too large: sizes and counts must be at most 2\*\*62"):
+        build()
+
+
+def test_builders_refuse_rows_beyond_the_memory_budget_by_name():
+    with pytest.raises(MemoryBudgetError, match=r"^n=1099511627776: the row pointers of shape \(1099511627777,\) "):
+        band_pattern(2**40, 1)
+
+
+@pytest.mark.parametrize("causal", [False, True, "bottom-right"])
+def test_windows_that_mean_everything_are_clamped(causal):
+    """band_pattern's docstring: w >= max(n, m) keeps every pair; 10**30 was refused. Every window, reach, gap or
+    stride beyond its clamp gives the pattern of the clamp."""
+    n, m = 5, 8
+    assert band_pattern(n, HUGE, m=m, causal=causal) == band_pattern(n, max(n, m), m=m, causal=causal)
+    assert band_pattern(n, HUGE, m=m) == sparse.SparsePattern.full(n, m)
+    assert dilated_pattern(n, HUGE, HUGE, m=m, causal=causal) == band_pattern(n, 0, m=m, causal=causal)
+    assert dilated_pattern(n, HUGE, 1, m=m, causal=causal) == band_pattern(n, m, m=m, causal=causal)
+    assert strided_pattern(n, HUGE, m=m, causal=causal) == band_pattern(n, 0, m=m, causal=causal)
+    assert block_local_pattern(n, HUGE, m=m, causal=causal) == block_local_pattern(n, m, m=m, causal=causal)
+    assert sparse.longformer_pattern(n, 2, dilation=HUGE) == band_pattern(n, 0)
+    assert sparse.block_window_pattern(6, 2, look_backward=HUGE) == sparse.block_window_pattern(6, 2, look_backward=3)
+    assert sparse.etc_pattern(1, 4, HUGE) == sparse.etc_pattern(1, 4, 4)

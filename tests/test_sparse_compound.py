@@ -464,6 +464,29 @@ def test_bigbird_takes_exactly_the_block_counts_its_refusal_names(r, g, w, candi
         assert (message is None) == (nb in isolated or nb >= int(start)), f"num_blocks={nb}: {message}"
 
 
+@pytest.mark.parametrize("candidates", ["disjoint", "official"])
+def test_bigbird_names_the_lengths_it_takes_without_a_count_per_random_block(monkeypatch, candidates):
+    """The refusal's rule comes from a few block counts, not one per requested random block (10⁶ took 8 s, 10³⁰
+    never returned; above 2**62 the count itself is refused by name)."""
+    import refattn.sparse.bigbird as bigbird_module
+
+    looked_at = []
+    layout_problem = bigbird_module._layout_problem
+
+    def counted(*args):
+        looked_at.append(args[0])
+        assert len(looked_at) <= 20, "the refusal looks at a block count per random block"
+        return layout_problem(*args)
+
+    monkeypatch.setattr(bigbird_module, "_layout_problem", counted)
+    for r in (10**6, 2**62):                                       # 8 blocks of 2 tokens; r + 5 blocks are enough
+        looked_at.clear()
+        with pytest.raises(ValueError, match=rf"^n=16 makes num_blocks=8: num_random_blocks={r} but block row 1 has "
+                                             rf"only 4 candidate blocks .*BigBird takes n = 4 or n >= {2 * (r + 5)}, "
+                                             r"a multiple of block_size=2$"):
+            bigbird_pattern(16, block_size=2, num_random_blocks=r, rng=0, candidates=candidates)
+
+
 def test_bigbird_refuses_lengths_naming_n_and_the_lengths_it_takes():
     with pytest.raises(ValueError, match=r"^n=384 makes num_blocks=6: num_random_blocks=3 but block row 1 has only 2 "
                                          r"candidate blocks .*BigBird takes n = 128 or n >= 512, a multiple of "

@@ -148,3 +148,11 @@ def test_bad_input_is_named(rng):
         APPLY(q, q, q, params=T5BiasParams(np.zeros(32)), num_heads=2)
     with pytest.raises(ValueError, match=r"params.table heads \(3,\)"):
         APPLY(q, q, q, params=T5BiasParams(np.zeros((3, 32))))                      # 2 heads in q, 3 in the table
+
+
+def test_relative_positions_refuses_an_unknown_alignment():
+    """A typo of "bottom-right" gave top-left positions silently."""
+    np.testing.assert_array_equal(relative_positions(2, 4, "top-left"), relative_positions(2, 4))
+    for typo in ("bottom_right", "Bottom-Right", True):
+        with pytest.raises(ValueError, match=r"^alignment must be one of \(None, 'top-left', 'bottom-right'\), got "):
+            relative_positions(2, 4, typo)

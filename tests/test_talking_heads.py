@@ -161,3 +161,11 @@ def test_logits_beyond_the_memory_budget_are_refused_before_allocating(rng):
     x = rng.standard_normal((64, 8))
     with temporary_memory_budget(64 * 1024), pytest.raises(MemoryBudgetError, match="logits of every head"):
         talking_heads_attention(x, x, params)
+
+
+def test_a_head_count_that_does_not_divide_d_model_is_named_as_given():
+    """key_heads and value_heads default to num_heads: num_heads=3 is the argument to blame, not key_heads."""
+    with pytest.raises(ValueError, match=r"^d_model=8 is not divisible by num_heads=3; pass d_k explicitly$"):
+        init_talking_heads(0, 8, 3)
+    with pytest.raises(ValueError, match=r"^d_model=8 is not divisible by value_heads=3; pass d_v explicitly$"):
+        init_talking_heads(0, 8, 2, value_heads=3)

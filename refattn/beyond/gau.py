@@ -256,7 +256,7 @@ def _gau(q, k, v, *, params, rng, chunk, causal, scale, linear_scale, return_wei
                          f"{count} scale-offset rows), got {params.gamma.shape}")
     default = 1.0 / (m if chunk is None else chunk) if m else 1.0  # 1/n (GAU), 1/c (chunks); nothing with no key
     scale = default if scale is None else check_scale(scale)
-    linear_scale = (1.0 / m if m else 1.0) if linear_scale is None else check_scale(linear_scale)
+    linear_scale = (1.0 / m if m else 1.0) if linear_scale is None else check_scale(linear_scale, "linear_scale")
     alignment = causal_alignment(causal)
     with np.errstate(invalid="ignore", over="ignore"):             # NaN/Inf inputs: IEEE, in the rows they reach
         return _gau_checked(q, k, v, params, chunk, causal, alignment, scale, linear_scale, batch, return_weights)

@@ -122,7 +122,7 @@ def init_spatial_gating(rng, length: int, *, init_eps: float = GMLP_INIT_EPS) ->
     """
     rng = as_rng(rng)
     L = check_non_negative_int("length", length)
-    init_eps = check_scale(init_eps)
+    init_eps = check_scale(init_eps, "init_eps")
     if init_eps < 0:
         raise ValueError(f"init_eps must be >= 0, got {init_eps!r}")
     check_fits("gMLP's W", (L, L))
@@ -240,7 +240,7 @@ def spatial_gating_unit(z: ArrayLike, *, params: SpatialGatingParams | None = No
     if causal not in (False, True) or isinstance(causal, np.bool_):
         raise ValueError(f"causal must be False or True, got {causal!r}")
     norm, return_weights = check_bool("norm", norm), check_bool("return_weights", return_weights)
-    eps = check_scale(eps)
+    eps = check_scale(eps, "eps")
     n, e = z.shape[-2], z.shape[-1] // 2
     params = init_spatial_gating(rng, n) if params is None else _check_params(params, n)
     if gate_res is not None:

@@ -47,7 +47,7 @@ from ..common import (
 from ..core.sdpa import allowed_pairs
 from ..kernels import kernel_rows
 from ..linear._common import last_keys, resolve_method
-from ..linear.performer import check_omega, draw_omega, favor_features
+from ..linear.performer import _favor_from_terms, _favor_terms, check_omega, draw_omega, favor_features
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.reformer_lsh import draw_lsh_rotations, lsh_buckets
 
@@ -129,27 +129,75 @@ def lsh_support(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, *, n_buckets=N
 
 
 def _features(q, k, omega, kind, scale):
-    """q̃, k̃, φ(q̃) and φ(k̃)."""
+    """q̃, k̃, φ(q̃) and φ(k̃) (the unshifted features, for :func:`scatterbrain_parts`)."""
     q_tilde, k_tilde = split_scale(q, k, scale)
     with np.errstate(invalid="ignore", over="ignore"):
         return q_tilde, k_tilde, favor_features(q_tilde, omega, kind=kind), favor_features(k_tilde, omega, kind=kind)
 
 
-def _dense_parts(q, k, rotations, omega, n_buckets, kind, scale, alignment) -> ScatterbrainParts:
-    """L, S, 𝒮 and the normalised weights, each (..., n, m); nothing checked."""
+class _LogFeatures(NamedTuple):
+    """φ(q̃) and φ(k̃) as exponents, φ = e^{a}/√F, with the shifts that keep every product at most 1."""
+
+    a_q: NDArray                                                      # (..., n, F)  ±ωᵀq̃ − ‖q̃‖²/2
+    a_k: NDArray                                                      # (..., m, F)  ±ωᵀk̃ − ‖k̃‖²/2
+    C: NDArray                                                        # (..., m)  C_j = max over the keys l ≤ j
+    #                                                                   (all keys if not causal) of max_f a_k[l, f]
+
+
+def _log_features(q_tilde, k_tilde, omega, kind, alignment) -> _LogFeatures:
+    """The feature exponents and the key shift C_j (a running maximum under causal, so that a later key never
+    changes an earlier row; NaN propagates from its key on)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        a_q, _, _ = _favor_terms(q_tilde, omega, kind)
+        a_k, _, _ = _favor_terms(k_tilde, omega, kind)
+    C = a_k.max(axis=-1)                                              # (..., m)  max_f a_k[j, f]
+    if alignment is None:
+        C = np.broadcast_to(C.max(axis=-1, keepdims=True), C.shape)    # every row sees every key
+    else:
+        C = np.maximum.accumulate(C, axis=-1)
+    return _LogFeatures(a_q, a_k, C)
+
+
+def _row_shift(logs: _LogFeatures, last: NDArray, M: NDArray) -> tuple[NDArray, NDArray]:
+    r"""c_i = max(max_f a_q[i, f] + C_{l(i)}, M_i) and C_{l(i)}, each (..., n).
+
+    M_i is the largest q̃_i·k̃_j on row i's support (−∞ for none). Row i of Â is computed as
+    Â_ij·e^{−c_i}, a factor that cancels in its normalisation: e^{q̃_i·k̃_j − c_i} ≤ 1 on the support and every
+    term e^{a_q[i, f] − c_i + C_{l(i)}}·e^{a_k[j, f] − C_j}·e^{C_j − C_{l(i)}} of L_ij·e^{−c_i} is ≤ 1, so nothing
+    overflows, and the largest exact entry of a row is 1.
+    """
+    C_row = np.take(logs.C, np.maximum(last, 0), axis=-1)             # (..., n)  C_{l(i)}
+    return np.maximum(logs.a_q.max(axis=-1) + C_row, M), C_row
+
+
+def _shifted_features(logs: _LogFeatures, c: NDArray, C_row: NDArray) -> tuple[NDArray, NDArray]:
+    """φ(q̃_i)·e^{C_{l(i)} − c_i} (..., n, F) and ψ_j = φ(k̃_j)·e^{−C_j} (..., m, F), each entry ≤ 1/√F."""
+    with np.errstate(invalid="ignore"):                               # NaN rows and keys stay NaN
+        phi_q = _favor_from_terms(logs.a_q - (c - C_row)[..., None], None, 0.0)
+        psi_k = _favor_from_terms(logs.a_k - logs.C[..., None], None, 0.0)
+    return phi_q, psi_k
+
+
+def _dense_weights(q, k, rotations, omega, n_buckets, kind, scale, alignment) -> tuple[NDArray, NDArray]:
+    """𝒮 and the normalised weights Â/Â1, each (..., n, m), from the row-shifted parts; nothing checked."""
     n, m = q.shape[-2], k.shape[-2]
-    q_tilde, k_tilde, phi_q, phi_k = _features(q, k, omega, kind, scale)
+    q_tilde, k_tilde = split_scale(q, k, scale)
     allowed = _allowed(alignment, n, m)
     support = lsh_support(q_tilde, k_tilde, rotations, n_buckets=n_buckets) & allowed
-    with np.errstate(invalid="ignore", over="ignore"):
-        L = phi_q @ np.swapaxes(phi_k, -1, -2)                        # (..., n, m)  φ(q̃_i)ᵀφ(k̃_j)
-        E = np.exp(q_tilde @ np.swapaxes(k_tilde, -1, -2))            # (..., n, m)  exp(q̃_i·k̃_j)
-        L = np.where(allowed, L, 0.0)                                 # causal: j ≤ i, by selection
-        S = np.where(support, E - L, 0.0)                             # (..., n, m)  exp − low rank, on 𝒮
-        A_hat = L + S                                                 # (..., n, m)  Â
+    logs = _log_features(q_tilde, k_tilde, omega, kind, alignment)
+    with np.errstate(invalid="ignore", over="ignore"):                # non-finite inputs: IEEE, row by row
+        Z = q_tilde @ np.swapaxes(k_tilde, -1, -2)                    # (..., n, m)  q̃_i·k̃_j
+    M = np.max(np.where(support, Z, -np.inf), axis=-1)                # (..., n)  the support's largest, NaN kept
+    c, C_row = _row_shift(logs, last_keys(n, m, alignment)[1], M)
+    phi_q, psi_k = _shifted_features(logs, c, C_row)
+    with np.errstate(invalid="ignore", over="ignore"):                # pairs j > l(i) may overflow: not selected
+        rescale = np.exp(logs.C[..., None, :] - C_row[..., :, None])  # (..., n, m)  e^{C_j − C_{l(i)}}
+        L = np.where(allowed, (phi_q @ np.swapaxes(psi_k, -1, -2)) * rescale, 0.0)   # (..., n, m)  L·e^{−c_i}
+        E = np.exp(Z - c[..., None])                                  # (..., n, m)  exp(q̃_i·k̃_j − c_i)
+        A_hat = L + np.where(support, E - L, 0.0)                     # (..., n, m)  Â·e^{−c_i}
         den = A_hat.sum(axis=-1, keepdims=True)                       # (..., n, 1)
         weights = np.where(allowed.any(axis=-1, keepdims=True), A_hat / np.where(den == 0, 1.0, den), 0.0)
-    return ScatterbrainParts(support, L, S, weights)
+    return support, weights
 
 
 def _allowed(alignment, n: int, m: int) -> NDArray:
@@ -209,7 +257,14 @@ def scatterbrain_parts(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, omega: 
     omega = check_omega(omega, q.shape[-1])
     batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "omega": omega.shape[:-2]})
     check_fits("the dense parts", (*batch, q.shape[-2], k.shape[-2]))
-    return _dense_parts(q, k, rotations, omega, n_buckets, kind, scale, alignment)
+    support, weights = _dense_weights(q, k, rotations, omega, n_buckets, kind, scale, alignment)
+    q_tilde, k_tilde, phi_q, phi_k = _features(q, k, omega, kind, scale)
+    allowed = _allowed(alignment, q.shape[-2], k.shape[-2])
+    with np.errstate(invalid="ignore", over="ignore"):                # as they are: inf where e^{q̃·k̃} overflows
+        L = np.where(allowed, phi_q @ np.swapaxes(phi_k, -1, -2), 0.0)   # (..., n, m)  φ(q̃_i)ᵀφ(k̃_j), j ≤ i if causal
+        E = np.exp(q_tilde @ np.swapaxes(k_tilde, -1, -2))            # (..., n, m)  exp(q̃_i·k̃_j)
+        S = np.where(support, E - L, 0.0)                             # (..., n, m)  exp − low rank, on 𝒮
+    return ScatterbrainParts(support, L, S, weights)
 
 
 def scatterbrain_attention(
@@ -307,9 +362,17 @@ def scatterbrain_attention(
       duplicate count, which amounts to the same).
     * *Features.* The official ``SBPerformerFeatures`` uses ``cosh`` (hyperbolic) features of an
       orthogonal Gaussian matrix with χ norms (``ortho_scaling = 0``) and q, k scaled by
-      :math:`d^{-1/4}`, as here; its row and key maxima (log scales) cancel in the normalisation and are
-      not needed in float64. Its LRA configurations add ``softmax_eps = 1e-4`` to the features, a
-      bias not in the paper, left out.
+      :math:`d^{-1/4}`, as here; it subtracts row and key maxima (log scales), as here (below). Its LRA
+      configurations add ``softmax_eps = 1e-4`` to the features, a bias not in the paper, left out.
+
+    **Row shift.** Row *i* of Â is computed as :math:`\hat A_{ij} e^{-c_i}`, a factor that cancels in its
+    normalisation, with :math:`c_i = \max(\max_f a_f(\tilde q_i) + C_{l(i)},\ \max_{j \in \mathcal S_i}
+    \tilde q_i\cdot\tilde k_j)`: *a* the features' exponents (:math:`\phi = e^{a}/\sqrt F`) and
+    :math:`C_{l(i)}` the largest key exponent among the keys row *i* sees (a running maximum under ``causal``,
+    so later keys never reach earlier rows). Every exponential is then at most 1, as softmax's row maximum
+    makes it: scores beyond float64's exponent range (``exp(710)`` overflows) give the exact limit's softmax,
+    and both methods shift by the same :math:`c_i`. A NaN or inf reaches the rows that see it, as in softmax
+    attention.
 
     References
     ----------
@@ -371,65 +434,97 @@ def _scatterbrain(q, k, v, rotations, omega, rng, n_buckets, n_rounds, num_featu
         return np.zeros((*batch, n, d_v)), (np.zeros((*batch, n, m)) if return_weights else None), draws
     method = resolve_method(method, "pairs", (*batch, n, m))
     if method == "equation":
-        parts = _dense_parts(q, k, rotations, omega, n_buckets, kind, scale, alignment)
+        _, W = _dense_weights(q, k, rotations, omega, n_buckets, kind, scale, alignment)
         empty = ~_allowed(alignment, n, m).any(axis=-1, keepdims=True)
         with np.errstate(invalid="ignore", over="ignore"):
-            out = weighted_values(np.broadcast_to(parts.weights, (*batch, n, m)), v, _allowed(alignment, n, m),
-                                  empty, "zero")
-        weights = np.broadcast_to(parts.weights, (*batch, n, m)).copy() if return_weights else None
+            out = weighted_values(np.broadcast_to(W, (*batch, n, m)), v, _allowed(alignment, n, m), empty, "zero")
+        weights = np.broadcast_to(W, (*batch, n, m)).copy() if return_weights else None
         return np.broadcast_to(out, (*batch, n, d_v)).copy(), weights, draws
     out, weights = _by_pairs(q, k, v, rotations, omega, n_buckets, kind, scale, alignment, batch, return_weights)
     return out, weights, draws
 
 
 def _by_pairs(q, k, v, rotations, omega, n_buckets, kind, scale, alignment, batch, return_weights):
-    """The low rank by its right product (or causal scan) plus the sparse correction over the listed pairs."""
+    """The low rank by its right product (or causal scan) plus the sparse correction over the listed pairs, every
+    row shifted by the same c_i as the equation path (:func:`_row_shift`)."""
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    q_tilde, k_tilde, phi_q, phi_k = _features(q, k, omega, kind, scale)
+    q_tilde, k_tilde = split_scale(q, k, scale)
     with np.errstate(invalid="ignore"):                                # a NaN row hashes as lsh_buckets says
         h_q = lsh_buckets(q_tilde, rotations, n_buckets)              # (..., R, n)
         h_k = lsh_buckets(k_tilde, rotations, n_buckets)              # (..., R, m)
+    logs = _log_features(q_tilde, k_tilde, omega, kind, alignment)
     delta, last = last_keys(n, m, alignment)
     flat = {name: kernel_rows(x, batch, x.shape[-2:]) for name, x in
-            (("q", q_tilde), ("k", k_tilde), ("v", v), ("phi_q", phi_q), ("phi_k", phi_k))}
+            (("q", q_tilde), ("k", k_tilde), ("v", v), ("a_q", logs.a_q), ("a_k", logs.a_k))}
     B = flat["q"].shape[0]
+    finite = np.isfinite(flat["v"])                                   # (B, m, d_v)
+    v_finite = np.where(finite, flat["v"], 0.0)                       # non-finite values: added row by row below
+    logs = _LogFeatures(flat["a_q"], flat["a_k"], kernel_rows(logs.C, batch, (m,)))
     for name, h in (("h_q", h_q), ("h_k", h_k)):                      # (B, R, ·) integer buckets
         flat[name] = np.broadcast_to(h, (*batch, *h.shape[-2:])).reshape(B, *h.shape[-2:])
+    pairs, M = [], np.full((B, n), -np.inf)                           # M_i: the support's largest q̃_i·k̃_j
+    for b in range(B):
+        i, j = _collisions(flat["h_q"][b], flat["h_k"][b], m)
+        keep = j <= i + delta
+        i, j = i[keep], j[keep]
+        Z = np.empty(len(i))                                           # (|𝒮|,)  q̃_i·k̃_j on 𝒮
+        for start in range(0, len(i), PAIR_BLOCK):                     # gathered rows PAIR_BLOCK pairs at a time
+            p = slice(start, start + PAIR_BLOCK)
+            Z[p] = np.einsum("pd,pd->p", flat["q"][b][i[p]], flat["k"][b][j[p]])
+        with np.errstate(invalid="ignore"):
+            np.maximum.at(M[b], i, Z)                                  # NaN kept, as np.max keeps it
+        pairs.append((i, j, Z))
+    c, C_row = _row_shift(logs, last, M)                              # (B, n)
+    phi_q, psi_k = _shifted_features(logs, c, C_row)                  # (B, n, F), (B, m, F)
     num, den = np.empty((B, n, d_v)), np.empty((B, n))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if alignment is None:
-            KV = np.swapaxes(flat["phi_k"], -1, -2) @ flat["v"]         # (B, F, d_v)  φ(K̃)ᵀV
-            num[:] = flat["phi_q"] @ KV                                 # (B, n, d_v)  φ(Q̃)(φ(K̃)ᵀV)
-            den[:] = (flat["phi_q"] @ flat["phi_k"].sum(axis=-2)[..., None])[..., 0]   # (B, n)  φ(Q̃)(φ(K̃)ᵀ1)
+            KV = np.swapaxes(psi_k, -1, -2) @ v_finite                  # (B, F, d_v)  ψ(K̃)ᵀV
+            num[:] = phi_q @ KV                                         # (B, n, d_v)  φ(Q̃)(ψ(K̃)ᵀV)
+            den[:] = (phi_q @ psi_k.sum(axis=-2)[..., None])[..., 0]    # (B, n)  φ(Q̃)(ψ(K̃)ᵀ1)
         else:
             from ..kernels.scan import causal_linear_scan  # Numba loads on first use only
             out_lr = np.empty((B, n, d_v))
-            causal_linear_scan(np.ascontiguousarray(flat["phi_q"]), np.ascontiguousarray(flat["phi_k"]),
-                               np.ascontiguousarray(flat["v"]), delta, 0.0, out_lr, den)
-            num[:] = out_lr * den[..., None]                            # (B, n, d_v)  Σ_{j ≤ i} L_ij v_j
+            causal_linear_scan(phi_q, psi_k, v_finite, delta, 0.0, out_lr, den, shift=np.ascontiguousarray(logs.C))
+            num[:] = np.where((den == 0)[..., None], 0.0, out_lr * den[..., None])   # Σ_{j ≤ l(i)} L_ij v_j
         weights = np.zeros((B, n, m)) if return_weights else None
-        for b in range(B):
-            i, j = _collisions(flat["h_q"][b], flat["h_k"][b], m)
-            keep = j <= i + delta
-            i, j = i[keep], j[keep]
-            correction = np.empty(len(i))                               # (|𝒮|,)  E − L on 𝒮
-            for start in range(0, len(i), PAIR_BLOCK):                  # gathered rows PAIR_BLOCK pairs at a time
+        for b, (i, j, Z) in enumerate(pairs):
+            correction = np.empty(len(i))                               # (|𝒮|,)  (E − L)·e^{−c_i} on 𝒮
+            for start in range(0, len(i), PAIR_BLOCK):
                 p = slice(start, start + PAIR_BLOCK)
-                E = np.exp(np.einsum("pd,pd->p", flat["q"][b][i[p]], flat["k"][b][j[p]]))   # exp(q̃_i·k̃_j)
-                L = np.einsum("pf,pf->p", flat["phi_q"][b][i[p]], flat["phi_k"][b][j[p]])   # φ(q̃_i)ᵀφ(k̃_j)
+                E = np.exp(Z[p] - c[b][i[p]])                           # exp(q̃_i·k̃_j − c_i)
+                L = np.einsum("pf,pf->p", phi_q[b][i[p]], psi_k[b][j[p]]) \
+                    * np.exp(logs.C[b][j[p]] - C_row[b][i[p]])          # φ(q̃_i)ᵀφ(k̃_j)·e^{−c_i}
                 correction[p] = E - L
             S = scipy.sparse.csr_matrix((correction, (i, j)), shape=(n, m))   # S on 𝒮
-            num[b] += S @ flat["v"][b]                                  # (n, d_v)  + S V
+            num[b] += S @ v_finite[b]                                   # (n, d_v)  + S V
             den[b] += np.bincount(i, weights=correction, minlength=n)   # (n,)      + S 1
+            bad = np.flatnonzero(~finite[b].all(axis=-1))               # keys with a non-finite value
+            if return_weights or len(bad):
+                cols = np.arange(m) if return_weights else bad
+                A_hat = _columns(phi_q[b], psi_k[b], logs.C[b], C_row[b], cols, alignment, i, j, correction)
+            if len(bad):                                                # α_ij v_j IEEE-style, where j is allowed
+                A_bad, v_bad = A_hat[:, bad] if return_weights else A_hat, flat["v"][b][bad]   # (n, b), (b, d_v)
+                use = _allowed(alignment, n, m)[:, bad, None] & ~finite[b][bad][None]       # (n, b, d_v)
+                num[b] += np.sum(np.where(use, A_bad[..., None] * v_bad[None], 0.0), axis=-2)
             if return_weights:
-                weights[b] = np.where(_allowed(alignment, n, m), flat["phi_q"][b] @ flat["phi_k"][b].T, 0.0)
-                weights[b][i, j] += correction
+                weights[b] = A_hat
         sees_none = last < 0
         out = np.where(sees_none[:, None], 0.0, num / np.where(den == 0, 1.0, den)[..., None])
         if return_weights:
             weights = np.where(sees_none[:, None], 0.0, weights / np.where(den == 0, 1.0, den)[..., None])
     out = out.reshape(*batch, n, d_v)
     return out, (weights.reshape(*batch, n, m) if return_weights else None)
+
+
+def _columns(phi_q, psi_k, C, C_row, cols, alignment, i, j, correction) -> NDArray:
+    """(n, len(cols)): columns ``cols`` (sorted) of Â·e^{−c_i}, from the shifted features and the pairs' corrections."""
+    n, m = phi_q.shape[0], psi_k.shape[0]
+    rescale = np.exp(C[cols][None, :] - C_row[:, None])              # (n, c)  e^{C_j − C_{l(i)}}
+    A_hat = np.where(_allowed(alignment, n, m)[:, cols], (phi_q @ psi_k[cols].T) * rescale, 0.0)   # L·e^{−c_i}
+    on = np.isin(j, cols)
+    A_hat[i[on], np.searchsorted(cols, j[on])] += correction[on]     # + (E − L)·e^{−c_i} on 𝒮
+    return A_hat
 
 
 def _collisions(h_q: NDArray, h_k: NDArray, m: int) -> tuple[NDArray, NDArray]:

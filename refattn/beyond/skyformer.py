@@ -314,7 +314,7 @@ def skyformer_factors(q: ArrayLike, k: ArrayLike, landmarks: ArrayLike, *, gamma
         raise ValueError(f"skyformer_factors needs n >= 1 queries and m >= 1 keys, got q shape {q.shape}, "
                          f"k shape {k.shape}")
     landmarks = _check_landmarks(landmarks, n, m)
-    gamma = check_scale(gamma)
+    gamma = check_scale(gamma, "gamma")
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0 (it is added to the diagonal of a PSD matrix), got gamma={gamma}")
     check_choice("pinv", pinv, PINVS)

@@ -68,9 +68,8 @@ OFFICIAL_RAMP = 32                                                 # --adapt-spa
 def _check_span(z, max_span, ramp) -> tuple[NDArray, int, float]:
     """z as a float vector of spans >= 0 (one per head), S a positive int, R a positive finite number."""
     max_span = check_positive_int("max_span", max_span)
-    if isinstance(ramp, bool) or not isinstance(ramp, (int, float, np.integer, np.floating)):
-        raise TypeError(f"ramp must be a real number, got {type(ramp).__name__}")
-    if not (np.isfinite(ramp) and ramp > 0):
+    ramp = check_scale(ramp, "ramp")                                # a finite real number, as a float
+    if ramp <= 0:
         raise ValueError(f"ramp must be a finite number > 0 (R, the width of the mask's ramp), got {ramp!r}")
     z = np.asarray(z)
     z = as_float("z", z.astype(np.float64) if z.dtype.kind in "iu" else z)   # spans in positions: ints welcome
@@ -360,7 +359,7 @@ def span_loss(z: ArrayLike, coefficient: float, *, return_grad: bool = False) ->
     z = np.atleast_1d(as_float("z", z))
     if z.ndim != 1:
         raise ValueError(f"z must be one span per head (1-D), got shape {z.shape}")
-    coefficient = check_scale(coefficient)
+    coefficient = check_scale(coefficient, "coefficient")
     loss = coefficient / z.size * float(z.sum())                  # (λ/M) Σ_i z_i
     return (loss, np.full(z.size, coefficient / z.size)) if check_bool("return_grad", return_grad) else loss
 

@@ -201,7 +201,9 @@ def init_capsule_routing(
 def squash(s: ArrayLike) -> NDArray:
     r"""Sabour et al.'s squashing non-linearity along the last axis: ‖s‖² / (1 + ‖s‖²) · s / ‖s‖.
 
-    It keeps the direction of ``s`` and maps its norm r to r² / (1 + r²) < 1; ``s = 0`` gives 0.
+    It keeps the direction of ``s`` and maps its norm r to r² / (1 + r²) < 1; ``s = 0`` gives 0. The norm is
+    taken of ``s`` divided by its largest entry and the factor written r / (1 + r²) = 1 / (r + 1/r), so that no
+    square overflows: ``squash([1e200, 0, 0])`` is [1, 0, 0].
 
     Parameters
     ----------
@@ -217,8 +219,10 @@ def squash(s: ArrayLike) -> NDArray:
     array([0.57692308, 0.76923077])
     """
     s = as_float("s", s, min_ndim=1)
-    norm = np.sqrt(np.sum(s * s, axis=-1, keepdims=True))                  # (..., 1)  ‖s‖
-    return s * (norm / (1.0 + norm * norm))                                # ‖s‖²/(1+‖s‖²) · s/‖s‖
+    top = np.max(np.abs(s), axis=-1, keepdims=True)                         # (..., 1)  max_i |s_i|
+    with np.errstate(divide="ignore", invalid="ignore"):                   # s = 0: 1/‖s‖ = inf and the factor is 0
+        norm = top * np.sqrt(np.sum((s / np.where(top == 0, 1.0, top)) ** 2, axis=-1, keepdims=True))   # ‖s‖
+        return s * (1.0 / (norm + 1.0 / norm))                             # ‖s‖²/(1+‖s‖²) · s/‖s‖ = s·‖s‖/(1+‖s‖²)
 
 
 def head_votes(heads: ArrayLike, w_votes: ArrayLike) -> NDArray:

@@ -161,8 +161,8 @@ def init_talking_heads(
     h = check_positive_int("num_heads", num_heads)
     h_k = h if key_heads is None else check_positive_int("key_heads", key_heads)
     h_v = h if value_heads is None else check_positive_int("value_heads", value_heads)
-    d_k = _head_width("d_k", d_k, d_model, h_k, "key_heads")
-    d_v = _head_width("d_v", d_v, d_model, h_v, "value_heads")
+    d_k = _head_width("d_k", d_k, d_model, h_k, "key_heads" if key_heads is not None else "num_heads")
+    d_v = _head_width("d_v", d_v, d_model, h_v, "value_heads" if value_heads is not None else "num_heads")
     projections = init_multi_head(rng, d_model, 1, bias=bias, d_k=h_k * d_k, d_v=h_v * d_v)
     P_l = _truncated_normal(rng, (h_k, h), 1.0 / np.sqrt(h_k))
     P_w = _truncated_normal(rng, (h, h_v), 1.0 / np.sqrt(h))
@@ -170,6 +170,7 @@ def init_talking_heads(
 
 
 def _head_width(name: str, width: int | None, d_model: int, heads: int, heads_name: str) -> int:
+    """The given width, else d_model / heads; ``heads_name`` is the argument the head count came from."""
     if width is not None:
         return check_positive_int(name, width)
     if d_model % heads:

@@ -274,6 +274,7 @@ def favor_features(
     check_bool("stabilize", stabilize)
     x = as_float("x", x, min_ndim=2)
     omega = check_omega(omega, x.shape[-1])
+    broadcast_batch({"x": x.shape[:-2], "omega": omega.shape[:-2]})
     eps = _check_eps(eps)
     if eps != 0.0 and kind == "trig":
         raise ValueError("eps is the official positive-feature stabiliser; kind='trig' takes none (eps=0.0)")

@@ -556,11 +556,11 @@ def draw_conv_weights(rng, kernel_size: int, shape: tuple[int, ...] = ()) -> NDA
     return rng.uniform(-bound, bound, size=(*shape, K))
 
 
-def _check_kernel_size(kernel_size) -> int:
-    K = check_positive_int("kernel_size", kernel_size)
+def _check_kernel_size(kernel_size, name: str = "kernel_size") -> int:
+    K = check_positive_int(name, kernel_size)
     if K % 2 == 0:
-        raise ValueError(f"kernel_size must be odd (the skip pads K // 2 tokens on each side and keeps n outputs), "
-                         f"got kernel_size={K}")
+        raise ValueError(f"{name} must be odd (the skip pads K // 2 tokens on each side and keeps n outputs), "
+                         f"got {name}={K}")
     return K
 
 
@@ -766,7 +766,7 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_landmar
     gives it), returned as the draw ``conv_weights`` (None without the skip)."""
     no_causal_form(causal, "Nyströmformer", NO_CAUSAL_FORM)
     if conv_kernel_size is not None:
-        K = _check_kernel_size(conv_kernel_size)
+        K = _check_kernel_size(conv_kernel_size, "conv_kernel_size")
         if conv_weights is None:
             if rng is None:
                 raise ValueError("conv_kernel_size draws the skip's filter from rng: pass rng= (or conv_weights=)")

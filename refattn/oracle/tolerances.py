@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 RULES = ("ratio", "table", "ulp")
+COMBINES = ("abs", "rss")
 
 RATIO_FACTORS = {"out": 2.0, "dq": 3.0, "dk": 3.0, "dv": 3.0}
 """FlashAttention's factors: output error ≤ 2×, gradient errors ≤ 3× the baseline's.
@@ -263,6 +264,7 @@ def forward_noise(q: NDArray, k: NDArray, v: NDArray, A: NDArray, out: NDArray, 
     W : (..., n, m) ndarray
         The weights' noise, reused by :func:`gradient_noise`.
     """
+    check_choice("combine", combine, COMBINES)
     A = np.where(used, _finite(A), 0.0)
     Q, K = _finite(q), _finite(k)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -309,6 +311,7 @@ def gradient_noise(q: NDArray, k: NDArray, v: NDArray, d_out: NDArray, A: NDArra
         broadcast along to get its own shape.
     kappa_dv : (..., m, d_v) ndarray
     """
+    check_choice("combine", combine, COMBINES)
     A = np.where(used, _finite(A), 0.0)
     dO, V, O, Q, K = _finite(d_out), _finite(v), _finite(out), _finite(q), _finite(k)
     if combine == "abs":

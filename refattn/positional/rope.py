@@ -138,13 +138,7 @@ def rotate(x: ArrayLike, positions: ArrayLike, *, base: float = ROPE_BASE, pairi
     array([[0., 1., 0., 1.]])
     """
     x = as_float("x", x, min_ndim=2)
-    positions = np.asarray(positions)
-    positions = positions.astype(np.float64) if positions.dtype.kind in "iu" else as_float("positions", positions)
-    if positions.shape != (x.shape[-2],):
-        raise ValueError(f"positions must have shape (T,) = ({x.shape[-2]},) for x of shape {x.shape} "
-                         f"(..., T, d), got {positions.shape}")
-    if not np.isfinite(positions).all():
-        raise ValueError("positions must be finite")
+    positions = _check_positions("positions", positions, "x", x)
     check_choice("pairing", pairing, ROPE_PAIRINGS)
     r = _check_rotary_dim(rotary_dim, x.shape[-1])
     theta = rope_frequencies(r, base)                              # (r/2,)
@@ -157,6 +151,18 @@ def rotate(x: ArrayLike, positions: ArrayLike, *, base: float = ROPE_BASE, pairi
         out[..., a] = x1 * cos - x2 * sin
         out[..., b] = x1 * sin + x2 * cos
     return out
+
+
+def _check_positions(name: str, positions, x_name: str, x: NDArray) -> NDArray:
+    """``positions`` as finite floats of shape (T,) for ``x`` (..., T, d); errors name both arguments."""
+    positions = np.asarray(positions)
+    positions = positions.astype(np.float64) if positions.dtype.kind in "iu" else as_float(name, positions)
+    if positions.shape != (x.shape[-2],):
+        raise ValueError(f"{name} must have shape (T,) = ({x.shape[-2]},) for {x_name} of shape {x.shape} "
+                         f"(..., T, d), got {positions.shape}")
+    if not np.isfinite(positions).all():
+        raise ValueError(f"{name} must be finite, got {positions!r}")
+    return positions
 
 
 def _default_positions(n: int, m: int, causal) -> tuple[NDArray, NDArray]:
@@ -224,8 +230,10 @@ def rope_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool | s
     check_qkv(q, k, v)
     p_q, p_k = _default_positions(q.shape[-2], k.shape[-2], causal)
     options = {"base": base, "pairing": pairing, "rotary_dim": rotary_dim, "scaling": scaling}
-    q_rot = rotate(q, p_q if q_positions is None else q_positions, **options)  # R_{p_i} q_i
-    k_rot = rotate(k, p_k if k_positions is None else k_positions, **options)  # R_{p_j} k_j
+    p_q = p_q if q_positions is None else _check_positions("q_positions", q_positions, "q", q)
+    p_k = p_k if k_positions is None else _check_positions("k_positions", k_positions, "k", k)
+    q_rot = rotate(q, p_q, **options)                              # R_{p_i} q_i
+    k_rot = rotate(k, p_k, **options)                              # R_{p_j} k_j
     return scaled_dot_product_attention(q_rot, k_rot, v, causal=causal, scale=scale, return_weights=return_weights)
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common import (
+    ALIGNMENTS,
     as_float,
     as_rng,
     broadcast_batch,
@@ -89,6 +90,7 @@ def relative_positions(n: int, m: int, alignment: str | None = None) -> NDArray:
            [-2, -1,  0]])
     """
     n, m = check_non_negative_int("n", n), check_non_negative_int("m", m)
+    check_choice("alignment", alignment, (None, *ALIGNMENTS))
     offset = m - n if alignment == "bottom-right" else 0
     return np.arange(m, dtype=np.int64)[None, :] - (np.arange(n, dtype=np.int64) + offset)[:, None]
 

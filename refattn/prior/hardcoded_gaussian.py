@@ -116,11 +116,21 @@ def _gaussian_rows(rows: NDArray, m: int, offsets: NDArray, sigma: float, ratio:
     centre = position[None, :, None] * ratio + offsets[:, None, None]             # (h, r, 1)  c = p_i·r + o_h
     allowed = np.ones((rows.size, j.size), dtype=bool) if delta is None else \
         j <= rows[:, None] + delta                                                # (r, w)  j ≤ p_i
-    S = -((j - centre) ** 2) / (2.0 * sigma**2)                                   # (h, r, w)  −(j − c)²/(2σ²)
-    if normalize == "keys":
-        return softmax(S, mask=allowed), allowed                   # (h, r, w)  ∝ e^S over the keys seen
-    density = np.exp(S) / (sigma * math.sqrt(2.0 * math.pi))       # (h, r, w)  N(j; c, σ²)
-    return np.where(allowed, density, 0.0), allowed                # masked by selection, not renormalised
+    dist = np.abs(j - centre)                                                     # (h, r, w)  |j − c|
+    if normalize == "density":
+        with np.errstate(over="ignore"):                           # (j − c)²/σ² = inf: a density of exactly 0
+            density = np.exp(-0.5 * (dist / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi))   # N(j; c, σ²)
+        return np.where(allowed, density, 0.0), allowed            # masked by selection, not renormalised
+    # e^{−(j − c)²/2σ²} over the keys seen, shifted by the nearest one's, j*: (j − c)² − (j* − c)² =
+    # (j − j*)(j + j* − 2c) has no rounding of a square, and each factor meets σ alone, so that σ² underflowing
+    # to 0 gives the σ → 0 limit (the nearest keys share the row), never 0/0
+    if j.size == 0:                                                # no key in the window: every row is empty
+        return np.zeros(dist.shape), allowed
+    nearest = j[np.argmin(np.where(allowed, dist, np.inf), axis=-1)][..., None]   # (h, r, 1)  j*
+    with np.errstate(invalid="ignore", over="ignore"):             # −inf: a weight of exactly 0; no key: masked
+        S = -0.5 * ((j - nearest) / sigma) * ((j + nearest - 2.0 * centre) / sigma)   # −((j − c)² − (j* − c)²)/2σ²
+    S = np.where(j == nearest, 0.0, S)                             # 0·inf at j* itself when σ underflows
+    return softmax(S, mask=allowed), allowed                       # (h, r, w)  ∝ e^S over the keys seen
 
 
 def _key_window(rows: NDArray, m: int, offsets: NDArray, sigma: float, ratio: float, delta: int | None
@@ -140,8 +150,10 @@ def _key_window(rows: NDArray, m: int, offsets: NDArray, sigma: float, ratio: fl
     position = rows[visible].astype(np.float64) + (0 if delta is None else delta)
     centre = position[None, :] * ratio + offsets[:, None]                         # (h, r')  c
     nearest = np.clip(np.rint(centre), 0, last[visible])                          # the visible key nearest c
-    reach = np.sqrt((nearest - centre) ** 2 + 2.0 * sigma**2 * UNDERFLOW)         # √(d² + 2σ²·746)
-    return max(0, math.floor((centre - reach).min())), min(m, math.ceil((centre + reach).max()) + 1)
+    with np.errstate(over="ignore", invalid="ignore"):             # a reach beyond float64: every key
+        reach = np.sqrt((nearest - centre) ** 2 + 2.0 * np.square(sigma) * UNDERFLOW)   # √(d² + 2σ²·746)
+        lo, hi = np.floor((centre - reach).min()), np.ceil((centre + reach).max()) + 1
+    return (0, m) if not (np.isfinite(lo) and np.isfinite(hi)) else (int(np.clip(lo, 0, m)), int(np.clip(hi, 0, m)))
 
 
 def hardcoded_gaussian_weights(n: int, m: int | None = None, *, offsets=(-1, 1), sigma: float = HARDCODED_SIGMA,
@@ -165,7 +177,8 @@ def hardcoded_gaussian_weights(n: int, m: int | None = None, *, offsets=(-1, 1),
         :math:`o_h`, one per head (:data:`HARDCODED_OFFSETS`, :func:`hardcoded_offsets`).
     sigma : float, default 1.0
         σ > 0, shared by the heads; ``np.inf`` gives uniform weights over the keys each query sees
-        (under ``normalize="keys"``).
+        (under ``normalize="keys"``), and a σ whose square underflows (1e-300) the limit σ → 0: the nearest
+        key(s) each query sees share its row.
     causal : {False, True, "top-left", "bottom-right"}, default False
         :math:`J_i`: every key, or ``j <= p_i`` with :math:`p_i = i` (top-left) or ``i + m − n``
         (bottom-right, the n queries are the last n of m positions, which also moves their centres).

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import causal_alignment, check_bool, check_choice, check_non_negative_int, check_positive_int
+from ..common import causal_alignment, check_bool, check_choice, check_size
 from ..mechanism import AttentionResult, Mechanism
 from .attention import METHODS, attend_pattern, check_options, check_weights_fit, checked_qkv
 from .image_transformer import image_shape
@@ -90,8 +90,9 @@ def axial_pattern(height: int, width: int, *, axis: str, causal: bool | str = Fa
            [0, 1, 0, 0, 1, 0],
            [0, 0, 1, 0, 0, 1]])
     """
-    H = check_non_negative_int("height", height)
-    W = check_positive_int("width", width)
+    H = check_size("height", height)
+    W = check_size("width", width, positive=True)
+    check_size("height·width", H * W, rows=True)
     check_choice("axis", axis, AXES)
     causal = causal_alignment(causal) is not None
     i = np.arange(H * W, dtype=np.int64)

@@ -9,7 +9,7 @@ last n of the m positions (decoding with a key/value cache).
 """
 from __future__ import annotations
 
-from ..common import check_non_negative_int, check_sizes
+from ..common import check_sizes, check_window
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import LONGFORMER
 from .attention import pattern_apply
@@ -59,7 +59,7 @@ def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool | str = F
     """
     n, m = check_sizes(n, m)
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
-    w = check_non_negative_int("w", w)
+    w = check_window("w", w, max(n, m))                             # w >= max(n, m) keeps every pair
     return SparsePattern.from_row_ranges(i - w, i + w + 1 if alignment is None else i + 1, m)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, check_choice, check_non_negative_int, check_positive_int, check_sizes
+from ..common import as_rng, check_choice, check_non_negative_int, check_positive_int, check_size, check_sizes
 from ..mechanism import Mechanism
 from ..papers import BIGBIRD
 from .attention import pattern_apply
@@ -106,7 +106,7 @@ def draw_bigbird_random_blocks(
     True
     """
     rng = as_rng(rng)
-    nb = check_positive_int("num_blocks", num_blocks)
+    nb = check_size("num_blocks", num_blocks, positive=True, rows=True)
     r, g, half = _settings(num_random_blocks, num_global_blocks, num_window_blocks, candidates, drawing=True)
     _check_layout(nb, r, g, half, candidates, drawing=True)
     random_blocks = np.full((nb, r), -1, dtype=np.int64)
@@ -114,7 +114,7 @@ def draw_bigbird_random_blocks(
         return random_blocks
     for I in np.flatnonzero(~_is_global(nb, g)):
         pool = _candidates(I, nb, half, g, candidates)                  # ranges, never an array of nb blocks:
-        picks = rng.choice(sum(map(len, pool)), size=r, replace=False)   # as choice(concatenated pool, r)
+        picks = rng.choice(_pool_size(pool), size=r, replace=False)   # as choice(concatenated pool, r)
         random_blocks[I] = np.sort(_pool_items(pool, picks))
     return random_blocks
 
@@ -265,7 +265,7 @@ def _block_pattern(num_blocks, num_random_blocks, num_global_blocks, num_window_
                    candidates) -> tuple[SparsePattern, NDArray]:
     """The block layout as an (n_b, n_b) SparsePattern, built from index lists (no n_b × n_b loop), and its
     random blocks R (drawn, or as given)."""
-    nb = check_positive_int("num_blocks", num_blocks)
+    nb = check_size("num_blocks", num_blocks, positive=True, rows=True)
     drawing = _drawing(num_random_blocks, rng, random_blocks)
     r, g, half = _settings(num_random_blocks, num_global_blocks, num_window_blocks, candidates, drawing)
     _check_layout(nb, r, g, half, candidates, drawing)
@@ -425,13 +425,43 @@ def _layout_problem(nb: int, r: int, g: int, half: int, candidates: str, drawing
         return f"num_global_blocks={g} exceeds num_blocks={nb}"
     if not drawing or nb > _surely_enough(r, g, half):
         return None
-    for I in np.flatnonzero(~_is_global(nb, g)):
-        size = sum(map(len, _candidates(I, nb, half, g, candidates)))
+    for I in _distinct_rows(nb, g, half):
+        size = _pool_size(_candidates(I, nb, half, g, candidates))
         if size < r:
             return (f"num_random_blocks={r} but block row {I} has only {size} candidate blocks "
                     f"(num_blocks={nb}, num_window_blocks={2 * half + 1}, num_global_blocks={g}, "
                     f"candidates={candidates!r})")
     return None
+
+
+def _distinct_rows(nb: int, g: int, half: int) -> NDArray:
+    """The middle block rows whose candidate counts may differ: those within half + 3 blocks of either end, and
+    one row between them (every row between has the same count, for either candidate set)."""
+    lo, hi = (g + 1) // 2, nb - g // 2                             # the middle rows [lo, hi)
+    edge = half + 3
+    if hi - lo <= 2 * edge + 1:
+        return np.arange(lo, hi)
+    return np.array([*range(lo, lo + edge + 1), *range(hi - edge, hi)])
+
+
+def _working_counts(r: int, g: int, half: int, candidates: str, drawing: bool) -> tuple[int, list[int]]:
+    """The block counts the layout takes: every count from ``start`` on, and the ``isolated`` ones below it.
+
+    Never a loop over r: a count c in (g, r] has a middle row with at most c − 1 candidates (c − 2 for
+    "official"), so besides c = g (no middle row) only counts above r can work; "disjoint" rows have at least
+    c − g − (2·half + 1) candidates, and a central row exactly that many.
+    """
+    if not drawing or r == 0:
+        return max(g, 1), []
+    if candidates == "disjoint":
+        return g + 2 * half + 1 + r, [g] if g >= 1 else []
+    top = _surely_enough(r, g, half) + 1                           # "official": g = 2 and half = 1, so ≤ 11 counts
+    counts = sorted({g, *range(r + 1, top + 1)})
+    works = [c for c in counts if _layout_problem(c, r, g, half, candidates, drawing) is None]
+    start = top
+    while start - 1 in works:                                      # the run of counts reaching past `top`
+        start -= 1
+    return start, [c for c in works if c < start]
 
 
 def _surely_enough(r: int, g: int, half: int) -> int:
@@ -455,13 +485,9 @@ def _check_layout(nb: int, r: int, g: int, half: int, candidates: str, drawing: 
         problem = f"n={n} makes num_blocks={nb}: {problem}"
     if problem is None:
         return
-    top = _surely_enough(r, g, half) + 1
-    works = [c for c in range(1, top + 1) if _layout_problem(c, r, g, half, candidates, drawing) is None]
-    start = top
-    while start - 1 in works:                                      # the run of counts reaching past `top`
-        start -= 1
+    start, isolated = _working_counts(r, g, half, candidates, drawing)
     scale, unit = (1, "num_blocks") if n is None else (block_size, "n")
-    isolated = [str(c * scale) for c in works if c < start]
+    isolated = [str(c * scale) for c in isolated]
     lengths = (f"{unit} = {' or '.join(isolated)} or " if isolated else "") + f"{unit} >= {start * scale}"
     drawn = (f"num_random_blocks={r} drawn from candidates={candidates!r}" if drawing else
              f"num_random_blocks={r}" + (" given as random_blocks" if r else ""))
@@ -501,6 +527,11 @@ def _official_candidates(I: int, nb: int) -> tuple[range, ...]:
     if I in (nb - 3, nb - 2):
         return (middle_seq[:last],)                                # window not excluded
     return middle_seq[:I - 2], middle_seq[I + 1:last]
+
+
+def _pool_size(pool: tuple[range, ...]) -> int:
+    """How many blocks the ranges hold (``len`` of a range fails above 2⁶³)."""
+    return sum(max(0, p.stop - p.start) for p in pool)
 
 
 def _pool_items(pool: tuple[range, ...], picks: NDArray) -> NDArray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import check_bool, check_non_negative_int, check_positive_int, check_sizes
+from ..common import check_bool, check_sizes, check_window
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import SURVEY
 from .attention import pattern_apply
@@ -60,7 +60,7 @@ def block_local_pattern(n: int, block: int, *, m: int | None = None, causal: boo
     """
     n, m = check_sizes(n, m)
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
-    block = check_positive_int("block", block)
+    block = check_window("block", block, max(n, m, 1), positive=True)   # one block holds every position
     start = i // block * block
     return SparsePattern.from_row_ranges(start, start + block if alignment is None else i + 1, m)
 
@@ -142,10 +142,10 @@ def block_window_pattern(
            [0, 0, 0, 1, 1, 1]])
     """
     n, _ = check_sizes(n, None)
-    w = check_positive_int("window_size", window_size)
-    back = check_non_negative_int("look_backward", look_backward)
+    w = check_window("window_size", window_size, max(n, 1), positive=True)   # one window holds every position
+    back = check_window("look_backward", look_backward, n)           # n windows back reach the first
     causal, exact = check_bool("causal", causal), check_bool("exact_windowsize", exact_windowsize)
-    forward = check_non_negative_int("look_forward", (0 if causal else 1) if look_forward is None else look_forward)
+    forward = check_window("look_forward", (0 if causal else 1) if look_forward is None else look_forward, n)
     if causal and forward:
         raise ValueError(f"a causal window cannot look forward: got causal=True with look_forward={forward}")
     i = np.arange(n)                                               # (n,) query positions

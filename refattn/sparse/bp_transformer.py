@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import causal_alignment, check_positive_int
+from ..common import causal_alignment, check_positive_int, check_size
 from ..mechanism import Mechanism
 from .attention import pattern_apply
 from .pattern import SparsePattern
@@ -76,7 +76,7 @@ def bp_tree_spans(n: int) -> list[tuple[int, int, int]]:
     >>> bp_tree_spans(3)[3:]
     [(1, 0, 2), (1, 2, 3), (2, 0, 3)]
     """
-    n = check_positive_int("n", n)
+    n = check_size("n", n, positive=True, rows=True)
     return [(level, p << level, min((p + 1) << level, n))
             for level, size in enumerate(_level_sizes(n).tolist()) for p in range(size)]
 
@@ -172,8 +172,8 @@ def bp_transformer_pattern(n: int, k: int, *, causal: bool | str = False) -> Spa
            [0, 0, 1, 1, 0, 0, 0],
            [1, 1, 1, 1, 0, 0, 0]])
     """
-    n = check_positive_int("n", n)
-    k = check_positive_int("k", k)
+    n = check_size("n", n, positive=True, rows=True)
+    k = check_size("k", k, positive=True)
     causal = causal_alignment(causal) is not None
     sizes = _level_sizes(n)
     offset = np.concatenate([[0], np.cumsum(sizes)[:-1]])          # id of u_{l,0}

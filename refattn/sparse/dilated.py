@@ -7,7 +7,7 @@ keys. ``dilation=1`` is the band; a large dilation is the strided pattern restri
 """
 from __future__ import annotations
 
-from ..common import check_non_negative_int, check_positive_int, check_sizes
+from ..common import check_sizes, check_window
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import LONGFORMER
 from .attention import pattern_apply
@@ -54,8 +54,8 @@ def dilated_pattern(
     """
     n, m = check_sizes(n, m)
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
-    w = check_non_negative_int("w", w)
-    dilation = check_positive_int("dilation", dilation)
+    w = check_window("w", w, max(n, m))                             # w steps of at least 1 reach every key
+    dilation = check_window("dilation", dilation, max(n, m, 1), positive=True)   # a gap >= max(n, m): itself only
     reach = w * dilation
     return SparsePattern.from_row_ranges(i - reach, i + reach + 1 if alignment is None else i + 1, m,
                                          step=dilation)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..common import check_bool, check_non_negative_int
+from ..common import check_bool, check_non_negative_int, check_size, check_window
 from ..mechanism import Mechanism
 from .attention import pattern_apply
 from .band import band_pattern
@@ -110,9 +110,10 @@ def etc_pattern(
     >>> p.row(2).tolist(), p.row(5).tolist()
     ([0, 2], [1, 5])
     """
-    g = check_non_negative_int("num_global", num_global)
-    L = check_non_negative_int("num_long", num_long)
-    r = check_non_negative_int("radius", radius)
+    g = check_size("num_global", num_global)
+    L = check_size("num_long", num_long)
+    check_size("num_global + num_long", g + L, rows=True)
+    r = check_window("radius", radius, L)                           # r >= n_l: every long token
     hard_g2l, hard_l2g = check_bool("hard_g2l", hard_g2l), check_bool("hard_l2g", hard_l2g)
     no_causal_form(causal, "ETC", "an encoder whose global tokens read every long token")
     N = g + L

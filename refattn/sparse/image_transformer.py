@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..common import causal_alignment, check_choice, check_non_negative_int, check_positive_int
+from ..common import causal_alignment, check_choice, check_size
 from ..mechanism import Mechanism
 from .attention import pattern_apply
 from .pattern import SparsePattern
@@ -143,10 +143,11 @@ def image_transformer_pattern(
            [1, 1, 0, 0],
            [0, 0, 0, 0]])
     """
-    H = check_non_negative_int("height", height)
-    W = check_positive_int("width", width)
-    h_q, w_q = _pair("query_block", query_block, check_positive_int)
-    h_m, w_m = _pair("memory_flange", memory_flange, check_non_negative_int)
+    H = check_size("height", height)
+    W = check_size("width", width, positive=True)
+    check_size("height·width", H * W, rows=True)
+    h_q, w_q = _pair("query_block", query_block, lambda name, x: check_size(name, x, positive=True))
+    h_m, w_m = _pair("memory_flange", memory_flange, check_size)
     causal = causal_alignment(causal) is not None
     check_choice("flange", flange, FLANGES)
     check_choice("order", order, ORDERS)
@@ -238,9 +239,9 @@ def image_transformer_1d_pattern(
            [0, 0, 0, 1, 1, 0],
            [0, 0, 0, 1, 1, 1]])
     """
-    n = check_non_negative_int("n", n)
-    l_q = check_positive_int("query_block", query_block)
-    l_m = check_non_negative_int("memory_length", memory_length)
+    n = check_size("n", n, rows=True)
+    l_q = check_size("query_block", query_block, positive=True)
+    l_m = check_size("memory_length", memory_length)
     causal = causal_alignment(causal) is not None
     check_choice("flange", flange, FLANGES)
     i = np.arange(n, dtype=np.int64)
@@ -271,7 +272,7 @@ def image_shape(n: int, width, mechanism: str) -> tuple[int, int]:
     """
     if width is None:
         return n // image_width(n), image_width(n)
-    width = check_positive_int("width", width)
+    width = check_size("width", width, positive=True)
     if n % width:
         small = [w for w in range(1, math.isqrt(n) + 1) if n % w == 0]
         divisors = sorted(set(small) | {n // w for w in small})

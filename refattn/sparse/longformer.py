@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..common import check_non_negative_int, check_positive_int, check_sizes
+from ..common import check_non_negative_int, check_sizes, check_window
 from ..mechanism import Mechanism
 from ..papers import LONGFORMER
 from .attention import pattern_apply
@@ -103,7 +103,7 @@ def longformer_pattern(
     n, _ = check_sizes(n, None)
     half = _half_window(window)
     G = _global_indices(global_indices, n)
-    window_pattern = dilated_pattern(n, half, check_positive_int("dilation", dilation), causal=causal)
+    window_pattern = dilated_pattern(n, half, dilation, causal=causal)
     return window_pattern | global_pattern(n, G, causal=causal) if G.size else window_pattern
 
 
@@ -153,14 +153,14 @@ def longformer_patterns(
     half = _half_window(window)
     if not isinstance(dilations, (Sequence, np.ndarray)) or isinstance(dilations, (str, bytes)) or not len(dilations):
         raise TypeError(f"dilations must be a non-empty sequence of ints (one per head), got {dilations!r}")
-    dilations = [check_positive_int(f"dilations[{h}]", d) for h, d in enumerate(dilations)]
+    dilations = [check_window(f"dilations[{h}]", d, max(n, 1), positive=True) for h, d in enumerate(dilations)]
     G = _global_indices(global_indices, n)
     windows = [dilated_pattern(n, half, d, causal=causal) for d in dilations]
     return [w | global_pattern(n, G, causal=causal) for w in windows] if G.size else windows
 
 
 def _half_window(window) -> int:
-    window = check_non_negative_int("window", window)
+    window = check_non_negative_int("window", window)              # w/2 is clamped by dilated_pattern
     if window % 2:
         raise ValueError(f"window must be even (w/2 keys on each side of the token), got window={window}")
     return window // 2

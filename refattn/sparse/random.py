@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, causal_alignment, check_non_negative_int, check_sizes
+from ..common import as_rng, causal_alignment, check_size, check_sizes
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import BIGBIRD
 from .attention import pattern_apply
@@ -54,7 +54,7 @@ def draw_random_keys(rng, n: int, r: int, *, m: int | None = None, causal: bool 
     rng = as_rng(rng)
     n, m = check_sizes(n, m)
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
-    r = check_non_negative_int("r", r)
+    r = check_size("r", r)
     if alignment is None and r > m and n:
         raise ValueError(f"cannot draw r={r} distinct keys from m={m}: without a causal mask r <= m "
                          "(causal rows with fewer candidates take them all)")

@@ -40,9 +40,9 @@ from ..common import (
     check_bool,
     check_choice,
     check_fits,
-    check_non_negative_int,
     check_positive_int,
     check_scale,
+    check_size,
     default_scale,
     weighted_values,
 )
@@ -104,9 +104,11 @@ def draw_lsh_rotations(rng, d_k: int, n_buckets, n_rounds: int = 1) -> NDArray:
     (1, 8, 12)
     """
     rng = as_rng(rng)
-    d_k = check_non_negative_int("d_k", d_k)
-    factors, n_rounds = _bucket_factors(n_buckets), check_positive_int("n_rounds", n_rounds)
-    return rng.standard_normal((n_rounds, d_k, sum(f // 2 for f in factors)))
+    d_k = check_size("d_k", d_k)
+    factors, n_rounds = _bucket_factors(n_buckets), check_size("n_rounds", n_rounds, positive=True)
+    shape = (n_rounds, d_k, sum(f // 2 for f in factors))
+    check_fits(f"the rotations (n_rounds={n_rounds}, d_k={d_k}, n_buckets={n_buckets!r})", shape)
+    return rng.standard_normal(shape)
 
 
 def lsh_buckets(x: ArrayLike, rotations: ArrayLike, n_buckets=None) -> NDArray:
@@ -644,11 +646,11 @@ def _at(table: NDArray, index: NDArray) -> NDArray:
 def _bucket_factors(n_buckets) -> tuple[int, ...]:
     """The factors of a bucket count: () for 1, (b,) for an even int, the sequence itself if all even."""
     if isinstance(n_buckets, (list, tuple)):
-        factors = tuple(check_positive_int("n_buckets", f) for f in n_buckets)
+        factors = tuple(check_size("n_buckets", f, positive=True) for f in n_buckets)
         if not factors or any(f % 2 for f in factors):
             raise ValueError(f"n_buckets as factors must be a non-empty sequence of even ints, got {n_buckets!r}")
         return factors
-    b = check_positive_int("n_buckets", n_buckets)
+    b = check_size("n_buckets", n_buckets, positive=True)
     if b != 1 and b % 2:
         raise ValueError(f"n_buckets must be even (argmax over [xR; −xR], b/2 columns) or 1, got {b}")
     return () if b == 1 else (b,)

@@ -32,10 +32,11 @@ from ..common import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_non_negative_int,
+    check_fits,
     check_positive_int,
     check_qkv,
     check_scale,
+    check_size,
     default_scale,
 )
 from ..core.sdpa import scaled_dot_product_attention
@@ -86,8 +87,9 @@ def draw_centroids(rng, num_clusters: int, d: int) -> NDArray:
     ((3, 4), True)
     """
     rng = as_rng(rng)
-    num_clusters = check_positive_int("num_clusters", num_clusters)
-    d = check_non_negative_int("d", d)
+    num_clusters = check_size("num_clusters", num_clusters, positive=True)
+    d = check_size("d", d)
+    check_fits(f"the centroids (num_clusters={num_clusters}, d={d})", (num_clusters, d))
     G = rng.standard_normal((num_clusters, d))               # (k, d)  g_c ~ N(0, I_d)
     return G / np.linalg.norm(G, axis=1, keepdims=True) if d else G   # μ_c = g_c / ‖g_c‖
 

@@ -30,8 +30,10 @@ from ..common import (
     broadcast_batch,
     check_bool,
     check_choice,
+    check_fits,
     check_non_negative_int,
     check_qkv,
+    check_size,
     default_scale,
     glorot,
 )
@@ -74,8 +76,9 @@ def init_sac_predictor(rng, d: int) -> SacPredictor:
     SacPredictor
     """
     rng = as_rng(rng)
-    if check_non_negative_int("d", d) < 1:
+    if check_size("d", d) < 1:
         raise ValueError(f"the predictor needs d >= 1, got d={d}")
+    check_fits(f"the predictor's weights (d={d})", (d, d))
     return SacPredictor(glorot(rng, d, d))
 
 

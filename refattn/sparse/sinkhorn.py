@@ -41,6 +41,7 @@ from ..common import (
     check_non_negative_int,
     check_positive_int,
     check_qkv,
+    check_size,
     default_scale,
     glorot,
     weighted_values,
@@ -119,9 +120,11 @@ def init_sort_net(rng, d: int, num_blocks: int, *, hidden: int | None = None) ->
     ((4, 4), (4, 3))
     """
     rng = as_rng(rng)
-    d = check_non_negative_int("d", d)
-    num_blocks = check_non_negative_int("num_blocks", num_blocks)
-    hidden = max(d, 1) if hidden is None else check_positive_int("hidden", hidden)
+    d = check_size("d", d)
+    num_blocks = check_size("num_blocks", num_blocks)
+    hidden = max(d, 1) if hidden is None else check_size("hidden", hidden, positive=True)
+    check_fits(f"the sort net's weights (d={d}, hidden={hidden}, num_blocks={num_blocks})",
+               (d + num_blocks + 2, hidden))
     w_p = glorot(rng, d, hidden)
     w_b = glorot(rng, hidden, num_blocks)
     return SortNetParams(w_p, np.zeros(hidden), w_b, np.zeros(num_blocks))
@@ -141,7 +144,9 @@ def draw_gumbel(rng, num_blocks: int) -> NDArray:
     -------
     (N, N) ndarray
     """
-    return as_rng(rng).gumbel(size=(check_non_negative_int("num_blocks", num_blocks),) * 2)
+    num_blocks = check_size("num_blocks", num_blocks)
+    check_fits(f"the Gumbel noise of num_blocks={num_blocks}", (num_blocks, num_blocks))
+    return as_rng(rng).gumbel(size=(num_blocks, num_blocks))
 
 
 def default_block_size(m: int) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import causal_alignment, check_choice, check_non_negative_int, check_positive_int, check_sizes
+from ..common import causal_alignment, check_choice, check_non_negative_int, check_positive_int, check_size, check_sizes
 from ..mechanism import Mechanism
 from ..papers import CHILD
 from .attention import pattern_apply
@@ -122,7 +122,7 @@ def sparse_transformer_pattern(
            [0, 1, 0, 1, 1, 1]])
     """
     n, _ = check_sizes(n, None)
-    l = check_positive_int("stride", stride)
+    l = check_size("stride", stride, positive=True)
     check_choice("kind", kind, KINDS)
     check_choice("part", part, PARTS)
     check_choice("local_window", local_window, LOCAL_WINDOWS)

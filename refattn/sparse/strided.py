@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import check_positive_int, check_sizes
+from ..common import check_sizes, check_window
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import CHILD
 from .attention import pattern_apply
@@ -53,7 +53,7 @@ def strided_pattern(n: int, stride: int, *, m: int | None = None, causal: bool |
     """
     n, m = check_sizes(n, m)
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
-    stride = check_positive_int("stride", stride)
+    stride = check_window("stride", stride, max(n, m, 1), positive=True)   # a stride >= max(n, m): itself only
     return SparsePattern.from_row_ranges(i % stride, np.full(n, m) if alignment is None else i + 1, m, step=stride)
 
 
