@@ -22,7 +22,7 @@ import refattn as ra
 
 from .. import registry
 from ..compressed import cluster_queries
-from ..viz import draw_attention, figure
+from ..viz import draw_attention, figure, roundoff_text
 from .common import group_strips
 
 __all__ = ["clustered", "example", "versus_softmax"]
@@ -69,5 +69,5 @@ def clustered() -> Figure:
     fig = figure((11.5, 4.2))
     versus_softmax(fig, A, clusters, "clustered")
     fig.suptitle(f"Clustered attention, C = {GROUPS} (strips: each query's cluster, from 63-bit hashes and "
-                 f"Hamming K-means): relative output error {error:.2f}")
+                 f"Hamming K-means): relative output error {roundoff_text(error, '.2f')}")
     return fig

@@ -24,7 +24,7 @@ from ..heads.collaborative_heads import (
     cp_decomposition,
     head_products,
 )
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff, shade_roundoff
 from .common import GROUP_COLORS
 
 __all__ = ["collaborative_heads"]
@@ -93,15 +93,14 @@ def _errors(ax, params: MultiHeadParams, redundant: MultiHeadParams) -> None:
     T_red = head_products(redundant, HEADS)
     official = [cp_decomposition(T_red, R, rng=0).error for R in dims[:-1]] + [0.0]
     converged = [cp_decomposition(T_red, R, rng=0, tol=0.0, max_sweeps=500).error for R in dims[:-1]] + [0.0]
-    floor = 1e-16
     for values, label, color, marker, style in (
             (random_heads, "random heads, official ALS", GROUP_COLORS[0], "o", "-"),
             (bound, "random heads, unfolding bound", GROUP_COLORS[0], "", ":"),
             (official, "heads of 4 shared directions, official ALS", GROUP_COLORS[1], "s", "-"),
             (converged, "the same, ALS to 500 sweeps", GROUP_COLORS[2], "^", "--")):
-        ax.semilogy(dims, np.maximum(values, floor), linestyle=style, marker=marker, markersize=4, color=color,
-                    label=label)
+        ax.semilogy(dims, roundoff(values), linestyle=style, marker=marker, markersize=4, color=color, label=label)
     ax.axvline(SHARED_DIRECTIONS, color="black", linestyle=":", linewidth=1, label="their CP rank, 4")
-    ax.set(xlabel="shared width D̃_k", ylabel="‖T − T̂‖ / ‖T‖ (below 1e-16 drawn at 1e-16)", ylim=(1e-17, 3.0),
-           xticks=dims, title="error of the head products\nW_Qⁱ W_Kⁱᵀ ≈ W̃_Q diag(m_i) W̃_Kᵀ")
-    ax.legend(fontsize=7, loc="lower left")
+    shade_roundoff(ax)
+    ax.set(xlabel="shared width D̃_k", ylabel="‖T − T̂‖ / ‖T‖", ylim=(None, 3.0), xticks=dims,
+           title="error of the head products\nW_Qⁱ W_Kⁱᵀ ≈ W̃_Q diag(m_i) W̃_Kᵀ")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)   # the plot is full

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from .. import registry, scaled_dot_product_attention
 from ..beyond import dft_matrix
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import seeded_qkv
 
 __all__ = ["fnet"]
@@ -49,8 +49,8 @@ def fnet() -> Figure:
     for panel, out, title in ((fnet_out, result.output, "FNet output Re(F_n V F_d)"),
                               (sm_out, out_sm, "softmax output A V")):
         draw_attention(panel, out, signed=True, annotate=False, xlabel="channel", ylabel="position", titles=[title])
-    fnet_out.suptitle(f"unnormalised: entries up to {np.abs(result.output).max():.0f}")
-    sm_out.suptitle(f"averages of v: up to {np.abs(out_sm).max():.1f}")
+    fnet_out.suptitle(f"unnormalised: entries up to {roundoff_text(np.abs(result.output).max(), '.0f')}")
+    sm_out.suptitle(f"averages of v: up to {roundoff_text(np.abs(out_sm).max(), '.1f')}")
     fig.suptitle(f"FNet (Lee-Thorp et al., 2022): y = Re(F_seq(F_hidden(v))), no q, no k, no parameters; "
                  f"n = {N}, d = {v.shape[-1]}, seed {SEED}")
     return fig

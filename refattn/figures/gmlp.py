@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from .. import registry, scaled_dot_product_attention
 from ..beyond import GMLP_INIT_EPS, SpatialGatingParams
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff
 from .common import seeded_qkv
 
 __all__ = ["gmlp"]
@@ -59,7 +59,7 @@ def gmlp() -> Figure:
     ax = bound.add_subplot()
     change = np.abs(init.output - q) / np.abs(q)
     limit = GMLP_INIT_EPS * np.sqrt(q.shape[-1] - 1)
-    ax.semilogy(np.arange(N), change.max(axis=-1), "o", label="max over channels of |out − q|/|q|")
+    ax.semilogy(np.arange(N), roundoff(change.max(axis=-1)), "o", label="max over channels of |out − q|/|q|")
     ax.axhline(limit, color="k", linestyle="--", label=f"bound ε·√(d − 1) = {limit:.2g}")
     ax.set(xlabel="position i", ylabel="relative change", ylim=(limit / 1e3, limit * 10))
     ax.set_title("identity gating at initialisation")

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from .. import init_multi_head, softmax
 from ..heads import head_scores, represent_attention
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import GROUP_COLORS
 
 __all__ = ["head_size"]
@@ -71,12 +71,13 @@ def head_size() -> Figure:
            title="more heads at a fixed d_model shrink each head\nunless the head size is fixed (§4)")
     ax.legend(loc="lower left", fontsize=8)
 
-    errors = [np.abs(A - P).max() for A in reached]
-    exact = f"head of d_p = n = {N_TARGET}\nmax |A − P| < 1e-12: exact"
-    titles = ["target P"] + [f"head of d_p = {d_p}\nmax |A − P| = {e:.2f}" if d_p < N_TARGET else exact
+    errors = [roundoff_text(np.abs(A - P).max(), ".2f") for A in reached]
+    exact = roundoff_text(np.abs(reached[-1] - P).max(), equals=True)
+    if not exact.startswith("<"):
+        raise ValueError(f"head_size: the head of size n misses the target: max |A − P| {exact}")
+    titles = ["target P"] + [f"head of d_p = {d_p}\nmax |A − P| = {e}" if d_p < N_TARGET else
+                             f"head of d_p = n = {N_TARGET}\nmax |A − P| {exact}: exact"
                              for d_p, e in zip(TARGET_SIZES, errors, strict=True)]
-    if errors[-1] >= 1e-12:
-        raise ValueError(f"head_size: the head of size n misses the target by {errors[-1]:.1e}")
     draw_attention(bottom, np.stack([P, *reached])[None], titles=titles,
                    suptitle=f"what one head of size d_p can express on n = {N_TARGET} tokens of d_model = {D_MODEL}: "
                             "softmax of the best rank-d_p logits (exact for d_p ≥ n)")

@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 from numpy.typing import NDArray
 
 from ..compressed import query_centroids
-from ..viz import figure
+from ..viz import figure, roundoff_text
 from .clustered import GROUPS, example, run, versus_softmax
 
 __all__ = ["improved_clustered"]
@@ -44,5 +44,5 @@ def improved_clustered() -> Figure:
         for i, j in zip(*np.nonzero(recomputed), strict=True):
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="none", edgecolor="black", lw=0.8))
     fig.suptitle(f"Improved clustered attention, C = {GROUPS}, top-k = {TOP_K} (outlined: each cluster's top-k "
-                 f"keys, recomputed per query): relative output error {error:.2f}")
+                 f"keys, recomputed per query): relative output error {roundoff_text(error, '.2f')}")
     return fig

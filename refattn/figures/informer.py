@@ -20,7 +20,7 @@ import refattn as ra
 
 from .. import registry
 from ..compressed import informer_counts, query_sparsity, top_queries
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import GROUP_COLORS, group_strips, seeded_qkv
 
 __all__ = ["informer"]
@@ -95,4 +95,4 @@ def _versus(container, result, q, k, v, causal: bool, active, sample) -> None:
     axes[0, 0].plot(sample.ravel(), rows, ".", color="#e15759", markersize=3)
     label = ("causal, j ≤ i: lazy rows the running mean of v_0 … v_i,\n"
              "and the sample reaches later keys (dots on grey)") if causal else "non-causal: lazy rows 1/m on every key"
-    container.suptitle(f"{label}\nrelative output error ‖y − y_sm‖/‖y_sm‖ = {error:.2f}")
+    container.suptitle(f"{label}\nrelative output error ‖y − y_sm‖/‖y_sm‖ = {roundoff_text(error, '.2f')}")

@@ -32,7 +32,7 @@ from ..linear import (
     init_rfa_gate,
     rfa_gates,
 )
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 
 __all__ = [
     "linear_elu", "performer_positive", "performer_trig", "efficient_attention", "rfa", "delta_rule",
@@ -109,12 +109,7 @@ def _versus(container, A: NDArray, err: float, name: str, causal: bool, *, signe
     _draw(diff, A - S, causal=causal, signed=True, limit=_limit(A - S, causal=causal), titles=f"{name} − softmax",
           ylabel="")
     saturate = "; colours saturate in rows 0–1 (arrow)" if causal else ""
-    container.suptitle(title or f"{label}: {ERROR} = {err:.2f}{saturate}")
-
-
-def _minus(x: float) -> str:
-    """``x`` to two decimals with a typographic minus sign."""
-    return f"{x:.2f}".replace("-", "−")
+    container.suptitle(title or f"{label}: {ERROR} = {roundoff_text(err, '.2f')}{saturate}")
 
 
 def _line_axes(container, title: str, xlabel: str, ylabel: str):
@@ -282,8 +277,8 @@ def performer_trig() -> Figure:
     for sub, causal in ((top, False), (middle, True)):
         A, err = _run("performer_trig", causal)
         _versus(sub, A, err, "performer_trig", causal, signed=True,
-                title=f"{'causal, j ≤ i' if causal else 'non-causal'}: {ERROR} = {err:.2f}; "
-                      f"weights can be negative (min {_minus(A.min())}): diverging scale")
+                title=f"{'causal, j ≤ i' if causal else 'non-causal'}: {ERROR} = {roundoff_text(err, '.2f')}; "
+                      f"weights can be negative (min {roundoff_text(A.min(), '.2f')}): diverging scale")
     left, right = bottom.subfigures(1, 2)
     ax = left.add_subplot()
     _mse_panel(ax, {"θ = 45°": _pair(45.0), "θ = 135°": _pair(135.0)}, ("trig", "positive"))
@@ -309,7 +304,7 @@ def efficient_attention() -> Figure:
           ylabel="feature c")
     _draw(parts[2], A, titles="A = ρ_q(Q) ρ_k(K)ᵀ: rows sum to 1,\nrank ≤ d")
     _versus(bottom, A, err, "efficient_attention", False,
-            title=f"non-causal only (ρ_k normalises over every position): {ERROR} = {err:.2f}")
+            title=f"non-causal only (ρ_k normalises over every position): {ERROR} = {roundoff_text(err, '.2f')}")
     fig.suptitle(f"Efficient Attention (Shen et al., 2018): ρ_q(Q) (ρ_k(K)ᵀ V), no 1/√d; n = {N}, d = {D}")
     return fig
 
@@ -340,10 +335,11 @@ def rfa() -> Figure:
     ax.bar(np.arange(N), gates, color="C0", width=0.8)
     ax.set(ylim=(0, 1), xlim=(-1, N))
     _versus(right, A, err, "rfa", True,
-            title=f"c_ij = (1 − g_j) Π g_l over l = j+1 … i, the gates on the left:\n{ERROR} = {err:.2f}")
+            title=f"c_ij = (1 − g_j) Π g_l over l = j+1 … i, the gates on the left:\n"
+                  f"{ERROR} = {roundoff_text(err, '.2f')}")
     matrices = np.stack([*(R for R, _ in runs), linear])
-    titles = [*(f"{t}\nerror {e:.2f}" for (t, _), (_, e) in zip(limits, runs, strict=True)),
-              f"linear_elu, causal: the same\n(equal to 1e-12)\nerror {linear_err:.2f}"]
+    titles = [*(f"{t}\nerror {roundoff_text(e, '.2f')}" for (t, _), (_, e) in zip(limits, runs, strict=True)),
+              f"linear_elu, causal: the same\n(equal to 1e-12)\nerror {roundoff_text(linear_err, '.2f')}"]
     _draw(bottom, matrices, causal=True, titles=titles, limit=_limit(*matrices[1:], causal=True))
     bottom.suptitle("limits of the gate (paper form unless stated; φ = elu + 1)")
     fig.suptitle(f"Random Feature Attention with a gate (Peng et al., 2021): causal only, n = {N}, d = {D}; "
@@ -376,7 +372,7 @@ def delta_rule() -> Figure:
     for sub, (A, err), what in ((middle, drawn, f"β of apply (rng = {DRAW})"), (bottom, ones, "β ≡ 1")):
         sign = "signed: diverging scale" if A.min() < 0 else "all ≥ 0 here, though the rule allows negative weights"
         _versus(sub, A, err, "delta_rule", True, own_scale=True, signed=bool(A.min() < 0),
-                title=f"{what}: {ERROR} = {err:.2f}; A on its own scale ({sign})")
+                title=f"{what}: {ERROR} = {roundoff_text(err, '.2f')}; A on its own scale ({sign})")
     fig.suptitle("Fast-weight delta rule (Schlag et al., 2021), φ = (elu + 1)/Σ(elu + 1), normalised by its sum: "
                  f"causal only, n = {N}, d = {D}")
     return fig
@@ -397,7 +393,7 @@ def linear_overview() -> Figure:
     for sub, (causal, names) in zip(fig.subfigures(2, 1), rows.items(), strict=True):
         runs = [_run(name, causal) for name in names]
         panels = [_softmax(causal)[1], *(A for A, _ in runs)]
-        titles = ["softmax (exact)", *(f"{name}{notes.get(name, '')}\nerror {err:.2f}"
+        titles = ["softmax (exact)", *(f"{name}{notes.get(name, '')}\nerror {roundoff_text(err, '.2f')}"
                                        for name, (_, err) in zip(names, runs, strict=True))]
         blank = 5 - len(panels)                                    # non-causal: a note in the fifth slot
         weights, trig = sub.subfigures(1, 2, width_ratios=[5.0, 1.25])
@@ -410,7 +406,7 @@ def linear_overview() -> Figure:
                     va="center", transform=ax.transAxes)
         A, err = _run("performer_trig", causal)
         _draw(trig, A, causal=causal, signed=True, limit=_limit(A, causal=causal),
-              titles=f"performer_trig\nerror {err:.2f}", ylabel="")
+              titles=f"performer_trig\nerror {roundoff_text(err, '.2f')}", ylabel="")
         sub.suptitle("causal, j ≤ i (efficient_attention has no causal form)" if causal else "non-causal")
     fig.suptitle(f"Linearised attention beside softmax, n = {N}, d = {D}: weights on a one-sided scale from 0 "
                  "(square root), the trigonometric\nPerformer's signed weights on a diverging one; grey = masked pair "

@@ -21,7 +21,7 @@ import refattn as ra
 
 from .. import registry
 from ..compressed import compression_matrix, linformer_attention
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff, roundoff_text
 from .common import seeded_qkv
 
 __all__ = ["linformer", "smooth_qkv"]
@@ -59,11 +59,11 @@ def linformer() -> Figure:
     exact, S = ra.scaled_dot_product_attention(q, k, v, return_weights=True)
     if not np.allclose(P @ F, result.weights, rtol=1e-12, atol=1e-12):
         raise ValueError("linformer: the figure's P̄F and the record's weights disagree")
-    error = np.linalg.norm(result.output - exact) / np.linalg.norm(exact)
+    error = roundoff_text(np.linalg.norm(result.output - exact) / np.linalg.norm(exact), ".2f")
 
     pool = _pooling(N, K)
     pooled, W_pool = linformer_attention(q, k, v, E=pool, sharing="kv", return_weights=True)
-    pooled_error = np.linalg.norm(pooled - exact) / np.linalg.norm(exact)
+    pooled_error = roundoff_text(np.linalg.norm(pooled - exact) / np.linalg.norm(exact), ".2f")
 
     fig = figure((13.6, 12.6))
     top, middle, bottom = fig.subfigures(3, 1, height_ratios=[0.55, 1.0, 0.9])
@@ -72,7 +72,7 @@ def linformer() -> Figure:
     mapping, matrices = middle.subfigures(1, 2, width_ratios=[0.75, 3.0])
     draw_attention(mapping, P, titles="random: P̄", xlabel="row r", annotate=False)
     draw_attention(matrices, np.stack([result.weights, W_pool, S]), signed=True, annotate=False, ylabel="",
-                   titles=[f"random: W = P̄F (error {error:.2f})", f"pooling: W = P̄F (error {pooled_error:.2f})",
+                   titles=[f"random: W = P̄F (error {error})", f"pooling: W = P̄F (error {pooled_error})",
                            "softmax attention"])
     matrices.suptitle("P̄ = softmax(Q(EK)ᵀ/√d), n × k; the effective matrix W (out = W V) beside softmax, one "
                       "signed scale; error = ‖y − y_sm‖/‖y_sm‖")
@@ -94,13 +94,13 @@ def _error_panel(ax) -> None:
         random = [np.mean([rel(linformer_attention(q, k, v, proj_dim=r, rng=s)) for s in range(SWEEP_DRAWS)])
                   for r in SWEEP_K]
         pooled = [rel(linformer_attention(q, k, v, E=_pooling(SWEEP_N, r), sharing="kv")) for r in SWEEP_K]
-        pooled = np.where(np.array(pooled) > 1e-12, pooled, np.nan)   # exact (rounding only) at k = m: off the log axis
-        ax.plot(SWEEP_K, random, "o--", color=color, label=f"random E, F ~ N(0, 1/k), {label}")
-        ax.plot(SWEEP_K, pooled, "s-", color=color, label=f"E = F mean pooling of m/k neighbours, {label}")
+        ax.plot(SWEEP_K, roundoff(random), "o--", color=color, label=f"random E, F ~ N(0, 1/k), {label}")
+        ax.plot(SWEEP_K, roundoff(pooled, below="nan"), "s-", color=color,     # k = m: exact, off the log axis
+                label=f"E = F mean pooling of m/k neighbours, {label}")
     ax.set(xscale="log", yscale="log", xlabel="k (projected length)", ylabel="relative output error",
            xticks=SWEEP_K, xticklabels=[str(r) for r in SWEEP_K])
     ax.set_title(f"error against softmax as k grows (n = m = {SWEEP_N}): untrained random projections stay far "
-                 "(the paper learns E and F); pooling is exact at k = m (error 0, off the axis)")
+                 "(the paper learns E and F); pooling is exact at k = m (error at round-off, off the axis)")
     ax.minorticks_off()
     ax.legend(loc="lower left", fontsize=8, frameon=False)
 

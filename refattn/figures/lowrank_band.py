@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from .. import registry, scaled_dot_product_attention
 from ..sparse import band_pattern, sparse_attention
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff, roundoff_text, shade_roundoff
 from .common import GROUP_COLORS, seeded_qkv
 
 __all__ = ["lowrank_band"]
@@ -61,7 +61,7 @@ def lowrank_band() -> Figure:
     mixture, spectra = bottom.subfigures(1, 2, width_ratios=[1.5, 1.0])
     draw_attention(mixture, np.stack([result.weights, S]), titles=[f"A = {ALPHA} A_low + {1 - ALPHA} A_band",
                                                                    "softmax(Q Kᵀ/√d)"])
-    mixture.suptitle(f"relative output error against softmax ‖y − y_sm‖/‖y_sm‖ = {error:.2f}")
+    mixture.suptitle(f"relative output error against softmax ‖y − y_sm‖/‖y_sm‖ = {roundoff_text(error, '.2f')}")
     _spectra(spectra.add_subplot(), {"scores (rank ≤ D_k)": scores, "A_low": A_low, "A_band": A_band,
                                      "A": result.weights, "softmax": S})
     fig.suptitle(f"Low-rank and band attention (Guo et al., 2019): a softmax over scores of rank D_k = {RANK} "
@@ -70,13 +70,13 @@ def lowrank_band() -> Figure:
 
 
 def _spectra(ax, matrices: dict) -> None:
-    """σ_i / σ_1 of each matrix on a log scale (values below 1e-16 drawn at 1e-16: zero to rounding)."""
+    """σ_i / σ_1 of each matrix on a log scale (round-off drawn at :func:`~refattn.viz.roundoff`'s floor)."""
     index = np.arange(1, N + 1)
     for (label, M), color, marker in zip(matrices.items(), GROUP_COLORS, "os^Dv", strict=False):
         sigma = np.linalg.svd(M, compute_uv=False)
-        ax.semilogy(index, np.maximum(sigma / sigma[0], 1e-16), marker=marker, markersize=3.5, color=color,
-                    label=label)
+        ax.semilogy(index, roundoff(sigma / sigma[0]), marker=marker, markersize=3.5, color=color, label=label)
     ax.axvline(RANK + 0.5, color="black", linestyle=":", linewidth=1)
-    ax.set(xlabel="i", ylabel="σ_i / σ_1", ylim=(1e-17, 2.0), xlim=(0.5, N + 0.5),
+    shade_roundoff(ax)
+    ax.set(xlabel="i", ylabel="σ_i / σ_1", ylim=(None, 2.0), xlim=(0.5, N + 0.5),
            title=f"singular values: the scores stop after D_k = {RANK},\ntheir softmax keeps falling")
-    ax.legend(loc="center right", fontsize=8)
+    ax.legend(loc="center", bbox_to_anchor=(0.5, 0.3), fontsize=8)

@@ -19,7 +19,7 @@ import refattn as ra
 
 from .. import registry
 from ..compressed import luna_maps
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import group_strips, seeded_qkv
 
 __all__ = ["luna"]
@@ -76,4 +76,4 @@ def _row(container, q, k, v, result, A_unpack, A_pack, causal: bool) -> None:
                    titles=[W_title, "causal softmax" if causal else "softmax"])
     label = ("causal: the packed context of position t is the mean over j ≤ t; rows of W do not sum to 1"
              if causal else "non-causal: rows of W sum to 1, rank ≤ l")
-    container.suptitle(f"{label}; relative output error ‖y − y_sm‖/‖y_sm‖ = {error:.2f}")
+    container.suptitle(f"{label}; relative output error ‖y − y_sm‖/‖y_sm‖ = {roundoff_text(error, '.2f')}")

@@ -21,7 +21,7 @@ import refattn as ra
 
 from .. import registry
 from ..compressed import MemoryCompression, compress_memory, compression_matrix, memory_compressed_attention
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff, roundoff_text
 from .common import seeded_qkv
 from .linformer import smooth_qkv
 
@@ -79,8 +79,8 @@ def _matrices(container, q, k, v, runs) -> None:
                         local.allowed, mask])
         errors = [np.linalg.norm(r.output - out) / np.linalg.norm(out) for r in (runs[causal], local)]
         form = "causal" if causal else "non-causal"
-        titles.append([f"{form}: W = P C^V (error {errors[0]:.2f})", f"{form}: local, b = {BLOCK} "
-                       f"(error {errors[1]:.2f})", f"{form}: softmax"])
+        titles.append([f"{form}: W = P C^V (error {roundoff_text(errors[0], '.2f')})", f"{form}: local, b = {BLOCK} "
+                       f"(error {roundoff_text(errors[1], '.2f')})", f"{form}: softmax"])
     draw_attention(container, np.array(grid), allowed=np.array(allowed), signed=True, annotate=False, titles=titles,
                    suptitle="the effective matrices (out = W V) beside softmax, one signed scale; "
                             "error = ‖y − y_sm‖/‖y_sm‖; grey: pairs not seen")
@@ -97,8 +97,8 @@ def _error_panel(ax) -> None:
                 mean = MemoryCompression(np.full(c, 1.0 / c), np.full(c, 1.0 / c))
                 out = memory_compressed_attention(q, k, v, params=mean, causal=causal)
                 errors.append(np.linalg.norm(out - exact) / np.linalg.norm(exact))
-            errors = np.where(np.array(errors) > 1e-12, errors, np.nan)   # exact at c = 1: off the log axis
-            ax.plot(SWEEP_C, errors, style, color=color, label=f"{label}, {'causal' if causal else 'non-causal'}")
+            ax.plot(SWEEP_C, roundoff(errors, below="nan"), style, color=color,      # c = 1: exact, off the log axis
+                    label=f"{label}, {'causal' if causal else 'non-causal'}")
     ax.set(xscale="log", yscale="log", xlabel="c (kernel = stride)", ylabel="relative output error",
            xticks=SWEEP_C, xticklabels=[str(c) for c in SWEEP_C], xlim=(0.8, 40))
     ax.set_title(f"error against softmax as c grows, mean-pooling taps w_t = 1/c (n = m = {SWEEP_N}; exact at c = 1, "

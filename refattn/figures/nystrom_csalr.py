@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from .. import registry, scaled_dot_product_attention
 from ..lowrank import average_pool, landmark_kernels
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff, roundoff_text
 from .common import GROUP_COLORS, group_strips
 from .nystromformer import D, N, draw_blocks, token_groups, walk_qkv
 
@@ -72,15 +72,15 @@ def nystrom_csalr() -> Figure:
     ax = curve.add_subplot()
     for pool, color, label in ((POOL, GROUP_COLORS[0], f"s = {POOL}: {l} landmarks"),
                                (1, GROUP_COLORS[1], "s = 1: every token a landmark")):
-        ax.loglog(SWEEP, [_error(q, k, v, out, pool, eps) for eps in SWEEP], "o-", color=color, markersize=3,
-                  label=label)
+        ax.loglog(SWEEP, roundoff([_error(q, k, v, out, pool, eps) for eps in SWEEP]), "o-", color=color,
+                  markersize=3, label=label)
     ax.loglog(SWEEP, SWEEP, ":", color="black", linewidth=1, label="slope 1 (at s = 1, Ŝ − S = −εI + O(ε²))")
     ax.axvline(EPS, color="grey", linewidth=0.8)
     ax.set(xlabel="ε", ylabel="‖y − y_sm‖ / ‖y_sm‖", title="relative output error against ε\n"
            "(ε ≥ 1: Ã + εI diagonally dominant, always invertible)")
     ax.legend(loc="upper left", fontsize=7)
+    survey, none = (roundoff_text(_error(q, k, v, out, POOL, eps), ".3f") for eps in (EPS, 0.0))
     fig.suptitle(f"CSALR (Chen et al., 2020): n = m = {N}, d = {D}, landmarks by average pooling, window = stride "
                  f"s = {POOL}: l = {l} (tokens {l * POOL}–{N - 1} in none)\nrelative output error "
-                 f"‖y − y_sm‖/‖y_sm‖ = {_error(q, k, v, out, POOL, EPS):.3f} with the survey's ε = {EPS:g} "
-                 f"(I added to Ã), {_error(q, k, v, out, POOL, 0.0):.3f} with ε = 0")
+                 f"‖y − y_sm‖/‖y_sm‖ = {survey} with the survey's ε = {EPS:g} (I added to Ã), {none} with ε = 0")
     return fig

@@ -24,7 +24,17 @@ from numpy.typing import NDArray
 
 from .. import registry, scaled_dot_product_attention
 from ..lowrank import exact_pinv, iterative_pinv, landmark_segments, nystrom_factors
-from ..viz import SIGNED_CMAP, STYLE_PATH, WEIGHTS_CMAP, WEIGHTS_GAMMA, draw_attention, figure
+from ..viz import (
+    SIGNED_CMAP,
+    STYLE_PATH,
+    WEIGHTS_CMAP,
+    WEIGHTS_GAMMA,
+    draw_attention,
+    figure,
+    roundoff,
+    roundoff_text,
+    shade_roundoff,
+)
 from .common import GROUP_COLORS, group_strips
 
 __all__ = ["nystromformer"]
@@ -102,21 +112,22 @@ def _convergence(ax, q: NDArray, k: NDArray) -> None:
     qb, kb = _sunk_head(q, k)
     A = nystrom_factors(qb, kb, num_landmarks=L, pinv="exact").A_tilde   # (2, l, l)
     P = exact_pinv(A[0])
+    kappa = float(roundoff(np.linalg.cond(A[0])))                    # Ã⁺ is exact to about κ·eps
     steps = np.arange(STEPS + 1)
     for init, color, label in (("paper", GROUP_COLORS[0], "per-matrix Z₀ (paper)"),
                                ("official", GROUP_COLORS[1], "global Z₀ (official code),\nshared with a head of "
-                                f"‖Ã‖₁ = {np.abs(A[1]).sum(axis=0).max():.1f}")):
+                                f"‖Ã‖₁ = {roundoff_text(np.abs(A[1]).sum(axis=0).max(), '.1f')}")):
         error = [np.abs(iterative_pinv(A, j, init=init)[0] - P).max() / np.abs(P).max() for j in steps]
-        ax.semilogy(steps, np.maximum(error, 1e-17), "o-", color=color, markersize=3, label=label)
+        ax.semilogy(steps, roundoff(error, scale=kappa), "o-", color=color, markersize=3, label=label)
     sigma_min = np.linalg.svd(A[0], compute_uv=False)[-1]
     delta = sigma_min**2 / (np.abs(A[0]).sum(axis=0).max() * np.abs(A[0]).sum(axis=1).max())
     predicted = math.ceil(math.log(1 / delta) / math.log(13 / 4)) + 3
     ax.axvline(OFFICIAL_STEPS, color="black", linestyle=":", linewidth=1, label="the official 6 steps")
     ax.axvline(predicted, color=GROUP_COLORS[0], linestyle="--", linewidth=1,
                label=f"⌈log(1/δ)/log(13/4)⌉ + 3 = {predicted},\nδ = σ²_min/(‖Ã‖₁‖Ã‖∞)")
-    ax.axhline(1e-12, color="grey", linewidth=0.8)
-    ax.set(xlabel="iteration j", ylabel="max |Z_j − Ã⁺| / max |Ã⁺|", ylim=(1e-17, 10), xticks=steps[::2],
-           title=f"Z_(j+1) = ¼ Z_j (13I − ÃZ_j (15I − ÃZ_j (7I − ÃZ_j)))\nthis Ã: κ = {np.linalg.cond(A[0]):.0f}")
+    shade_roundoff(ax, scale=kappa)
+    ax.set(xlabel="iteration j", ylabel="max |Z_j − Ã⁺| / max |Ã⁺|", ylim=(None, 10), xticks=steps[::2],
+           title=f"Z_(j+1) = ¼ Z_j (13I − ÃZ_j (15I − ÃZ_j (7I − ÃZ_j)))\nthis Ã: κ = {roundoff_text(kappa, '.0f')}")
     ax.legend(loc="upper right", fontsize=7)
 
 
@@ -160,15 +171,15 @@ def nystromformer() -> Figure:
     rows = np.arange(N)
     for W, marker, color, label in ((runs["exact"].weights, "o", GROUP_COLORS[0], "exact Ã⁺ (Ã1 = 1 ⇒ Ŝ1 = 1)"),
                                     (S_six, "s", GROUP_COLORS[1], f"{OFFICIAL_STEPS} steps")):
-        ax.semilogx(np.maximum(np.abs(W.sum(axis=-1) - 1), 1e-17), rows, marker, color=color, markersize=4,
-                    label=label)
+        ax.semilogx(roundoff(np.abs(W.sum(axis=-1) - 1)), rows, marker, color=color, markersize=4, label=label)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(xlabel="|Σ_j Ŝ_ij − 1|", ylabel="query i", ylim=(N - 0.5, -0.5), xlim=(1e-17, 1),
-           title=f"row sums (issue #14)\nmin Ŝ_ij = {runs['exact'].weights.min():.3f} < 0")
-    ax.legend(loc="lower right", fontsize=7)
+    shade_roundoff(ax, axis="x")
+    ax.set(xlabel="|Σ_j Ŝ_ij − 1|", ylabel="query i", ylim=(N - 0.5, -0.5), xlim=(None, 1),
+           title=f"row sums (issue #14)\nmin Ŝ_ij = {roundoff_text(runs['exact'].weights.min(), '.3f')} < 0")
+    ax.legend(loc="center right", fontsize=7)
     _convergence(curve.add_subplot(), q, k)
     fig.suptitle(f"Nyströmformer (Xiong et al., 2021): n = m = {N}, d = {D}, l = {L} landmarks, the means of segments "
                  f"of {', '.join(map(str, np.diff(landmark_segments(N, L))))} tokens (strips: each token's segment)\n"
-                 f"relative output error ‖y − y_sm‖/‖y_sm‖: {errors['exact']:.3f} with the exact Ã⁺, "
-                 f"{errors['iterative']:.3f} with {OFFICIAL_STEPS} steps")
+                 f"relative output error ‖y − y_sm‖/‖y_sm‖: {roundoff_text(errors['exact'], '.3f')} with the exact "
+                 f"Ã⁺, {roundoff_text(errors['iterative'], '.3f')} with {OFFICIAL_STEPS} steps")
     return fig

@@ -15,7 +15,7 @@ import refattn as ra
 
 from ..core.multi_head import init_multi_head, project_heads
 from ..heads import PATTERNS, guide_pattern, guide_patterns, pattern_loss, pattern_loss_score_grad
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 
 __all__ = ["pattern_aux_loss"]
 
@@ -43,7 +43,7 @@ def pattern_aux_loss() -> Figure:
     A, B = ra.softmax(S), ra.softmax(stepped)
 
     def per_head(W):
-        return [float(pattern_loss(W[h:h + 1], P[h:h + 1])) for h in range(H)]
+        return [roundoff_text(float(pattern_loss(W[h:h + 1], P[h:h + 1])), ".2f") for h in range(H)]
 
     fig = figure((14.0, 10.0))
     top, middle, bottom = fig.subfigures(3, 1)
@@ -52,11 +52,11 @@ def pattern_aux_loss() -> Figure:
     draw_attention(top, shown, annotate=False, colorbar=False, titles=[f"P: {name}" for name in PATTERNS])
     top.suptitle(f"the predefined patterns (delimiters at {', '.join(map(str, DELIMITERS))})")
     draw_attention(middle, A, annotate=False, colorbar=False,
-                   titles=[f"head {h + 1} → {GUIDE[h]}: ‖A − P‖² = {t:.2f}" for h, t in enumerate(per_head(A))])
-    middle.suptitle(f"a seeded layer's heads, total loss {float(pattern_loss(A, P)):.2f} (λ = 1)")
+                   titles=[f"head {h + 1} → {GUIDE[h]}: ‖A − P‖² = {t}" for h, t in enumerate(per_head(A))])
+    middle.suptitle(f"a seeded layer's heads, total loss {roundoff_text(float(pattern_loss(A, P)), '.2f')} (λ = 1)")
     draw_attention(bottom, B, annotate=False, colorbar=False,
-                   titles=[f"head {h + 1}: ‖A − P‖² = {t:.2f}" for h, t in enumerate(per_head(B))])
+                   titles=[f"head {h + 1}: ‖A − P‖² = {t}" for h, t in enumerate(per_head(B))])
     bottom.suptitle(f"after {STEPS} gradient steps of size {RATE} on the scores, total loss "
-                    f"{float(pattern_loss(B, P)):.2f}")
+                    f"{roundoff_text(float(pattern_loss(B, P)), '.2f')}")
     fig.suptitle(f"Attention guidance (Deshpande & Narasimhan, 2020): λ Σ_h ‖A_h − P_h‖_F², h = {H}, n = {N}")
     return fig

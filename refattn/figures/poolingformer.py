@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from .. import registry, scaled_dot_product_attention
 from ..compressed import pooling_matrix, pooling_pattern
 from ..sparse import band_pattern, sparse_attention
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import seeded_qkv
 
 __all__ = ["poolingformer"]
@@ -47,7 +47,8 @@ def poolingformer() -> Figure:
     if not np.allclose(result.weights, (np.eye(N) + A2 @ P) @ A1, rtol=1e-12, atol=1e-12):
         raise ValueError("poolingformer: the figure's factors and the record's apply disagree")
     out, S = scaled_dot_product_attention(q, k, v, return_weights=True)
-    error, half = (np.linalg.norm(y_hat - out) / np.linalg.norm(out) for y_hat in (result.output, result.output / 2))
+    error, half = (roundoff_text(np.linalg.norm(y_hat - out) / np.linalg.norm(out), ".2f")
+                   for y_hat in (result.output, result.output / 2))
 
     fig = figure((14.0, 10.6))
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.0, 1.05])
@@ -62,8 +63,8 @@ def poolingformer() -> Figure:
     draw_attention(bottom, np.stack([result.weights, A2 @ P @ A1, S]),
                    allowed=np.stack([result.allowed, A2 @ P @ A1 > 0, np.ones((N, N), dtype=bool)]),
                    titles=["W = (I + A₂P)A₁ (rows sum to 2)", "A₂PA₁: the second level's part", "softmax"])
-    bottom.suptitle(f"out = W v exactly; relative output error against softmax ‖y − y_sm‖/‖y_sm‖ = {error:.2f}, "
-                    f"and {half:.2f} for out/2 (the residual doubles the scale)")
+    bottom.suptitle(f"out = W v exactly; relative output error against softmax ‖y − y_sm‖/‖y_sm‖ = {error}, "
+                    f"and {half} for out/2 (the residual doubles the scale)")
     fig.suptitle(f"Poolingformer (Zhang et al., 2021): sliding window, then attention over pooled segments of the "
                  f"first level's outputs; n = m = {N}, κ = ξ = {kappa}, seed {SEED}")
     return fig

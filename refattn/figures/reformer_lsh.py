@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 
 from .. import registry, scaled_dot_product_attention
 from ..sparse import lsh_buckets, lsh_chunks
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import group_strips
 
 __all__ = ["reformer_lsh"]
@@ -68,11 +68,11 @@ def reformer_lsh() -> Figure:
     left, right = bottom.subfigures(1, 2)
     (ax,) = draw_attention(left, merged.weights, allowed=merged.allowed,
                            titles=f"both rounds merged by their log-sum-exp (−log N_ij\nfor pairs in both rounds); "
-                                  f"max |A − softmax| = {error:.2f}").ravel()
+                                  f"max |A − softmax| = {roundoff_text(error, '.2f')}").ravel()
     group_strips(ax, first, first)
     (ax,) = draw_attention(right, exact, allowed=~np.eye(N, dtype=bool),
                            titles=f"exact shared-QK softmax, self excluded;\n"
-                                  f"the pairs LSH kept hold {kept:.0%} of its mass").ravel()
+                                  f"the pairs LSH kept hold {roundoff_text(kept, '.0%')} of its mass").ravel()
     group_strips(ax, first, first)
     fig.suptitle(f"Reformer LSH attention (Kitaev et al., 2020): n = {N} tokens, keys k = q/‖q‖, b = {BUCKETS} "
                  f"buckets (strips), {ROUNDS} rounds, seed {SEED}; grey: pairs not computed")

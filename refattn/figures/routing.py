@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 
 from .. import registry, scaled_dot_product_attention
 from ..sparse import draw_centroids, nearest_centroid, update_centroids
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import GROUP_COLORS, group_strips
 
 __all__ = ["routing"]
@@ -56,7 +56,8 @@ def _routed(container, q, k, v, centroids, S, *, causal: bool, title: str) -> No
     allowed = result.allowed
     causal_ok = np.tril(np.ones((N, N), dtype=bool)) if causal else np.ones((N, N), dtype=bool)
     axes = draw_attention(container, np.stack([result.weights, S]), allowed=np.stack([allowed, causal_ok]),
-                          titles=[f"routing: {_kept_mass(S, allowed):.0%} of softmax's mass on its pairs",
+                          titles=[f"routing: {roundoff_text(_kept_mass(S, allowed), '.0%')} of softmax's mass "
+                                  "on its pairs",
                                   "softmax" + (" (causal)" if causal else "")])
     group_strips(axes[0, 0], nearest_centroid(q, centroids), nearest_centroid(k, centroids))
     container.suptitle(title)

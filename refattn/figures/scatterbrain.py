@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from .. import registry, scaled_dot_product_attention
 from ..beyond import scatterbrain_parts
 from ..sparse import lsh_buckets
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import group_strips, seeded_qkv
 
 __all__ = ["scatterbrain"]
@@ -43,7 +43,7 @@ def scatterbrain() -> Figure:
     performer = parts.low_rank / parts.low_rank.sum(axis=-1, keepdims=True)
     root = q.shape[-1] ** -0.25
     h_q, h_k = lsh_buckets(q * root, rotations)[0], lsh_buckets(k * root, rotations)[0]   # round 0
-    err = {name: np.linalg.norm(W - A) / np.linalg.norm(A) for name, W in
+    err = {name: roundoff_text(np.linalg.norm(W - A) / np.linalg.norm(A), ".3f") for name, W in
            (("performer", performer), ("scatterbrain", result.weights))}
 
     fig = figure((14.0, 8.8))
@@ -51,8 +51,8 @@ def scatterbrain() -> Figure:
     weights, support = top.subfigures(1, 2, width_ratios=[3.1, 1.0])
     vmax = float(max(A.max(), performer.max(), result.weights.max()))
     draw_attention(weights, np.stack([A, performer, result.weights]), vmax=vmax, annotate=False,
-                   titles=["softmax(QKᵀ/√d)", f"Performer alone: L / L1 (error {err['performer']:.3f})",
-                           f"Scatterbrain: (L + S) / (L + S)1 (error {err['scatterbrain']:.3f})"])
+                   titles=["softmax(QKᵀ/√d)", f"Performer alone: L / L1 (error {err['performer']})",
+                           f"Scatterbrain: (L + S) / (L + S)1 (error {err['scatterbrain']})"])
     ax = draw_attention(support, parts.support.astype(float), cmap="Greys", vmax=1.0, colorbar=False,
                         annotate=False, titles=f"support: {int(parts.support.sum())} of {N * N} pairs\n"
                                                f"({ROUNDS} rounds × {BUCKETS} buckets; strips: round 0)")[0, 0]

@@ -19,7 +19,7 @@ import refattn as ra
 
 from .. import registry
 from ..compressed import induced_maps
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import GROUP_COLORS, group_strips, seeded_qkv
 
 __all__ = ["set_transformer"]
@@ -58,7 +58,7 @@ def set_transformer() -> Figure:
     draw_attention(pair, np.stack([result.weights, S]), titles=["W = A_QH·A_IK", "softmax"])
     draw_attention(diff, result.weights - S, signed=True, titles="W − softmax", ylabel="")
     bottom.suptitle(f"the effective matrix beside exact softmax: relative output error ‖y − y_sm‖/‖y_sm‖ = "
-                    f"{error:.2f}")
+                    f"{roundoff_text(error, '.2f')}")
     fig.suptitle(f"Set Transformer inducing-point attention (Lee et al., 2019, ISAB's attention path): n = m = {N}, "
                  f"ℓ = {ELL} inducing points (seed {SEED}); W = A_QH·A_IK has rank ≤ ℓ")
     return fig

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from .. import registry
 from ..core.sdpa import scaled_dot_product_attention
 from ..sparse import sorting_matrix
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import group_strips, seeded_qkv
 
 __all__ = ["sinkhorn"]
@@ -37,7 +37,7 @@ def sinkhorn() -> Figure:
 
     sorts = [sorting_matrix(k, BLOCK, draws["sort_net"], draws["gumbel"], iterations=t) for t in ITERATIONS]
     sorts.append(sorting_matrix(k, BLOCK, draws["sort_net"], draws["gumbel"], causal=True))
-    titles = [f"k = {t}{' (default)' if t == 7 else ''}: rows\nwithin ±{_row_error(P):.2g} of 1"
+    titles = [f"k = {t}{' (default)' if t == 7 else ''}: rows\nmax |sum − 1| {_row_error(P)}"
               for t, P in zip(ITERATIONS, sorts, strict=False)]
     titles.append("causal, k = 7: J < I only, near\nthe shift I ← I − 1 (its one limit)")
 
@@ -72,6 +72,6 @@ def sinkhorn() -> Figure:
     return fig
 
 
-def _row_error(P) -> float:
-    """max |Σ_J P_IJ − 1| over the rows of P."""
-    return float(np.max(np.abs(P.sum(axis=-1) - 1.0)))
+def _row_error(P) -> str:
+    """max |Σ_J P_IJ − 1| over the rows of P, for a title: "= 0.045", "< 1e-12"."""
+    return roundoff_text(np.max(np.abs(P.sum(axis=-1) - 1.0)), ".2g", equals=True)

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from .. import registry, scaled_dot_product_attention
 from ..beyond import kernelized_attention, skyformer_attention
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff, roundoff_text, shade_roundoff
 from .common import GROUP_COLORS, group_strips
 from .nystromformer import walk_qkv
 
@@ -53,11 +53,12 @@ def skyformer() -> Figure:
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.0, 0.85])
     left, right = top.subfigures(1, 2, width_ratios=[3.0, 1.05])
     vmax = float(max(A.max(), C.max(), C_tilde.max()))
+    sums = [roundoff_text(total, ".2f") for total in (C.sum(axis=1).min(), C.sum(axis=1).max())]
+    least = roundoff_text(C_tilde.min(), ".3f")
     axes = draw_attention(left, np.stack([A, C, C_tilde]), vmax=vmax, signed=True, annotate=False,
                           titles=["softmax(QKᵀ/√d): rows sum to 1",
-                                  f"C = κ(Q/d^¼, K/d^¼): row sums {C.sum(axis=1).min():.2f} … "
-                                  f"{C.sum(axis=1).max():.2f}",
-                                  f"C̃: l = {L} landmarks, γ = 0.1, 6 steps (min {C_tilde.min():.3f})"])
+                                  f"C = κ(Q/d^¼, K/d^¼):\nrow sums {sums[0]} … {sums[1]}",
+                                  f"C̃: l = {L} landmarks, γ = 0.1,\n6 steps (min {least})"])
     rows, cols = _landmark_groups(landmarks, N, N)
     group_strips(axes[0, 2], rows, cols)
     draw_attention(right, C_tilde - C, signed=True, annotate=False, titles="C̃ − C")
@@ -70,14 +71,15 @@ def skyformer() -> Figure:
         errors = [np.mean([np.linalg.norm(skyformer_attention(q, k, v, num_landmarks=int(l), rng=s,
                                                               return_weights=True, **options)[1] - C) / norm
                            for s in range(DRAWS)]) for l in sizes]
-        ax.semilogy(sizes, errors, "o-", color=color, markersize=3, label=label)
+        ax.semilogy(sizes, roundoff(errors), "o-", color=color, markersize=3, label=label)
     every = skyformer_attention(q, k, v, landmarks=np.arange(2 * N), gamma=0.0, pinv="exact", return_weights=True)[1]
     exact_error = np.linalg.norm(every - C) / norm
-    ax.semilogy([2 * N], [max(exact_error, 1e-17)], "*", color="black", markersize=10,
-                label=f"all {2 * N} points once, γ = 0, exact: {exact_error:.0e}")
+    ax.semilogy([2 * N], roundoff([exact_error]), "*", color="black", markersize=10,
+                label=f"all {2 * N} points once, γ = 0, exact: error {roundoff_text(exact_error, '.0e', equals=True)}")
+    shade_roundoff(ax)
     ax.set(xlabel="landmarks l (drawn with replacement among the n + m = 32 points)",
            ylabel="‖C̃ − C‖_F / ‖C‖_F", title=f"Nyström error against l, mean of {DRAWS} draws")
-    ax.legend(loc="lower left", fontsize=8)
+    ax.legend(loc="center left", fontsize=8)
     fig.suptitle("Skyformer (Chen et al., 2021): a Gaussian kernel in place of softmax, approximated by Nyström "
                  "on the PSD kernel matrix of all queries and keys\n"
                  f"n = m = {N} tokens along a random walk in R^8; strips: the landmarks (blue a query, orange a key)")

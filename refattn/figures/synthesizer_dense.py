@@ -17,7 +17,7 @@ import refattn as ra
 
 from .. import registry
 from ..prior import dense_logits
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff_text
 from .common import seeded_qkv
 
 __all__ = ["synthesizer_dense"]
@@ -58,11 +58,11 @@ def synthesizer_dense() -> Figure:
     draw_attention(fold, folded, signed=True, annotate=False, xlabel="r (A's entry)", ylabel="p (B's entry)",
                    titles=f"row {ROW} of C as b × a: rank {np.linalg.matrix_rank(folded)}")
 
-    error = np.linalg.norm(plain.output - exact) / np.linalg.norm(exact)
+    error = roundoff_text(np.linalg.norm(plain.output - exact) / np.linalg.norm(exact), ".2f")
     draw_attention(bottom, np.stack([plain.weights, causal.weights, factorised.weights, mixed.weights, S_soft]),
                    allowed=np.stack([np.ones((N, N), bool), causal.allowed, *(np.ones((N, N), bool),) * 3]),
                    annotate=False,
-                   titles=[f"softmax(B) (output error {error:.2f})", "softmax(B), causal", "softmax(C), factorised",
+                   titles=[f"softmax(B) (output error {error})", "softmax(B), causal", "softmax(C), factorised",
                            "D+V: softmax(½B + ½QKᵀ/√d)", "softmax attention"])
     bottom.suptitle("weights; error = ‖y − y_sm‖/‖y_sm‖ against softmax attention (untrained F: they differ)")
     fig.suptitle(f"Dense Synthesizer (Tay et al., 2021): each query synthesizes its logits over the key positions, "

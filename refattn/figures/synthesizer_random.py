@@ -17,7 +17,7 @@ import refattn as ra
 
 from .. import registry
 from ..prior import FactorizedRandomSynthesizer, RandomSynthesizer
-from ..viz import STYLE_PATH, draw_attention, figure
+from ..viz import STYLE_PATH, draw_attention, figure, roundoff, roundoff_text
 from .common import seeded_qkv
 
 __all__ = ["synthesizer_random"]
@@ -53,10 +53,10 @@ def synthesizer_random() -> Figure:
                    titles=["random R (no input)", f"factorised R₁R₂ᵀ, k = {RANK}", "dot product: QKᵀ/√d"])
     logits.suptitle("logits before the softmax (one signed scale): row i of R is position i's, whatever the input")
     ax = spectrum.add_subplot()
-    ax.semilogy(np.arange(1, N + 1), np.linalg.svd(R, compute_uv=False), "o-", label="R")
+    ax.semilogy(np.arange(1, N + 1), roundoff(np.linalg.svd(R, compute_uv=False)), "o-", label="R")
     sigma = np.linalg.svd(R1 @ R2.T, compute_uv=False)
-    ax.semilogy(np.arange(1, N + 1), np.where(sigma > 1e-12 * sigma[0], sigma, np.nan), "s-",
-                label=f"R₁R₂ᵀ: {RANK} non-zero, the rest 0 to rounding")
+    ax.semilogy(np.arange(1, N + 1), roundoff(sigma, scale=sigma[0], below="nan"), "s-",   # the rest: off the axis
+                label=f"R₁R₂ᵀ: {RANK} non-zero, the rest 0 to round-off")
     ax.set(xlabel="index", ylabel="singular value", ylim=(1e-2, 1e2))
     ax.set_title("singular values")
     ax.legend(loc="lower left", fontsize=8, frameon=False)
@@ -66,7 +66,7 @@ def synthesizer_random() -> Figure:
     draw_attention(bottom, np.stack([full.weights, causal.weights, factorised.weights, mixed.weights,
                                      official.weights, S_soft]),
                    allowed=np.stack([ones, causal.allowed, ones, ones, ones, ones]), annotate=False,
-                   titles=[f"softmax(R) (error {error:.2f})", "softmax(R), causal", "softmax(R₁R₂ᵀ)",
+                   titles=[f"softmax(R) (error {roundoff_text(error, '.2f')})", "softmax(R), causal", "softmax(R₁R₂ᵀ)",
                            "R+V: softmax(½R + ½QKᵀ/√d)", "official init: near uniform", "softmax attention"])
     bottom.suptitle("weights; error = ‖y − y_sm‖/‖y_sm‖ against softmax attention")
     fig.suptitle(f"Random Synthesizer (Tay et al., 2021): logits learned per position pair, no input in them, "
