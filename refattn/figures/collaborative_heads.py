@@ -103,4 +103,4 @@ def _errors(ax, params: MultiHeadParams, redundant: MultiHeadParams) -> None:
     shade_roundoff(ax)
     ax.set(xlabel="shared width D̃_k", ylabel="‖T − T̂‖ / ‖T‖", ylim=(None, 3.0), xticks=dims,
            title="error of the head products\nW_Qⁱ W_Kⁱᵀ ≈ W̃_Q diag(m_i) W̃_Kᵀ")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)   # the plot is full
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)   # below: lines fill the axes
