@@ -728,7 +728,8 @@ with styled():
     ax_mass, ax_err = fig.subplots(1, 2)
     for label, style in (("iid", "o-"), ("local", "s-")):
         ax_mass.semilogx(x, sweep[label][:, 0], style, label=f"{label} q, k")
-        ax_err.loglog(x, np.maximum(sweep[label][:, 1], 1e-17), style, label=f"{label} q, k")
+        ax_err.loglog(x, viz.roundoff(sweep[label][:, 1]), style, label=f"{label} q, k")   # w = n − 1 at the floor
+    viz.shade_roundoff(ax_err)
     ax_mass.semilogx(x, [sparse.band_pattern(n, w).density for w in widths], "k--", lw=1, label="density")
     ax_mass.set(xlabel="w + 1  (band: w keys each side)", ylabel="kept mass", ylim=(0, 1.03),
                 title=f"band attention, n = {n}: kept mass")

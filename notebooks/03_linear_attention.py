@@ -680,7 +680,7 @@ beta_exact = 1 / norms2                                             # β_i ‖φ
 read_back = delta_rule_attention(k_big, k_big, v, beta_exact, elu_feature_map, normalize=False)   # q_i = k_i
 check(read_back, v)                                                 # write-then-read returns v_i exactly
 half = delta_rule_attention(k_big, k_big, v, beta_exact / 2, elu_feature_map, normalize=False)
-print("β‖φ(k)‖² = 1:   read-back error", np.abs(read_back - v).max())
+print("β‖φ(k)‖² = 1:   read-back error", viz.roundoff_text(np.abs(read_back - v).max()))
 print("β‖φ(k)‖² = 1/2: read-back error", np.abs(half - v).max().round(3), "(halfway from the old value)")
 print("row sums of the delta rule's effective matrix:", A_delta.sum(axis=1))
 A_delta1 = delta_rule_attention(q, k, v, np.ones(n), elu_feature_map, return_weights=True)[1]   # β ≡ 1
@@ -989,7 +989,8 @@ try:
     registry.get("efficient_attention").apply(q, k, v, causal=True)
 except ValueError as err:
     print("causal=True:", err)
-print(f"rank of A: {np.linalg.matrix_rank(A_eff)} (≤ d = {d}); row sums − 1: max {np.abs(A_eff.sum(1) - 1).max():.0e}")
+row_error = np.abs(A_eff.sum(1) - 1).max()
+print(f"rank of A: {np.linalg.matrix_rank(A_eff)} (≤ d = {d}); max |row sum − 1| {viz.roundoff_text(row_error)}")
 
 A_soft = refattn.scaled_dot_product_attention(q, k, v, scale=1.0, return_weights=True)[1]
 viz.plot_attention(np.array([A_soft, A_eff]), size=2.8,

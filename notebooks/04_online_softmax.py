@@ -184,8 +184,8 @@ for block in [(4, 4), (2, 6), (8, 12), (3, 5), (5, 7), (1, 1), (16, 32)]:
         check(out, exact)
         check(lse, exact_lse)
     divides = n % block[0] == 0 and m % block[1] == 0
-    print(f"{str(block):>12}  {str(divides):>12}  {np.abs(mine - exact).max():17.1e}  "
-          f"{np.abs(blocked - exact).max():20.1e}")
+    print(f"{str(block):>12}  {str(divides):>12}  {viz.roundoff_text(np.abs(mine - exact).max()):>17}  "
+          f"{viz.roundoff_text(np.abs(blocked - exact).max()):>20}")
 
 # %% [markdown]
 # **Takeaways.**
@@ -193,7 +193,9 @@ for block in [(4, 4), (2, 6), (8, 12), (3, 5), (5, 7), (1, 1), (16, 32)]:
 # - Folding key tiles into a running maximum, a running sum and an unnormalised output is exact: the
 #   rescaling by $e^{m_\text{old} - m_\text{new}}$ only applies $e^{a + b} = e^a e^b$.
 # - For every tile size tried, dividing $n$ and $m$ or not, the NumPy loop and `method="blocked"` agree
-#   with the equation path to about $10^{-15}$, in the output and in the log-sum-exp.
+#   with the equation path to rounding, in the output and in the log-sum-exp. The differences, of order
+#   $10^{-15}$, are printed as "< 1e-12": their digits depend on the machine's BLAS kernel and SIMD loops,
+#   so below refattn's round-off floor (`viz.roundoff`) only the bound is shown.
 
 # %% [markdown]
 # ## (b) Tile by tile
@@ -227,9 +229,10 @@ for t, j0 in enumerate(range(0, m, tile)):
     check(frame[:, :j0 + tile].sum(axis=1), run_sum)                      # each row sums to ℓ_i
     frames.append(frame)
     titles.append(f"tile {t + 1}/3 folded in (keys {j0}-{j0 + tile - 1}): e^(s - m), "
-                  f"max error {err.max():.1e}")
+                  f"max error {viz.roundoff_text(err.max(), '.1e', equals=True)}")
 frames.append(frames[-1] / run_sum[:, None])           # divide by ℓ: the softmax
-titles.append(f"divided by ℓ: the softmax, max |weights - equation path| {np.abs(frames[-1] - A).max():.0e}")
+titles.append("divided by ℓ: the softmax, max |weights - equation path| "
+              + viz.roundoff_text(np.abs(frames[-1] - A).max()))
 check(frames[-1], A)                                   # = the equation path's weights
 check(acc / run_sum[:, None], final)
 
@@ -254,11 +257,11 @@ with styled():
     for i in range(n):
         ax_max.plot(steps, [step[0][i] for step in history], "o-", lw=1)
         ax_sum.plot(steps, [step[1][i] for step in history], "o-", lw=1)
-        ax_err.semilogy(steps, [max(step[2][i], 1e-17) for step in history], "o-", lw=1)
+        ax_err.semilogy(steps, viz.roundoff([step[2][i] for step in history]), "o-", lw=1)
+    viz.shade_roundoff(ax_err)                          # after the last tile: round-off, drawn at the floor
     ax_max.set(xlabel="key tiles folded in", title="running max μ_i (one line per query)", xticks=steps)
     ax_sum.set(xlabel="key tiles folded in", title="running sum ℓ_i", xticks=steps)
-    ax_err.set(xlabel="key tiles folded in", title="|partial output - final| (floored at 1e-17)",
-               xticks=steps)
+    ax_err.set(xlabel="key tiles folded in", title="|partial output - final|", xticks=steps)
 fig
 
 # %% [markdown]
@@ -336,8 +339,7 @@ def traced_peak(call):
 
 heads, d = 2, 64
 sdpa(*rng.standard_normal((3, heads, 64, d)), method="blocked")   # load the compiled kernel first
-measured = {}
-print(f"{'n':>5}  {'score matrix':>12}  {'equation peak':>13}  {'ratio':>5}  {'blocked peak':>12}  {'out + lse':>9}   (MiB)")
+measured, lines = {}, []
 for n_ in (512, 1024, 2048, 4096):
     q, k, v = rng.standard_normal((3, heads, n_, d))
     eq = [traced_peak(lambda: sdpa(q, k, v)) for _ in range(2)]
@@ -350,8 +352,10 @@ for n_ in (512, 1024, 2048, 4096):
     for peak in bl:
         assert out_bytes <= peak <= out_bytes + per_task + 64 * 2**10
     measured[n_] = (eq[0], max(bl))
-    print(f"{n_:5d}  {score_bytes / MiB:12.1f}  {eq[0] / MiB:13.1f}  {eq[0] / score_bytes:5.2f}  "
-          f"{max(bl) / MiB:12.1f}  {out_bytes / MiB:9.1f}")
+    lines.append(f"{n_:5d}  {score_bytes / MiB:12.1f}  {eq[0] / MiB:13.1f}  {eq[0] / score_bytes:5.2f}  "
+                 f"{min(bl) / MiB:12.1f}  {out_bytes / MiB:9.1f}")
+print(f"{'n':>5}  {'score matrix':>12}  {'equation peak':>13}  {'ratio':>5}  {'blocked peak':>12}  {'out + lse':>9}   (MiB)")
+print("\n".join(lines))        # after the loop: output sent while measuring would allocate in the kernel's threads
 
 # %% [markdown]
 # > The equation path's peak is three score matrices (the ratio column), growing like $n^2$: a factor 64
@@ -615,7 +619,7 @@ recomputed = np.exp(S - L_blocked[:, None])                           # every en
 np.testing.assert_allclose(recomputed, P, rtol=0, atol=1e-15)
 tile = np.exp(S[4:8, 4:8] - L_blocked[4:8, None])                     # one 4 × 4 tile, nothing else read
 np.testing.assert_allclose(tile, P[4:8, 4:8], rtol=0, atol=1e-15)
-print(f"max |exp(s - L) - P| = {np.abs(recomputed - P).max():.0e}, "
+print(f"max |exp(s - L) - P| {viz.roundoff_text(np.abs(recomputed - P).max(), equals=True)}, "
       f"{recomputed.size} weights from {S.size} scores and {L.size} log-sum-exps")
 
 # %% [markdown]
@@ -680,7 +684,8 @@ for alignment in ("top-left", "bottom-right"):
         err_mine = max(np.abs(a - b).max() for a, b in zip(mine, equation[:3], strict=True))
         err_blocked = max(np.abs(a - b).max() for a, b in zip(blocked[:3], equation[:3], strict=True))
         tiles = -(-n // block[0]) * -(-m // block[1])
-        print(f"{alignment:>12}  {str(block):>12}  {len(steps):>4} / {tiles:<2}  {err_mine:17.1e}  {err_blocked:20.1e}")
+        print(f"{alignment:>12}  {str(block):>12}  {len(steps):>4} / {tiles:<2}  {viz.roundoff_text(err_mine):>17}  "
+              f"{viz.roundoff_text(err_blocked):>20}")
 
 # %% [markdown]
 # > The loop step by step, bottom-right causal mask, tiles of $4 \times 4$: three key tiles times two
@@ -752,7 +757,6 @@ def rounded(peak):
 
 
 KiB, heads, d = 2**10, 2, 64
-print(f"{'n':>5}  {'n x m (MiB)':>11}  {'equation peak':>13}  {'/ n x m':>7}  {'blocked peak':>12}  {'/ n x d':>7}")
 ns_bwd, peaks = (256, 512, 1024, 2048), {"equation": [], "blocked": []}
 for n_ in ns_bwd:
     q, k, v, d_out = rng.standard_normal((4, heads, n_, d))
@@ -762,6 +766,8 @@ for n_ in ns_bwd:
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     peaks["equation"].append(eq)
     peaks["blocked"].append(bl)
+print(f"{'n':>5}  {'n x m (MiB)':>11}  {'equation peak':>13}  {'/ n x m':>7}  {'blocked peak':>12}  {'/ n x d':>7}")
+for n_, eq, bl in zip(ns_bwd, peaks["equation"], peaks["blocked"], strict=True):   # printed after measuring, as in (c)
     nm_bytes, nd_bytes = heads * n_ * n_ * 8, heads * n_ * d * 8
     print(f"{n_:5d}  {nm_bytes / MiB:11.2f}  {rounded(eq) / MiB:13.2f}  {rounded(eq) / nm_bytes:7.1f}  "
           f"{rounded(bl) / MiB:12.2f}  {rounded(bl) / nd_bytes:7.1f}")

@@ -239,7 +239,7 @@ T = head_products(redundant, h)
 errors = {}
 for width in (1, 2, 3, 4):
     errors[width] = cp_decomposition(T, width, rng=0, max_sweeps=2000, tol=1e-14).error
-    print(f"D̃_k = {width}: relative error of the heads' products {errors[width]:.2e}")
+    print(f"D̃_k = {width}: relative error of the heads' products {viz.roundoff_text(errors[width], '.2e')}")
 assert errors[3] < 1e-8 < errors[2]                                  # 3 shared dimensions are enough, 2 are not
 compressed = collaborative_from_multi_head(redundant, h, 3, rng=0, max_sweeps=2000, tol=1e-14)
 np.testing.assert_allclose(collaborative_attention(x, x, compressed, scale=1 / np.sqrt(d_model // h)),
@@ -391,7 +391,8 @@ assert np.all(c_em[-1, :3, 0] > 0.999) and c_em[-1, 3, 0] < 1e-6     # EM: the a
 change_dyn = np.abs(np.diff(c_dyn, axis=0)).max(axis=(1, 2))
 change_em = np.abs(np.diff(c_em, axis=0)).max(axis=(1, 2))
 print("largest change of a coupling per iteration, dynamic:", change_dyn.round(3))
-print("                                             EM:     ", np.array([f"{x:.0e}" for x in change_em]))
+print("                                             EM:     ",
+      np.array([viz.roundoff_text(x, ".0e") for x in change_em]))
 
 fig = viz.figure((8.5, 5.2))
 rows = fig.subfigures(2, 1)

@@ -356,7 +356,8 @@ qr, kr = rng.standard_normal((2, n, d))
 np.testing.assert_allclose(rope_attention(qr, kr, v, causal=True),
                            rope_attention(qr[:, perm], kr[:, perm], v, causal=True, pairing="half"),
                            rtol=1e-12, atol=1e-12)
-print("unpermuted, the pairings differ by", np.abs(rope_attention(qr, kr, v) - rope_attention(qr, kr, v, pairing="half")).max())
+unpermuted = np.abs(rope_attention(qr, kr, v) - rope_attention(qr, kr, v, pairing="half")).max()
+print(f"unpermuted, the pairings differ by {unpermuted:.3f}")
 
 fig = viz.figure((10, 4.6))
 viz.draw_attention(fig, np.stack(list(score_maps.values())), signed=True, annotate=False,

@@ -36,6 +36,7 @@
 from functools import partial
 
 import matplotlib as mpl
+import numba
 import numpy as np
 
 import refattn
@@ -218,7 +219,7 @@ print("ties: threshold keeps", topk_attention(tied, np.eye(4), np.eye(4), top_k=
 with styled():
     fig = viz.figure((7, 3.4))
     ax = fig.subplots()
-    ax.semilogy(ks[:-1], errors[:-1], marker="o", markersize=2)
+    ax.semilogy(ks[:-1], viz.roundoff(errors[:-1]), marker="o", markersize=2)
     ax.set(xlabel="k (keys kept per row)", ylabel="max |out − softmax out|", title=f"top-k against softmax, m = {m_long}")
 fig
 
@@ -240,8 +241,9 @@ assert row_dev[-1] < 1e-6 and col_dev[-1] < 1e-6
 with styled():
     fig = viz.figure((12, 3.6))
     ax0, ax1 = fig.subplots(1, 2, width_ratios=[1.2, 1])
-    ax0.semilogy(steps, np.maximum(row_dev, 1e-17), label="rows", marker="o", markersize=2)
-    ax0.semilogy(steps, np.maximum(col_dev, 1e-17), label="columns", marker="o", markersize=2)
+    ax0.semilogy(steps, viz.roundoff(row_dev), label="rows", marker="o", markersize=2)
+    ax0.semilogy(steps, viz.roundoff(col_dev), label="columns", marker="o", markersize=2)   # just normalised: the floor
+    viz.shade_roundoff(ax0)
     ax0.set(xlabel="Sinkhorn steps T", ylabel="max |sum − 1|", title="rows and columns after T steps")
     ax0.legend()
     ax1.imshow(sinkformer_weights(S, 40), cmap="YlGnBu")
@@ -291,7 +293,8 @@ sky_err = [np.abs(skyformer_attention(q32, k32, v32, num_landmarks=count, rng=1,
                   - kernel_exact).max() / scale_exact for count in landmark_counts]
 every_point = skyformer_attention(q32, k32, v32, landmarks=np.arange(64), gamma=0.0, pinv="exact")
 print("max error / max |exact| by landmarks drawn (with replacement):", np.array(sky_err))
-print(f"every one of the 64 points a landmark: {np.abs(every_point - kernel_exact).max() / scale_exact:.1e}")
+every_point_error = np.abs(every_point - kernel_exact).max() / scale_exact
+print(f"every one of the 64 points a landmark: {viz.roundoff_text(every_point_error)}")
 np.testing.assert_allclose(every_point, kernel_exact, rtol=0, atol=1e-12 * scale_exact)   # the exact limit
 assert sky_err[-1] < sky_err[0]
 
@@ -387,7 +390,9 @@ fig
 # ## (l) The cost against n
 #
 # Peak memory of each registry entry's call (NumPy's allocations, tracemalloc: deterministic, unlike time) at
-# n = 256 … 2048, d = 64. Each entry runs with the option it offers for long inputs, where it has one: softmax's
+# n = 256 … 2048, d = 64, with Numba on one thread: a parallel kernel's scratch is allocated per running task, so
+# with more threads the peak would grow with the machine's cores and vary with how the tasks overlap. Each entry
+# runs with the option it offers for long inputs, where it has one: softmax's
 # blocked online kernel, AFT-simple's causal scan, top-k's query chunks of 64, Long-Short's sparse path with a window of 16 and rank 8, FLASH's chunks of
 # 64, and Scatterbrain with one bucket per 32 tokens (so that its support grows like n). The defaults of the
 # others are their only form. `python -m refattn bench beyond` measures the time as n doubles, beside softmax
@@ -405,6 +410,7 @@ LONG_INPUT = {
 }
 cost_rng = np.random.default_rng(0)
 peaks = {}
+numba.set_num_threads(1)                                          # one task, one scratch at a time, on any machine
 for name in ["sdpa", *[mech.id for mech in registry.FAMILIES["beyond"]]]:
     mech = registry.get(name)
     options = LONG_INPUT.get(name, lambda size: {})
@@ -413,7 +419,8 @@ for name in ["sdpa", *[mech.id for mech in registry.FAMILIES["beyond"]]]:
     for size in sizes:
         qc, kc, vc = cost_rng.standard_normal((3, size, 64))
         _, peak = peak_memory(partial(mech.apply, qc, kc, vc, rng=0, **options(size)))
-        peaks[name].append(round(peak / 2**20, 2))   # MiB to 10 KiB: Python's own allocations jitter by bytes
+        peaks[name].append(round(peak / 2**20, 1))   # MiB to 0.1: Python's own allocations jitter by ~100 bytes
+numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
 growth = {name: values[-1] / values[-2] for name, values in peaks.items()}
 print("peak MiB at n = 2048, and its growth from n = 1024:")
 for name, values in peaks.items():

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 import refattn
+from refattn import viz
 from refattn.oracle import CASES, TABLES, check, check_file, export_case, merge_attention, sdpa_vjp
 from refattn.oracle.extended import mp_sdpa
 
@@ -552,7 +553,8 @@ assert ulps(A64, A_mp)[kept].max() <= 8 and ulps(out64, out_mp, A_mp @ np.abs(v)
 report = check(out_mp, q, k, v, causal=True)                     # the mpmath result as a float64 candidate
 assert report.passed
 print(report["out"].threshold)
-print(f"refattn's own distance to it:  max|refattn − mp| = {np.max(np.abs(out64 - out_mp)):.2g}")
+distance = np.max(np.abs(out64 - out_mp))
+print(f"refattn's own distance to it:  max|refattn − mp| {viz.roundoff_text(distance, equals=True)}")
 
 # %% [markdown]
 # > The weights agree to a few ulps, the outputs to one or two ulps of the size of the terms they
@@ -671,7 +673,7 @@ with tempfile.TemporaryDirectory() as tmp:                        # nothing is w
         arrays = {key: f[key] for key in f.files}
     print("keys:", ", ".join(sorted(arrays)))
     print("q", arrays["q"].shape, "k", arrays["k"].shape, "causal", repr(str(arrays["causal"])),
-          "scale", float(arrays["scale"]))
+          "scale", f"{float(arrays['scale']):.6g}")
 
     arrays["candidate_out"] = other_language(arrays)
     np.savez(tmp / "bottom_right.npz", **arrays)                   # the file, now with the candidate's output
