@@ -12,19 +12,19 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hatchling.builders.sdist import SdistBuilder
+from hatchling.builders.wheel import WheelBuilder
 
 import refattn
 
 ROOT = Path(__file__).resolve().parents[1]
-
-hatchling_wheel = pytest.importorskip("hatchling.builders.wheel", reason="the [test] extra installs hatchling")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """The wheel `pip install .` would build, from this checkout."""
     out = tmp_path_factory.mktemp("dist")
-    (path,) = hatchling_wheel.WheelBuilder(str(ROOT)).build(directory=str(out), versions=["standard"])
+    (path,) = WheelBuilder(str(ROOT)).build(directory=str(out), versions=["standard"])
     return Path(path)
 
 
@@ -66,8 +66,6 @@ def test_metadata_names_version_license_urls_and_classifiers(wheel):
 
 
 def test_sdist_carries_license_changelog_and_citation(tmp_path):
-    from hatchling.builders.sdist import SdistBuilder
-
     (path,) = SdistBuilder(str(ROOT)).build(directory=str(tmp_path), versions=["standard"])
     with tarfile.open(path) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
