@@ -7,17 +7,24 @@ the README's catalogue, the gallery, the registry-driven tests) iterates the rec
 """
 from __future__ import annotations
 
+import ast
 import functools
+import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-from .common import as_float, as_rng, check_bool, check_choice, check_qkv
+from .common.checks import as_float, as_rng, check_bool, check_choice
+from .deprecation import take_renamed
+from .draws import tracing
+from .masks import allowed_pairs
 
-__all__ = ["KINDS", "MIXINGS", "AttentionResult", "FigureSpec", "Mechanism"]
+__all__ = ["KINDS", "MIXINGS", "AttentionResult", "FigureSpec", "Mechanism", "PerShape", "family"]
 
 KINDS = ("attention", "mask", "component")
 #: What the rows and columns of ``AttentionResult.weights`` index: queries × keys, or output × value channels.
@@ -236,9 +243,54 @@ class Mechanism:
             raise ValueError(f"{self.id}: shared-QK attention takes k = q: it is neither cross nor incremental")
         if self.draws and self.apply is None:
             raise ValueError(f"{self.id}: a component has no draws (it has no apply)")
+        _BY_FUNCTION.setdefault(self.function, []).append(self)
         if self.apply is not None and not hasattr(self.apply, "__wrapped__"):
             object.__setattr__(self, "apply", _validated(self.apply, self.id, self.causal_settings, self.draws,
                                                          self.shared_qk))
+
+    @classmethod
+    def of(cls, door: Callable, *, inputs: tuple[str, str, str] | None = None, defaults: Mapping | None = None,
+           fixed: Mapping | None = None, options: tuple[str, ...] | None = None, renamed: Mapping | None = None,
+           allowed: str | Callable | None = "mask", **facts) -> Mechanism:
+        """The record of the mechanism whose public function is ``door``: its ``apply`` calls ``door`` by name.
+
+        ``apply(q, k, v, *, causal=False, rng=None, return_weights=False, return_draws=False, **options)``
+        passes q, k, v as ``door``'s first three parameters (or those named by ``inputs``), and every option
+        by its own name: the record's options *are* ``door``'s keyword parameters (an unknown one is a
+        ``TypeError`` naming it). ``door`` validates its inputs (once per call); ``apply`` only checks the
+        choices that belong to the record (``causal`` against :attr:`causal_settings`, shared QK, the
+        flags) and gathers what ``door`` noted: the draws of :func:`refattn.draws.given_or_drawn` and the
+        pairs of :func:`refattn.draws.note_allowed`. ``rng`` is dropped for a door that draws nothing.
+
+        Parameters
+        ----------
+        door : callable
+            ``door(q, k, v, *, ..., return_weights=False)``, returning ``out`` or ``(out, weights)``.
+        inputs : (str, str, str), optional
+            The names of door's parameters that take q, k and v (a layer's ``("x_q", "x_kv", "x_v")``).
+        defaults : dict, optional
+            Demonstration defaults of ``apply`` that differ from door's own (small sizes for the shared
+            tests and figures); a :class:`PerShape` value is computed from n and m.
+        fixed : dict, optional
+            Options set by the record and not taken from the caller (performer's ``kind``).
+        options : tuple of str, optional
+            The subset of door's options the record takes (a mask record takes sdpa's ``scale`` only).
+        renamed : dict, optional
+            Old option names of ``apply`` (old -> new), accepted with a ``DeprecationWarning`` for one release.
+            Door's own renames (:func:`refattn.deprecation.renamed`) are accepted too.
+        allowed : "mask", callable or None, default "mask"
+            ``AttentionResult.allowed`` when door notes none: "mask" gives the pairs of the call's ``mask``,
+            ``causal`` and ``fully_masked`` options (:func:`refattn.masks.allowed_pairs`); a callable
+            ``allowed(call, weights)`` gets the call's options; None: every pair may carry weight.
+        **facts
+            The record's other fields (``id``, ``title``, ``family``, ...); ``function`` defaults to ``door``.
+        """
+        facts.setdefault("function", door)
+        facts.setdefault("kind", "attention")
+        causal_default = facts.get("noncausal", True) is False     # a causal-only record defaults to causal=True
+        return cls(**facts, apply=_door_apply(door, facts["id"], causal_default=causal_default, inputs=inputs, defaults=dict(defaults or {}),
+                                              fixed=dict(fixed or {}), options=options,
+                                              renamed=dict(renamed or {}), allowed=allowed))
 
     @property
     def causal_settings(self) -> tuple:
@@ -264,27 +316,156 @@ class Mechanism:
         }
 
 
+_BY_FUNCTION: dict[Callable, list[Mechanism]] = {}
+
+
+def family(namespace: Mapping[str, Any]) -> tuple[tuple[Mechanism, ...], list[str]]:
+    """A family package's ``(RECORDS, __all__)``, from its ``__init__``'s namespace (``globals()``).
+
+    The package lists its mechanism modules once, as star imports in catalogue order
+    (``from .performer import *``, between ``# isort: off`` and ``# isort: on``); each module's
+    ``__all__`` names its public functions and classes. ``RECORDS`` are the records of those functions,
+    module by module in the order of the lines (a function with two records, as Performer's two
+    feature maps, gives both, in the order they were declared), and ``__all__`` every name the lines
+    brought.
+    """
+    source = Path(namespace["__file__"]).read_text(encoding="utf-8")
+    package = namespace["__name__"]
+    lines = [node.module for node in ast.parse(source).body if isinstance(node, ast.ImportFrom)
+             and node.level == 1 and node.module and [alias.name for alias in node.names] == ["*"]]
+    exported: list[str] = []
+    records: list[Mechanism] = []
+    for module_name in lines:
+        module = importlib.import_module(f"{package}.{module_name}")   # not getattr: a star import may
+                                                                   # have bound a function of the same name
+        for name in getattr(module, "__all__", ()):
+            if name not in exported:
+                exported.append(name)
+            value = getattr(module, name)
+            found = _BY_FUNCTION.get(value, ()) if callable(value) else ()
+            records += [r for r in found if not any(r is seen for seen in records)]
+    return tuple(records), sorted(exported)
+
+
+class PerShape:
+    """A demonstration default computed from the call's n queries and m keys: ``PerShape(lambda n, m: m - m // 3)``."""
+
+    def __init__(self, fn: Callable[[int, int], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, n: int, m: int) -> Any:
+        return self.fn(n, m)
+
+    def __repr__(self) -> str:
+        return "<depends on n, m>"
+
+
+_RESERVED = ("causal", "rng", "return_weights", "return_draws")
+
+
+def _door_apply(door: Callable, name: str, *, causal_default: bool, inputs, defaults: dict, fixed: dict, options, renamed: dict,
+                allowed) -> Callable:
+    """The uniform ``apply`` of :meth:`Mechanism.of`: ``door`` called by its own parameter names."""
+    parameters = inspect.signature(door).parameters
+    names = list(parameters)
+    inputs = tuple(inputs or names[:3])
+    missing = [x for x in inputs if x not in parameters]
+    if len(inputs) != 3 or missing:
+        raise TypeError(f"{name}: the door {door.__name__} has no input parameters {missing or inputs}")
+    takes = {p.name: p for p in parameters.values()
+             if p.name not in inputs and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    accepted = [x for x in takes if x not in _RESERVED and x not in fixed and (options is None or x in options)]
+    if options is not None and set(options) - set(accepted):
+        raise TypeError(f"{name}: {door.__name__} has no options {sorted(set(options) - set(accepted))}")
+    for label, table in (("defaults", defaults), ("fixed", fixed)):
+        unknown = set(table) - set(takes)
+        if unknown:
+            raise TypeError(f"{name}: {label} names options {sorted(unknown)} that {door.__name__} does not take")
+    renamed = {**getattr(door, "__renamed__", {}), **renamed}
+    takes_causal, takes_rng = "causal" in takes, "rng" in takes
+    takes_weights = "return_weights" in takes
+
+    def apply(q, k, v, *, causal=causal_default, rng=None, return_weights=False, return_draws=False, **given):
+        return_weights = check_bool("return_weights", return_weights)
+        return_draws = check_bool("return_draws", return_draws)
+        given = take_renamed(name, given, renamed)
+        unknown = sorted(set(given) - set(accepted))
+        if unknown:
+            raise TypeError(f"{name} takes no option {', '.join(map(repr, unknown))}; its options: "
+                            f"{', '.join(accepted) or 'none'} (and causal, rng, return_weights, return_draws)")
+        if return_weights and not takes_weights:
+            raise ValueError(f"{name}: {door.__name__} returns no weights")
+        call = {}
+        for option, value in defaults.items():
+            if option not in given:
+                call[option] = value(*_lengths(q, k)) if isinstance(value, PerShape) else value
+        call |= given | fixed
+        if takes_causal:
+            call["causal"] = causal
+        if takes_rng:
+            call["rng"] = rng
+        elif rng is not None:
+            as_rng(rng)                                            # a bad rng is an error even where unused
+        if return_weights:
+            call["return_weights"] = True
+        with tracing() as trace:
+            result = door(**dict(zip(inputs, (q, k, v))), **call)
+        if not return_weights:
+            return AttentionResult(result, draws=dict(trace.draws))
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise RuntimeError(f"{name}: {door.__name__}(return_weights=True) must return (out, weights)")
+        out, weights = result
+        if trace.allowed_noted:
+            pairs = trace.allowed
+        elif allowed == "mask":
+            pairs = allowed_pairs(call.get("mask"), causal, np.shape(weights), call.get("fully_masked", "zero"))
+        elif callable(allowed):
+            pairs = allowed(call, weights)
+        else:
+            pairs = None
+        return AttentionResult(out, weights, pairs, dict(trace.draws))
+
+    shown = [inspect.Parameter(x, inspect.Parameter.POSITIONAL_OR_KEYWORD) for x in ("q", "k", "v")]
+    shown += [inspect.Parameter(x, inspect.Parameter.KEYWORD_ONLY, default=d)
+              for x, d in (("causal", causal_default), ("rng", None), ("return_weights", False), ("return_draws", False))]
+    shown += [takes[x].replace(kind=inspect.Parameter.KEYWORD_ONLY, default=defaults.get(x, takes[x].default))
+              for x in accepted]
+    apply.__signature__ = inspect.Signature(shown)                 # type: ignore[attr-defined]
+    apply.__doc__ = (f"The registry's uniform apply of {name}: {door.__module__}.{door.__qualname__} with q, k, v as "
+                     f"{', '.join(inputs)}" + (f"; fixed {fixed}" if fixed else "") +
+                     (f"; demonstration defaults {defaults}" if defaults else "") + ".")
+    apply.door = door                                              # type: ignore[attr-defined]
+    return apply
+
+
+def _lengths(q, k) -> tuple[int, int]:
+    """n and m of array-like q and k (0 where a shape has no such axis: the door refuses it by name)."""
+    shape_q, shape_k = np.shape(q), np.shape(k)
+    return (shape_q[-2] if len(shape_q) >= 2 else 0), (shape_k[-2] if len(shape_k) >= 2 else 0)
+
+
 def _validated(apply: Callable, name: str, settings: tuple, draws: tuple[str, ...], shared_qk: bool) -> Callable:
-    """``apply`` behind the checks every registry entry shares, run before any shape is indexed."""
+    """``apply`` behind the record's own checks: ``causal`` among its settings, shared QK, the draws it names.
+
+    q, k and v are validated once, by the mechanism's function (or :func:`~refattn.sparse.pattern_apply`).
+    """
     accepted = settings + (("top-left",) if True in settings else ())
 
     @functools.wraps(apply)
     def entry(q, k, v, *, return_draws=False, **options):
         return_draws = check_bool("return_draws", return_draws)
-        q, k, v = (as_float(label, x) for label, x in (("q", q), ("k", k), ("v", v)))
-        check_qkv(q, k, v)
-        if shared_qk and (k.shape != q.shape or not np.array_equal(k, q, equal_nan=True)):
-            raise ValueError(f"{name} shares QK: its keys are its queries, so k must be q; got q shape {q.shape}, "
-                             f"k shape {k.shape}" + ("" if k.shape != q.shape else " with other values"))
+        if shared_qk:
+            q_, k_ = as_float("q", q), as_float("k", k)
+            if k_.shape != q_.shape or not np.array_equal(k_, q_, equal_nan=True):
+                raise ValueError(f"{name} shares QK: its keys are its queries, so k must be q; got q shape "
+                                 f"{q_.shape}, k shape {k_.shape}" + ("" if k_.shape != q_.shape else " with other values"))
         if "causal" in options:
             try:
                 check_choice("causal", options["causal"], accepted)
             except ValueError:
                 raise ValueError(f"{name} takes causal in {accepted!r}, got {options['causal']!r}") from None
-        if options.get("rng") is not None:
-            as_rng(options["rng"])
-        if "return_weights" in options:
-            check_bool("return_weights", options["return_weights"])
+        if "causal" not in options and "causal" in inspect.signature(apply).parameters:
+            options["causal"] = inspect.signature(apply).parameters["causal"].default
         result = apply(q, k, v, **options)
         if not return_draws:
             return result._replace(draws=None)
@@ -294,4 +475,3 @@ def _validated(apply: Callable, name: str, settings: tuple, draws: tuple[str, ..
         return result._replace(draws=drawn)
 
     return entry
-

@@ -59,7 +59,7 @@ from matplotlib.patches import Polygon, Rectangle
 from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike, NDArray
 
-from .common import check_bool, check_choice
+from .common.checks import check_bool, check_choice
 
 __all__ = [
     "BAD_COLOR",

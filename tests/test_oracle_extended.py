@@ -40,7 +40,7 @@ import numpy as np
 import pytest
 
 from refattn import scaled_dot_product_attention, softmax
-from refattn.core.masks import attention_mask
+from refattn.masks import attention_mask
 from refattn.oracle import extended
 from refattn.oracle.extended import mp_sdpa, mp_sdpa_vjp, mp_softmax, mp_softmax_vjp
 from refattn.oracle.vjp import sdpa_vjp, softmax_vjp

@@ -9,7 +9,7 @@ import pytest
 
 from refattn import scaled_dot_product_attention
 from refattn.common import DEFAULT_MEMORY_BUDGET
-from refattn.core.masks import attention_mask
+from refattn.masks import attention_mask
 from refattn.oracle.check import check
 from refattn.oracle.evaluate import (
     DENSE_ARRAYS,

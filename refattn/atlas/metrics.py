@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..common import as_float
+from ..common.checks import as_float
 
 __all__ = ["ROW_SUM_TOLERANCE", "clamp_round_off", "is_row_distribution", "mass_kept", "relative_error", "row_kl"]
 

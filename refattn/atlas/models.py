@@ -7,7 +7,7 @@ fresh sequences (a seed the training never draws from), with the attention under
 """
 from __future__ import annotations
 
-from ..common import check_non_negative_int, check_positive_int
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..training.tasks import EVAL_SEED, TASKS
 from .runner import AttentionCall, TaskInputs
 

@@ -29,7 +29,8 @@ from numpy.typing import NDArray
 
 from .. import registry
 from ..bench._measure import best_time
-from ..common import check_choice, check_positive_int
+from ..common.checks import check_choice
+from ..common.ints import check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import Mechanism
 from .metrics import is_row_distribution, mass_kept, relative_error, row_kl

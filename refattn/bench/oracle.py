@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..core.masks import attention_mask
+from ..masks import attention_mask
 from ..core.sdpa import scaled_dot_product_attention
 from ..oracle.check import check
 from ..oracle.precision import BFLOAT16, round_bfloat16

@@ -53,18 +53,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit
 
-from ..common import (
-    as_float,
-    as_rng,
-    causal_alignment,
-    check_bool,
-    check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
-    check_qkv,
-)
-from ..core.sdpa import allowed_pairs
+from ..common.budget import check_fits
+from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_choice, check_qkv
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..masks import allowed_pairs
 from ..kernels import kernel_rows
 from ..mechanism import AttentionResult, Mechanism
 

@@ -35,7 +35,9 @@ import numpy as np
 import scipy.fft
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_bool, check_choice, check_fits, check_non_negative_int, check_qkv
+from ..common.budget import check_fits
+from ..common.checks import as_float, check_bool, check_choice, check_qkv
+from ..common.ints import check_non_negative_int
 from ..mechanism import AttentionResult, Mechanism
 
 __all__ = ["FNET_METHODS", "dft_matrix", "fnet_mixing"]

@@ -41,18 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    as_rng,
-    causal_alignment,
-    check_bool,
-    check_fits,
-    check_positive_int,
-    check_qkv,
-    check_scale,
-    glorot,
-    weighted_values,
-)
+from ..common.budget import check_fits
+from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_qkv, check_scale
+from ..common.init import glorot
+from ..common.ints import check_positive_int
+from ..common.products import weighted_values
 from ..mechanism import AttentionResult, Mechanism
 
 __all__ = [

@@ -49,17 +49,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    as_rng,
-    causal_alignment,
-    check_bool,
-    check_fits,
-    check_non_negative_int,
-    check_qkv,
-    check_scale,
-    weighted_values,
-)
+from ..common.budget import check_fits
+from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_qkv, check_scale
+from ..common.ints import check_non_negative_int
+from ..common.products import weighted_values
 from ..core.causal_mask import causal_mask
 from ..core.layer_norm import layer_norm
 from ..core.sdpa import scaled_dot_product_attention

@@ -38,20 +38,19 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.checks import (
     as_float,
     as_rng,
     causal_alignment,
     check_bool,
     check_choice,
-    check_non_negative_int,
-    check_positive_int,
     check_qkv,
     check_scale,
     check_sizes,
     default_scale,
-    weighted_values,
 )
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..common.products import weighted_values
 from ..core.layer_norm import LayerNormParams, layer_norm
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism

@@ -29,22 +29,21 @@ import numpy as np
 import scipy.sparse
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits
+from ..common.checks import (
     as_float,
     as_rng,
     broadcast_batch,
     causal_alignment,
     check_bool,
     check_choice,
-    check_fits,
-    check_positive_int,
     check_qkv,
     check_scale,
     default_scale,
-    split_scale,
-    weighted_values,
 )
-from ..core.sdpa import allowed_pairs
+from ..common.ints import check_positive_int
+from ..common.products import split_scale, weighted_values
+from ..masks import allowed_pairs
 from ..kernels import kernel_rows
 from ..linear._common import last_keys, resolve_method
 from ..linear.performer import _favor_from_terms, _favor_terms, check_omega, draw_omega, favor_features

@@ -26,18 +26,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    broadcast_batch,
-    check_bool,
-    check_fits,
-    check_positive_int,
-    check_qkv,
-    check_scale,
-    default_scale,
-    weighted_values,
-)
-from ..core.masks import check_mask_shape
+from ..common.budget import check_fits
+from ..common.checks import as_float, broadcast_batch, check_bool, check_qkv, check_scale, default_scale
+from ..common.ints import check_positive_int
+from ..common.products import weighted_values
+from ..masks import check_mask_shape
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.sinkhorn import masked_logsumexp
 

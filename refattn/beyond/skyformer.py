@@ -34,20 +34,19 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits
+from ..common.checks import (
     as_float,
     as_rng,
     broadcast_batch,
     check_bool,
     check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
     check_qkv,
     check_scale,
     default_scale,
-    split_scale,
 )
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..common.products import split_scale
 from ..lowrank.nystromformer import INITS, ITERATIONS, PINVS, exact_pinv, iterative_pinv
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.pattern import no_causal_form

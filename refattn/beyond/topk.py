@@ -31,20 +31,11 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    causal_alignment,
-    check_bool,
-    check_choice,
-    check_fits,
-    check_positive_int,
-    check_qkv,
-    check_scale,
-    default_scale,
-    memory_budget,
-    weighted_values,
-)
-from ..core.masks import attention_mask, check_mask_shape
+from ..common.budget import check_fits, memory_budget
+from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv, check_scale, default_scale
+from ..common.ints import check_positive_int
+from ..common.products import weighted_values
+from ..masks import attention_mask, check_mask_shape
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from ..mechanism import AttentionResult, Mechanism
 

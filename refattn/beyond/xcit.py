@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_bool, check_positive_int, check_qkv
+from ..common.checks import as_float, check_bool, check_qkv
+from ..common.ints import check_positive_int
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
 

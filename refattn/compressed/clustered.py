@@ -29,18 +29,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    as_rng,
-    broadcast_batch,
-    check_bool,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
-    check_qkv,
-    check_scale,
-    default_scale,
-)
+from ..common.budget import check_fits
+from ..common.checks import as_float, as_rng, broadcast_batch, check_bool, check_qkv, check_scale, default_scale
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 from ..papers import VYAS

@@ -18,16 +18,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    broadcast_batch,
-    check_bool,
-    check_fits,
-    check_non_negative_int,
-    check_qkv,
-    check_scale,
-    default_scale,
-    weighted_values,
-)
+from ..common.budget import check_fits
+from ..common.checks import broadcast_batch, check_bool, check_qkv, check_scale, default_scale
+from ..common.ints import check_non_negative_int
+from ..common.products import weighted_values
 from ..core.softmax import masked_softmax
 from ..mechanism import AttentionResult, Mechanism
 from ..papers import VYAS

@@ -32,20 +32,19 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits
+from ..common.checks import (
     as_float,
     as_rng,
     causal_alignment,
     check_bool,
     check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
     check_qkv,
     check_scale,
     check_sizes,
     default_scale,
 )
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.pattern import as_indices

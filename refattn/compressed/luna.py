@@ -41,15 +41,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_rng,
-    broadcast_batch,
-    causal_alignment,
-    check_bool,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
-)
+from ..common.budget import check_fits
+from ..common.checks import as_rng, broadcast_batch, causal_alignment, check_bool
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
 from .set_transformer import check_induced, induced_path

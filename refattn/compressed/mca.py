@@ -33,21 +33,19 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits, memory_budget
+from ..common.checks import (
     as_float,
     as_rng,
     broadcast_batch,
     causal_alignment,
     check_bool,
     check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
     check_qkv,
     check_scale,
     default_scale,
-    memory_budget,
 )
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.attention import attend_pattern

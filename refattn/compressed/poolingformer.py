@@ -44,20 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    as_rng,
-    check_bool,
-    check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
-    check_qkv,
-    check_scale,
-    default_scale,
-    glorot,
-    weighted_values,
-)
+from ..common.budget import check_fits
+from ..common.checks import as_float, as_rng, check_bool, check_choice, check_qkv, check_scale, default_scale
+from ..common.init import glorot
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..common.products import weighted_values
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.attention import METHODS, check_weights_fit, sparse_attention

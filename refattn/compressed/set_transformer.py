@@ -41,19 +41,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits
+from ..common.checks import (
     as_float,
     as_rng,
     broadcast_batch,
     check_bool,
     check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
     check_qkv,
     check_scale,
     default_scale,
 )
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.ffn import FeedForwardParams, feed_forward, init_feed_forward
 from ..core.layer_norm import LayerNormParams, init_layer_norm
 from ..core.layer_norm import layer_norm as normalise

@@ -1,6 +1,6 @@
 r"""The causal (look-ahead) mask (Vaswani et al., 2017, §3.2.3), in its two alignments.
 
-``True`` = may attend, as every mask in refattn (see :mod:`refattn.core.masks`). Causal alignment,
+``True`` = may attend, as every mask in refattn (see :mod:`refattn.masks`). Causal alignment,
 for ``n`` queries and ``m`` keys::
 
     top-left     (causal=True)            j <= i            PyTorch is_causal, JAX
@@ -14,9 +14,12 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import ALIGNMENTS, check_choice, check_non_negative_int
+from ..common.checks import ALIGNMENTS, check_choice
+from ..common.ints import check_non_negative_int
+from ..masks import causal_rows
 from ..mechanism import Mechanism
 from ..papers import VASWANI
+from .sdpa import scaled_dot_product_attention
 
 __all__ = ["causal_mask"]
 
@@ -63,29 +66,11 @@ def causal_mask(n: int, m: int | None = None, *, alignment: str = "top-left") ->
     return causal_rows(range(n), m, 0 if alignment == "top-left" else m - n)
 
 
-def causal_rows(rows: range, m: int, delta: int) -> NDArray:
-    """The causal mask's query rows ``rows`` (validated): ``j <= i + delta``, of shape (len(rows), m).
-
-    The equation path takes the rows of one chunk of queries at a time, without the n × m mask.
-    """
-    i = np.arange(rows.start, rows.stop)[:, None]                  # (rows, 1)
-    j = np.arange(m)[None, :]                                      # (1, m)
-    return j <= i + delta                                          # (rows, m)
-
-
-def _apply(q, k, v, *, causal=True, rng=None, return_weights=False, scale=None):
-    """sdpa under the look-ahead mask; ``causal`` picks the alignment (True = top-left)."""
-    if causal is False:
-        raise ValueError("the causal_mask mechanism is causal by definition; pass causal=True or 'bottom-right'")
-    from .sdpa import RECORD as SDPA  # sdpa imports this module
-
-    return SDPA.apply(q, k, v, causal=causal, return_weights=return_weights, scale=scale)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    scaled_dot_product_attention, function=causal_mask, options=("scale",),     # sdpa under the look-ahead mask
     id="causal_mask", title="Decoder (look-ahead) mask, top-left and bottom-right", family="vanilla",
     section="2 (Vaswani §3.2.3)", paper=VASWANI, equation=r"M_{ij} = [\,j \le i + \delta\,],\ \delta \in \{0,\ m - n\}",
-    time="O(n·m·d)", memory="O(n·m)", kind="mask", function=causal_mask, apply=_apply, noncausal=False, causal=True,
+    time="O(n·m·d)", memory="O(n·m)", kind="mask", noncausal=False, causal=True,
     position_dependent=True, figure="refattn.figures.vanilla:causal_mask", exact_options={},
     exact_limit="exact (sdpa with causal=True or 'bottom-right')",
 )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_bool
+from ..common.checks import as_float, as_rng, check_bool
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 from .encoder_layer import residual

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_bool
+from ..common.checks import as_float, as_rng, check_bool
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 from .ffn import GATED, FeedForwardParams, feed_forward, init_feed_forward

@@ -20,7 +20,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import erf, expit
 
-from ..common import as_float, as_rng, check_bool, check_choice, check_positive_int, glorot
+from ..common.checks import as_float, as_rng, check_bool, check_choice
+from ..common.init import glorot
+from ..common.ints import check_positive_int
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_bool, check_non_negative, check_positive_int
+from ..common.checks import as_float, check_bool, check_non_negative
+from ..common.ints import check_positive_int
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 

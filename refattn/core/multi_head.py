@@ -27,11 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, broadcast_batch, check_bool, check_positive_int, glorot
+from ..common.checks import as_float, as_rng, broadcast_batch, check_bool
+from ..common.init import glorot
+from ..common.ints import check_positive_int
 from ..mechanism import AttentionResult, Mechanism
 from ..papers import VASWANI
-from .masks import attention_mask, check_mask_shape
-from .sdpa import allowed_pairs, scaled_dot_product_attention
+from ..masks import allowed_pairs, attention_mask, check_mask_shape
+from .sdpa import scaled_dot_product_attention
 
 __all__ = ["MultiHeadParams", "init_multi_head", "multi_head_attention"]
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import check_non_negative_int
-from ..mechanism import Mechanism
+from ..common.ints import check_non_negative_int
+from ..masks import allowed_pairs, key_padding
+from ..mechanism import Mechanism, PerShape
 from ..papers import VASWANI
+from .sdpa import scaled_dot_product_attention
 
 __all__ = ["padding_mask"]
 
@@ -49,23 +51,21 @@ def padding_mask(lengths: ArrayLike, m: int) -> NDArray:
         raise ValueError(
             f"lengths must lie in [0, m={m}], got values in [{lengths.min()}, {lengths.max()}]"
         )
-    return (np.arange(m) < lengths[..., None])[..., None, :]       # (..., 1, m)
+    return key_padding(lengths, m)                                 # (..., 1, m)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, lengths=None, scale=None):
-    """sdpa with a key padding mask. ``lengths`` (batch shape, or one length for all) defaults to
-    m − ⌊m/3⌋: the last third of every key sequence is padding (``rng`` is not used)."""
-    from .sdpa import RECORD as SDPA  # sdpa imports this module
-
-    m = k.shape[-2]                                                # the registry's entry has checked q, k, v
-    lengths = m - m // 3 if lengths is None else lengths
-    return SDPA.apply(q, k, v, causal=causal, return_weights=return_weights, mask=padding_mask(lengths, m),
-                      scale=scale)
+def _padded_pairs(call: dict, weights):
+    """The pairs of the call's padding and ``causal``, broadcast to the weights' shape."""
+    m = weights.shape[-1]
+    return allowed_pairs(padding_mask(call["key_lengths"], m), call["causal"], weights.shape)
 
 
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    scaled_dot_product_attention, function=padding_mask, options=("key_lengths", "scale"),
+    defaults={"key_lengths": PerShape(lambda n, m: m - m // 3)},     # the last third of every key sequence is padding
+    renamed={"lengths": "key_lengths"}, allowed=_padded_pairs,
     id="padding_mask", title="Key padding mask", family="vanilla", section="2 (Vaswani §3.2.3)", paper=VASWANI,
     equation=r"M_{b,1,j} = [\,j < \ell_b\,]", time="O(n·m·d)", memory="O(n·m)", kind="mask",
-    function=padding_mask, apply=_apply, causal=True, figure="refattn.figures.vanilla:padding_mask",
-    exact_options=lambda n, m: {"lengths": m}, exact_limit="lengths = m (no padding)",
+    causal=True, figure="refattn.figures.vanilla:padding_mask",
+    exact_options=lambda n, m: {"key_lengths": m}, exact_limit="lengths = m (no padding)",
 )

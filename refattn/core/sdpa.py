@@ -14,35 +14,33 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits, memory_budget
+from ..common.checks import (
     as_float,
     broadcast_batch,
     causal_alignment,
     check_bool,
     check_choice,
-    check_fits,
-    check_positive_int,
     check_qkv,
     check_scale,
     compute_dtype,
     default_scale,
-    grouped_kv,
-    memory_budget,
-    weighted_values,
 )
-from ..kernels import kernel_rows
-from ..mechanism import AttentionResult, Mechanism
+from ..common.groups import grouped_kv
+from ..common.ints import check_positive_int
+from ..common.products import weighted_values
+from ..kernels.tiles import blocked_inputs, check_block_size
+from ..masks import attention_mask, check_key_lengths, check_mask_shape, key_padding
+from ..deprecation import none_is_auto
+from ..mechanism import Mechanism
 from ..papers import VASWANI
-from .masks import attention_mask, check_mask_shape
-from .padding_mask import padding_mask
 from .softmax import FULLY_MASKED_POLICIES, masked_softmax
 
 __all__ = ["scaled_dot_product_attention"]
 
-METHODS = (None, "equation", "blocked", "auto")
+METHODS = ("equation", "blocked", "auto")
 AUTO_BLOCKED_ENTRIES = 2**21     # "auto": blocked once the score matrix batch·n·m exceeds this (16 MiB),
 # where blocked was faster alone and inside multi_head_attention (README, "Speed and memory")
-BLAS_ONE_THREAD_WORK = 2**18     # OpenBLAS runs a product of M·N·K <= this on the calling thread only
 EQUATION_ARRAYS = 4              # arrays of the scores' size the equation path holds at its peak
 # (S, the selected scores, their exponentials, the weights): a chunk of query rows takes 1/4 of the budget
 
@@ -59,7 +57,7 @@ def scaled_dot_product_attention(
     return_weights: bool = False,
     return_lse: bool = False,
     key_lengths: ArrayLike | None = None,
-    method: str | None = None,
+    method: str = "auto",
     block_size: int | tuple[int, int] | None = None,
     dtype=np.float64,
     enable_gqa: bool = False,
@@ -103,18 +101,18 @@ def scaled_dot_product_attention(
         broadcasts against the leading dims of ``q``, ``k``, ``v`` from the right, so for
         ``(B, H, n, d)`` inputs pass ``lengths[:, None]``. The equation path turns it into
         :func:`refattn.padding_mask`; the blocked kernel just stops at the length.
-    method : {None, "equation", "blocked", "auto"}, default None
+    method : {"equation", "blocked", "auto"}, default "auto"
         "equation": the readable definition above, materialising the ``(..., n, m)`` scores.
         "blocked": a Numba kernel with an online softmax over tiles (FlashAttention's Algorithm 1,
         :mod:`refattn.kernels.blocked`) that never materialises the scores; float64 only, no
-        ``return_weights``. None (the default): "equation" while the scores fit the memory budget
-        (see Notes), else it streams. "auto": also streams once the scores have more than ``2**21``
-        entries, where the blocked kernel is faster. Streaming is the blocked kernel in float64,
+        ``return_weights``. "auto": "equation" while the scores fit the memory budget (see Notes) and
+        have at most ``2**21`` entries, else it streams (where the blocked kernel is faster). ``None``,
+        the old default, is read as "auto" with a ``DeprecationWarning``. Streaming is the blocked kernel in float64,
         and the equation path one chunk of query rows at a time in float32/float16; the weights,
         when asked for, always come from "equation".
     block_size : int or (int, int), optional
         Query and key tile rows of the blocked kernel, positive ints (checked whatever the method);
-        a tile larger than the problem is cut to it. Default: :func:`default_block_size`, ``(64, 64)``
+        a tile larger than the problem is cut to it. Default: :func:`~refattn.kernels.tiles.default_block_size`, ``(64, 64)``
         for ``d_k, d_v <= 64``. Tiles whose products exceed ``2**18`` multiply-adds let OpenBLAS start
         threads inside Numba's, which is several times slower (measured in the README, "Speed and
         memory").
@@ -180,6 +178,7 @@ def scaled_dot_product_attention(
     array([[7.]])
     """
     dtype = compute_dtype(dtype)
+    method = none_is_auto("scaled_dot_product_attention", method)
     check_choice("method", method, METHODS)
     return_weights, return_lse = check_bool("return_weights", return_weights), check_bool("return_lse", return_lse)
     q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
@@ -214,7 +213,7 @@ def _equation(q, k, v, mask, causal, key_lengths, scale, fully_masked, rows: ran
     n, m = q.shape[-2], k.shape[-2]
     allowed, bias = attention_mask(mask, causal, n, m, q.dtype, rows)
     if key_lengths is not None:
-        padded = padding_mask(key_lengths, m)                      # (..., 1, m)
+        padded = key_padding(key_lengths, m)                       # (..., 1, m)
         allowed = padded if allowed is None else allowed & padded
     if rows is not None:
         q = q[..., rows.start:rows.stop, :]
@@ -242,12 +241,12 @@ def _equation_by_rows(q, k, v, mask, causal, key_lengths, batch, scale, fully_ma
     return out, lse
 
 
-def resolve_method(method: str | None, dtype, scores_shape: tuple[int, ...], return_weights: bool = False) -> str:
+def resolve_method(method: str, dtype, scores_shape: tuple[int, ...], return_weights: bool = False) -> str:
     """The path that runs for scores of ``scores_shape``: "equation", "blocked", or "rows" (the
     equation path over chunks of query rows).
 
-    None and "auto" give "equation" while the scores fit :func:`~refattn.common.memory_budget`
-    ("auto": and have at most ``AUTO_BLOCKED_ENTRIES`` entries), else "blocked" in float64 and
+    "auto" gives "equation" while the scores fit :func:`~refattn.common.memory_budget` and have at
+    most ``AUTO_BLOCKED_ENTRIES`` entries, else "blocked" in float64 and
     "rows" in other dtypes. Raises :class:`~refattn.common.MemoryBudgetError` before allocating
     over-budget weights (``return_weights``) or scores (``method="equation"``), and ``ValueError``
     for "blocked" with a dtype other than float64 or with ``return_weights``.
@@ -258,8 +257,8 @@ def resolve_method(method: str | None, dtype, scores_shape: tuple[int, ...], ret
         check_fits("the weights (return_weights=True)", scores_shape, dtype.itemsize)
     entries = math.prod(scores_shape)
     fits = entries * dtype.itemsize <= memory_budget()
-    if method in (None, "auto"):
-        if return_weights or (fits and (method is None or entries <= AUTO_BLOCKED_ENTRIES)):
+    if method == "auto":
+        if return_weights or (fits and entries <= AUTO_BLOCKED_ENTRIES):
             return "equation"
         if dtype == np.float64:
             return "blocked"
@@ -274,45 +273,6 @@ def resolve_method(method: str | None, dtype, scores_shape: tuple[int, ...], ret
     else:
         check_fits('the scores of method="equation"', scores_shape, dtype.itemsize)
     return method
-
-
-def check_key_lengths(key_lengths: ArrayLike, m: int) -> NDArray:
-    """``key_lengths`` as an int64 array with values in [0, m], or a ``TypeError``/``ValueError``."""
-    lengths = np.asarray(key_lengths)
-    if lengths.dtype.kind not in "iu":
-        raise TypeError(f"key_lengths must be an integer array, got dtype {lengths.dtype} with shape {lengths.shape}")
-    if lengths.size and (lengths.min() < 0 or lengths.max() > m):
-        raise ValueError(
-            f"key_lengths must lie in [0, m={m}], got values in [{lengths.min()}, {lengths.max()}]"
-        )
-    return lengths.astype(np.int64, copy=False)
-
-
-def default_block_size(d_k: int, d_v: int) -> tuple[int, int]:
-    """Square tiles ``(b, b)``: the largest power of two ``b <= 64`` with ``b·b·max(d_k, d_v) <= 2**18``, or 8.
-
-    Both tile products, ``K_J Q_Iᵀ`` (b·b·d_k) and ``P_IJ V_J`` (b·b·d_v), then stay within OpenBLAS's
-    one-thread size, so the only threads are Numba's (one level of parallelism). 64 is where larger
-    tiles stopped paying on this machine (d = 32: (64, 64) and (64, 128) equal).
-
-    >>> default_block_size(64, 64), default_block_size(128, 128), default_block_size(1024, 64)
-    ((64, 64), (32, 32), (16, 16))
-    """
-    b = 64
-    while b > 8 and b * b * max(d_k, d_v) > BLAS_ONE_THREAD_WORK:
-        b //= 2
-    return b, b
-
-
-def check_block_size(block_size, d_k: int, d_v: int) -> tuple[int, int]:
-    """``block_size`` (None, an int or a pair of ints >= 1) as ``(block_q, block_k)``; None: the default."""
-    if block_size is None:
-        return default_block_size(d_k, d_v)
-    pair = isinstance(block_size, (tuple, list)) or (isinstance(block_size, np.ndarray) and block_size.ndim > 0)
-    sizes = tuple(block_size) if pair else (block_size, block_size)
-    if len(sizes) != 2:
-        raise ValueError(f"block_size must be a positive int or a pair of them, got {block_size!r}")
-    return check_positive_int("block_size", sizes[0]), check_positive_int("block_size", sizes[1])
 
 
 def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, tiles, return_lse):
@@ -333,89 +293,12 @@ def _blocked(q, k, v, mask, causal, key_lengths, batch, scale, fully_masked, til
     return (out, lse.reshape(*batch, n)) if return_lse else out
 
 
-def blocked_inputs(q: NDArray, k: NDArray, v: NDArray, mask: NDArray | None, causal, key_lengths: NDArray | None,
-                   batch: tuple[int, ...]):
-    """``([q, k, v] flattened to (B, ·, ·), Visibility)``: what the blocked kernels (forward and backward) read.
-
-    ``mask`` checked by :func:`~refattn.core.masks.check_mask_shape`, ``key_lengths`` by
-    :func:`check_key_lengths`, ``batch`` their broadcast batch shape.
-    """
-    from ..kernels.blocked import Visibility  # Numba loads on first use only
-
-    n, m = q.shape[-2], k.shape[-2]
-    flat = [kernel_rows(x, batch, x.shape[-2:]) for x in (q, k, v)]   # (B, ·, ·)
-    B = flat[0].shape[0]
-    no_index = np.zeros(0, dtype=np.int64)
-    bool_mask, mask_index = np.zeros((0, 0, 0), dtype=bool), no_index
-    bias, bias_index = np.zeros((0, 0, 0)), no_index
-    if mask is not None:
-        if mask.dtype.kind not in "bf":
-            raise TypeError(f"mask must be bool (True = may attend) or float (additive bias), got dtype "
-                            f"{mask.dtype} with shape {mask.shape}")
-        slabs, index = _mask_slabs(mask, batch, n, m)
-        if mask.dtype == np.bool_:
-            bool_mask, mask_index = slabs, index
-        else:
-            bias, bias_index = slabs.astype(np.float64, copy=False), index
-    if key_lengths is None:
-        lengths = np.full(B, m, dtype=np.int64)
-    else:
-        lengths = np.ascontiguousarray(np.broadcast_to(key_lengths, batch).reshape(-1))
-    alignment = causal_alignment(causal)
-    delta = m - n if alignment == "bottom-right" else 0
-    return flat, Visibility(alignment is not None, delta, lengths, bool_mask, mask_index, bias, bias_index)
-
-
-def _mask_slabs(mask: NDArray, batch: tuple[int, ...], n: int, m: int) -> tuple[NDArray, NDArray]:
-    """Mask as C-contiguous (S, n, m) slabs and, per flattened batch row, the index of its slab.
-
-    The mask's own leading dims are kept (no copy per head when a mask is shared by the heads). A
-    mask that must be broadcast along n or m (a padding mask, a row of biases) is copied, after
-    :func:`~refattn.common.check_fits`.
-    """
-    mask_batch = mask.shape[:-2] if mask.ndim >= 2 else ()
-    full = (*mask_batch, n, m)
-    itemsize = 1 if mask.dtype == np.bool_ else 8
-    if mask.shape != full or not mask.flags.c_contiguous or mask.dtype not in (np.bool_, np.float64):
-        check_fits("the mask broadcast to (..., n, m) for the blocked kernel (key_lengths= and causal= need none)",
-                   full, itemsize)
-    slabs = np.ascontiguousarray(mask if mask.shape == full else np.broadcast_to(mask, full))   # writeable if
-    slabs = slabs.reshape(math.prod(mask_batch), n, m)             # the mask is: one compiled kernel type
-    index = np.arange(slabs.shape[0], dtype=np.int64).reshape(mask_batch)
-    return slabs, np.ascontiguousarray(np.broadcast_to(index, batch).reshape(-1))
-
-
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, mask=None, scale=None, fully_masked="zero",
-           method="auto"):
-    """The registry's uniform ``apply``: :func:`scaled_dot_product_attention` (``rng`` is not used)."""
-    if not return_weights:
-        return AttentionResult(scaled_dot_product_attention(q, k, v, mask, causal=causal, scale=scale,
-                                                            fully_masked=fully_masked, method=method))
-    out, A = scaled_dot_product_attention(q, k, v, mask, causal=causal, scale=scale, fully_masked=fully_masked,
-                                          method=method, return_weights=True)
-    return AttentionResult(out, A, allowed_pairs(mask, causal, A.shape, fully_masked))
-
-
-def allowed_pairs(mask, causal, shape: tuple[int, ...], fully_masked: str = "zero"):
-    """The pairs a row may see under ``mask`` and ``causal``, broadcast to the weights' ``shape`` (or None).
-
-    Under ``fully_masked="uniform"`` a row that may see no key attends to every key, uniformly: it uses them all.
-    """
-    allowed, _ = attention_mask(mask, causal, shape[-2], shape[-1], np.float64)
-    if allowed is None:
-        return None
-    allowed = np.broadcast_to(allowed, shape)
-    if fully_masked == "uniform":
-        allowed = allowed | ~allowed.any(axis=-1, keepdims=True)
-    return allowed
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    scaled_dot_product_attention, options=("mask", "scale", "fully_masked", "method"),
     id="sdpa", title="Scaled dot-product attention", family="vanilla", section="2 (Vaswani §3.2.1)", paper=VASWANI,
     equation=r"\operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + B\right) V",
     time="O(n·m·d)", memory="O(n·m), O(n·d) blocked", kind="attention",
     methods=("equation", "blocked", "auto"),
     examples=({"fully_masked": "nan"}, {"fully_masked": "uniform"}, {"scale": 2.0}),
-    function=scaled_dot_product_attention,
-    apply=_apply, causal=True, figure="refattn.figures.vanilla:sdpa", exact_options={}, exact_limit="exact",
+    causal=True, figure="refattn.figures.vanilla:sdpa", exact_options={}, exact_limit="exact",
 )

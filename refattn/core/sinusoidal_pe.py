@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import check_choice, check_positive_int
+from ..common.checks import check_choice
+from ..common.ints import check_positive_int
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_choice
+from ..common.checks import as_float, check_choice
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, check_bool, check_choice, check_non_negative, check_positive_int, glorot
+from ..common.checks import as_rng, check_bool, check_choice, check_non_negative
+from ..common.init import glorot
+from ..common.ints import check_positive_int
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 from .decoder_layer import DecoderLayerParams, decoder_layer, decoder_layer_step, init_decoder_layer

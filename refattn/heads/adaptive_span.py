@@ -41,18 +41,18 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits
+from ..common.checks import (
     as_float,
     broadcast_batch,
     causal_alignment,
     check_bool,
-    check_fits,
-    check_positive_int,
     check_scale,
     check_sizes,
     default_scale,
-    weighted_values,
 )
+from ..common.ints import check_positive_int
+from ..common.products import weighted_values
 from ..core.multi_head import MultiHeadParams, combine_heads, layer_inputs, project_heads, resolve_params
 from ..core.softmax import masked_softmax
 from ..mechanism import AttentionResult, Mechanism

@@ -58,10 +58,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_choice, check_positive_int, glorot
-from ..core.masks import check_mask_shape
+from ..common.checks import as_float, as_rng, check_choice
+from ..common.init import glorot
+from ..common.ints import check_positive_int
+from ..masks import allowed_pairs, check_mask_shape
 from ..core.multi_head import combine_heads, head_shared, layer_inputs, project_heads
-from ..core.sdpa import allowed_pairs, scaled_dot_product_attention
+from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
 

@@ -47,10 +47,11 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_non_negative_int, check_positive_int, check_scale
-from ..core.masks import check_mask_shape
+from ..common.checks import as_float, as_rng, check_scale
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..masks import allowed_pairs, check_mask_shape
 from ..core.multi_head import MultiHeadParams, combine_heads, head_shared, layer_inputs, project_heads, split_heads
-from ..core.sdpa import allowed_pairs, scaled_dot_product_attention
+from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 
 __all__ = [

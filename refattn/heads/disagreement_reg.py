@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float
+from ..common.checks import as_float
 from ..mechanism import Mechanism
 
 __all__ = ["DISAGREEMENT_TERMS", "cosine_disagreement", "cosine_disagreement_grad", "subspace_disagreement",

@@ -26,9 +26,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_fits, check_positive_int, check_scale, default_scale
+from ..common.budget import check_fits
+from ..common.checks import as_float, check_scale, default_scale
+from ..common.ints import check_positive_int
+from ..masks import allowed_pairs
 from ..core.multi_head import MultiHeadParams, head_shared, init_multi_head, multi_head_attention, project_heads
-from ..core.sdpa import allowed_pairs
 from ..mechanism import AttentionResult, Mechanism
 
 __all__ = ["head_scores", "head_size_attention", "represent_attention"]

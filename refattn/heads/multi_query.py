@@ -32,8 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, broadcast_batch, check_choice, check_positive_int, glorot
-from ..core.masks import check_mask_shape
+from ..common.checks import as_float, as_rng, broadcast_batch, check_choice
+from ..common.init import glorot
+from ..common.ints import check_positive_int
+from ..masks import allowed_pairs, check_mask_shape
 from ..core.multi_head import (
     MultiHeadParams,
     check_biases,
@@ -42,7 +44,7 @@ from ..core.multi_head import (
     head_shared,
     project_heads,
 )
-from ..core.sdpa import allowed_pairs, scaled_dot_product_attention
+from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 
 __all__ = [

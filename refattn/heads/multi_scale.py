@@ -28,7 +28,9 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, causal_alignment, check_fits, check_positive_int, check_sizes
+from ..common.budget import check_fits
+from ..common.checks import as_float, causal_alignment, check_sizes
+from ..common.ints import check_positive_int
 from ..core.multi_head import MultiHeadParams, combine_heads, layer_inputs, project_heads, resolve_params
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism

@@ -33,7 +33,8 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_choice, check_non_negative_int
+from ..common.checks import as_float, check_choice
+from ..common.ints import check_non_negative_int
 from ..core.softmax import softmax
 from ..mechanism import Mechanism
 from ..oracle.vjp import softmax_vjp

@@ -40,17 +40,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    as_rng,
-    check_choice,
-    check_fits,
-    check_positive_int,
-    check_scale,
-    default_scale,
-    weighted_values,
-)
-from ..core.masks import attention_mask
+from ..common.budget import check_fits
+from ..common.checks import as_float, as_rng, check_choice, check_scale, default_scale
+from ..common.ints import check_positive_int
+from ..common.products import weighted_values
+from ..masks import allowed_pairs, attention_mask
 from ..core.multi_head import (
     MultiHeadParams,
     combine_heads,
@@ -59,7 +53,6 @@ from ..core.multi_head import (
     layer_inputs,
     project_heads,
 )
-from ..core.sdpa import allowed_pairs
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from ..mechanism import AttentionResult, Mechanism
 

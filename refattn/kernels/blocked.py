@@ -46,7 +46,7 @@ tiles (BLAS through SciPy, single-threaded because of their size). Results do no
 thread count.
 
 Tiles are square, ``b·b·max(d_k, d_v) <= 2**18`` multiply-adds
-(:func:`refattn.core.sdpa.default_block_size`: 64 for d <= 64, 32 up to 256): OpenBLAS runs a
+(:func:`refattn.kernels.tiles.default_block_size`: 64 for d <= 64, 32 up to 256): OpenBLAS runs a
 product that small on the calling thread, and a larger one starts OpenBLAS threads inside Numba's
 ("Detect OpenMP Loop"), which was several times slower. The measurements behind these choices
 are in the README's "Speed and memory" section; ``python -m refattn bench sdpa`` times the kernel
@@ -65,7 +65,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._jit import jit, jit_inline, jit_parallel, prange
-from ..common import check_bool, check_fits, check_positive_int, check_scale
+from ..common.budget import check_fits
+from ..common.checks import check_bool, check_scale
+from ..common.ints import check_positive_int
 from . import POLICY_CODES, check_kernel_array, check_kernel_indices, check_policy
 from .blas import serial_blas
 from .vexp import vexp

@@ -36,7 +36,9 @@ import numba
 import numpy as np
 
 from .._jit import jit_parallel, prange
-from ..common import check_fits, check_positive_int, check_scale
+from ..common.budget import check_fits
+from ..common.checks import check_scale
+from ..common.ints import check_positive_int
 from . import check_kernel_array
 from .blas import serial_blas
 from .blocked import _select_per_pair, _visible, check_visibility, finite_rows

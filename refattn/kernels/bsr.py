@@ -35,7 +35,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit, jit_parallel, prange
-from ..common import check_positive_int, check_scale
+from ..common.checks import check_scale
+from ..common.ints import check_positive_int
 from . import POLICY_CODES, check_kernel_array, check_kernel_indices, check_policy
 from .blas import serial_blas
 from .blocked import empty_row, finite_rows, online_softmax_step, tile_values

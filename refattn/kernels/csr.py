@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit_parallel, prange
-from ..common import check_scale
+from ..common.checks import check_scale
 from . import check_kernel_array, check_kernel_indices, check_policy
 
 __all__ = ["check_pattern_inputs", "sparse_attention_csr"]

@@ -10,7 +10,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import as_float, as_rng, broadcast_batch, causal_alignment, check_fits, check_qkv, memory_budget
+from ..common.budget import check_fits, memory_budget
+from ..common.checks import as_float, as_rng, broadcast_batch, causal_alignment, check_qkv
 from ..core.causal_mask import causal_mask
 from ..mechanism import AttentionResult
 

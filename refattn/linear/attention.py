@@ -21,8 +21,10 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, causal_alignment, check_bool, check_choice, check_fits, check_qkv, weighted_values
-from ..core.masks import attention_mask
+from ..common.budget import check_fits
+from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv
+from ..common.products import weighted_values
+from ..masks import attention_mask
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
 from ._common import (

@@ -44,7 +44,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import check_fits, check_positive_int
+from ..common.budget import check_fits
+from ..common.ints import check_positive_int
 from ..kernels import kernel_rows
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "check_chunk_size", "delta_rule_chunks", "gated_chunks", "linear_chunks"]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_bool, check_fits, check_qkv
+from ..common.budget import check_fits
+from ..common.checks import as_float, check_bool, check_qkv
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float
-from ..core.sdpa import allowed_pairs
+from ..common.checks import as_float
+from ..masks import allowed_pairs
 from ..mechanism import AttentionResult, Mechanism
 from ..papers import KATHAROPOULOS
 from .attention import LINEAR_EQUATION, linear_attention

@@ -26,16 +26,9 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    as_rng,
-    broadcast_batch,
-    check_bool,
-    check_choice,
-    check_positive_int,
-    check_qkv,
-)
-from ..core.sdpa import allowed_pairs
+from ..common.checks import as_float, as_rng, broadcast_batch, check_bool, check_choice, check_qkv
+from ..common.ints import check_positive_int
+from ..masks import allowed_pairs
 from ..mechanism import AttentionResult, Mechanism
 from ..papers import PERFORMER
 from .attention import KeyFeatures, attend, check_linear_options, check_method_alignment

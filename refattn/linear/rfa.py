@@ -22,7 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_bool, check_choice, check_fits, check_positive_int, glorot, weighted_values
+from ..common.budget import check_fits
+from ..common.checks import as_float, as_rng, check_bool, check_choice
+from ..common.init import glorot
+from ..common.ints import check_positive_int
+from ..common.products import weighted_values
 from ..kernels import kernel_rows
 from ..mechanism import Mechanism
 from ._common import (

@@ -27,19 +27,18 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.checks import (
     as_float,
     as_rng,
     causal_alignment,
     check_bool,
     check_choice,
-    check_non_negative_int,
-    check_positive_int,
     check_qkv,
     check_scale,
     default_scale,
-    glorot,
 )
+from ..common.init import glorot
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.attention import check_weights_fit, sparse_attention

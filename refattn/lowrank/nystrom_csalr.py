@@ -24,15 +24,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    check_bool,
-    check_fits,
-    check_positive_int,
-    check_qkv,
-    check_scale,
-    default_scale,
-)
+from ..common.budget import check_fits
+from ..common.checks import as_float, check_bool, check_qkv, check_scale, default_scale
+from ..common.ints import check_positive_int
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.pattern import no_causal_form
 from .nystromformer import landmark_kernels

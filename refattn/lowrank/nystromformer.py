@@ -33,19 +33,18 @@ import numpy as np
 import scipy.linalg
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits
+from ..common.checks import (
     as_float,
     as_rng,
     broadcast_batch,
     check_bool,
     check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
     check_qkv,
     check_scale,
     default_scale,
 )
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.pattern import no_causal_form

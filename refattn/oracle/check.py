@@ -18,7 +18,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .. import common
-from ..common import as_float, causal_alignment, check_choice, check_positive_int, check_scale, default_scale
+from ..common.checks import as_float, causal_alignment, check_choice, check_scale, default_scale
+from ..common.ints import check_positive_int
 from ..core.softmax import FULLY_MASKED_POLICIES
 from .diagnose import describe, masked_nonfinite_hint, try_alternatives
 from .evaluate import Conventions, Evaluation, Problem, evaluate

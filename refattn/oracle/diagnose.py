@@ -23,8 +23,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..common import default_scale
-from ..core.masks import attention_mask
+from ..common.checks import default_scale
+from ..masks import attention_mask
 from ..core.softmax import FULLY_MASKED_POLICIES
 from .evaluate import Conventions, Evaluation, Problem
 from .report import Comparison

@@ -26,8 +26,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import common
-from ..common import broadcast_batch, check_qkv
-from ..core.masks import attention_mask, check_mask_shape
+from ..common.checks import broadcast_batch, check_qkv
+from ..masks import attention_mask, check_mask_shape
 from ..core.sdpa import scaled_dot_product_attention
 from .precision import BFLOAT16, sdpa_bfloat16
 from .shapes import kv_groups, repeat_over_groups, sum_over_groups, sum_to_shape, swap_heads

@@ -22,8 +22,8 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, broadcast_batch, check_choice, check_qkv
-from ..core.masks import check_mask_shape
+from ..common.checks import as_float, broadcast_batch, check_choice, check_qkv
+from ..masks import check_mask_shape
 
 __all__ = ["mp_sdpa", "mp_sdpa_vjp", "mp_softmax", "mp_softmax_vjp"]
 

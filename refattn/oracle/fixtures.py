@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common import write_npz
+from ..common.npz import write_npz
 from ..core.padding_mask import padding_mask
 from ..core.sdpa import scaled_dot_product_attention
 from .check import check, check_mechanism

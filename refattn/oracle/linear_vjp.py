@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, causal_alignment, check_choice, check_qkv, weighted_values
-from ..core.masks import attention_mask
+from ..common.checks import as_float, causal_alignment, check_choice, check_qkv
+from ..common.products import weighted_values
+from ..masks import attention_mask
 from ..linear import elu_feature_map, linear_attention
 from ..linear._common import last_keys
 from .shapes import as_upstream_gradient, sum_to_shape

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, broadcast_batch
+from ..common.checks import as_float, broadcast_batch
 
 __all__ = ["merge_attention"]
 

@@ -26,8 +26,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import weighted_values
-from ..core.masks import attention_mask
+from ..common.products import weighted_values
+from ..masks import attention_mask
 from ..core.softmax import masked_softmax
 
 __all__ = ["BFLOAT16", "FORMATS", "Format", "bfloat16_values", "host_array", "number_format", "round_bfloat16",

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, kv_groups, repeat_over_groups, sum_over_groups
+from ..common.checks import as_float
+from ..common.groups import kv_groups, repeat_over_groups, sum_over_groups
 
 __all__ = [
     "LAYOUTS",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import check_choice
+from ..common.checks import check_choice
 
 __all__ = [
     "DEFAULT_MAX_ULPS",

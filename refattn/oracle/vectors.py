@@ -65,7 +65,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import registry
-from ..common import default_scale, write_npz
+from ..common.checks import default_scale
+from ..common.npz import write_npz
 from .fixtures import FixtureError, _representable
 from .vjp import GRADIENT_IDS, record_vjp
 

@@ -30,22 +30,20 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits, memory_budget
+from ..common.checks import (
     as_float,
     broadcast_batch,
     check_bool,
     check_choice,
-    check_fits,
     check_qkv,
     check_scale,
     compute_dtype,
     default_scale,
-    grouped_kv,
-    memory_budget,
-    sum_over_groups,
-    weighted_values,
 )
-from ..core.masks import attention_mask, check_mask_shape
+from ..common.groups import grouped_kv, sum_over_groups
+from ..common.products import weighted_values
+from ..masks import attention_mask, check_key_lengths, check_mask_shape
 from ..core.multi_head import RECORD as MULTI_HEAD
 from ..core.multi_head import (
     MultiHeadParams,
@@ -57,15 +55,10 @@ from ..core.multi_head import (
     split_heads,
 )
 from ..core.padding_mask import padding_mask
-from ..core.sdpa import (
-    AUTO_BLOCKED_ENTRIES,
-    blocked_inputs,
-    check_block_size,
-    check_key_lengths,
-    scaled_dot_product_attention,
-)
+from ..core.sdpa import AUTO_BLOCKED_ENTRIES, scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from ..kernels import kernel_rows
+from ..kernels.tiles import blocked_inputs, check_block_size
 from .shapes import as_upstream_gradient, sum_to_shape
 
 __all__ = ["GRADIENT_IDS", "MultiHeadGrads", "SdpaGrads", "multi_head_vjp", "record_vjp", "sdpa_vjp", "softmax_vjp",

@@ -28,17 +28,11 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    causal_alignment,
-    check_bool,
-    check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
-    check_qkv,
-)
-from ..core.sdpa import allowed_pairs, scaled_dot_product_attention
+from ..common.budget import check_fits
+from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..masks import allowed_pairs
+from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 
 __all__ = ["ALIBI_FORMS", "alibi_attention", "alibi_bias", "alibi_slopes"]

@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_choice, check_non_negative_int, check_positive_int
+from ..common.checks import as_float, as_rng, check_choice
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..mechanism import Mechanism
 
 __all__ = ["init_learned_pe", "learned_positional_encoding"]

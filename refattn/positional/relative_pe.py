@@ -24,17 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    as_rng,
-    causal_alignment,
-    check_fits,
-    check_non_negative_int,
-    check_qkv,
-    check_scale,
-    default_scale,
-    glorot,
-)
+from ..common.budget import check_fits
+from ..common.checks import as_float, as_rng, causal_alignment, check_qkv, check_scale, default_scale
+from ..common.init import glorot
+from ..common.ints import check_non_negative_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 

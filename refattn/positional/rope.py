@@ -29,8 +29,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, causal_alignment, check_bool, check_choice, check_non_negative_int, check_qkv
-from ..core.sdpa import allowed_pairs, scaled_dot_product_attention
+from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv
+from ..common.ints import check_non_negative_int
+from ..masks import allowed_pairs
+from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 
 __all__ = ["ROPE_BASE", "ROPE_PAIRINGS", "rope_attention", "rope_frequencies", "rotate"]

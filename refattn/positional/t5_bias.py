@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits
+from ..common.checks import (
     ALIGNMENTS,
     as_float,
     as_rng,
@@ -42,14 +43,12 @@ from ..common import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
     check_qkv,
     check_scale,
     default_scale,
-    glorot,
 )
+from ..common.init import glorot
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.causal_mask import causal_mask
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism

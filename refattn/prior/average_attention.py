@@ -30,18 +30,11 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    as_rng,
-    causal_alignment,
-    check_bool,
-    check_choice,
-    check_fits,
-    check_positive_int,
-    check_qkv,
-    glorot,
-    weighted_values,
-)
+from ..common.budget import check_fits
+from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_choice, check_qkv
+from ..common.init import glorot
+from ..common.ints import check_positive_int
+from ..common.products import weighted_values
 from ..core.ffn import FeedForwardParams, feed_forward
 from ..core.layer_norm import LayerNormParams, layer_norm
 from ..kernels import kernel_rows

@@ -29,17 +29,10 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    causal_alignment,
-    check_bool,
-    check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
-    check_qkv,
-    weighted_values,
-)
+from ..common.budget import check_fits
+from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..common.products import weighted_values
 from ..core.softmax import softmax
 from ..mechanism import AttentionResult, Mechanism
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_positive_int
+from ..common.checks import as_float
+from ..common.ints import check_positive_int
 from ..mechanism import Mechanism
 from .lower_layer import LayerRule, attention_with_prior_from_below, stack_apply
 

@@ -30,18 +30,11 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    as_rng,
-    check_non_negative_int,
-    check_positive_int,
-    check_qkv,
-    check_scale,
-    default_scale,
-    glorot,
-)
-from ..core.masks import check_mask_shape
-from ..core.sdpa import allowed_pairs, scaled_dot_product_attention
+from ..common.checks import as_float, as_rng, check_qkv, check_scale, default_scale
+from ..common.init import glorot
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..masks import allowed_pairs, check_mask_shape
+from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult
 
 __all__ = [

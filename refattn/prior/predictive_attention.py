@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, as_rng, check_choice, check_positive_int, check_qkv, check_scale, default_scale
+from ..common.checks import as_float, as_rng, check_choice, check_qkv, check_scale, default_scale
+from ..common.ints import check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.pattern import no_causal_form

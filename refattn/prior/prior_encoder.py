@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, causal_alignment, check_bool, check_positive_int
+from ..common.checks import as_float, causal_alignment, check_bool
+from ..common.ints import check_positive_int
 from ..core.encoder_layer import EncoderLayerParams, residual
 from ..core.ffn import feed_forward
 from ..core.multi_head import combine_heads, head_shared, project_heads

@@ -27,18 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
-    as_float,
-    as_rng,
-    causal_alignment,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
-    check_qkv,
-    check_scale,
-    default_scale,
-)
-from ..core.sdpa import allowed_pairs, scaled_dot_product_attention
+from ..common.budget import check_fits
+from ..common.checks import as_float, as_rng, causal_alignment, check_qkv, check_scale, default_scale
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..masks import allowed_pairs
+from ..core.sdpa import scaled_dot_product_attention
 
 __all__ = [
     "COMPONENTS",

@@ -18,20 +18,19 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits, memory_budget
+from ..common.checks import (
     as_float,
     broadcast_batch,
     causal_alignment,
     check_bool,
     check_choice,
-    check_fits,
     check_qkv,
     check_scale,
     default_scale,
-    memory_budget,
 )
-from ..core.masks import check_mask_shape
-from ..core.sdpa import check_key_lengths, scaled_dot_product_attention
+from ..masks import check_key_lengths, check_mask_shape
+from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
 from ..mechanism import AttentionResult
@@ -210,7 +209,7 @@ def _check_pair_bias(pair_bias, patterns: NDArray) -> NDArray:
 def block_structure(pattern: SparsePattern, d_k: int, d_v: int) -> tuple[int, tuple[NDArray, NDArray], float]:
     """The block size ``b`` the bsr kernel tiles ``pattern`` with, its block layout, and the fill ``nnz / area``.
 
-    Tries the dense kernel's tile ``b`` (:func:`~refattn.core.sdpa.default_block_size`: 64 for
+    Tries the dense kernel's tile ``b`` (:func:`~refattn.kernels.tiles.default_block_size`: 64 for
     d <= 64), and ``b / 2`` when the kept pairs fill less than :data:`BLOCK_FILL` of b's tiles,
     keeping the better filled (the larger on a tie). ``area`` counts the (query, key) entries of
     the tiles holding a kept pair (:func:`~refattn.kernels.bsr.block_layout`), so the fill is 1
@@ -232,7 +231,7 @@ def block_structure(pattern: SparsePattern, d_k: int, d_v: int) -> tuple[int, tu
     fill : float
         ``nnz / area`` (1.0 for an empty pattern).
     """
-    from ..core.sdpa import default_block_size
+    from ..kernels.tiles import default_block_size
     from ..kernels.bsr import block_layout
 
     tile = default_block_size(d_k, d_v)[0]

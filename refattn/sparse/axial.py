@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import causal_alignment, check_bool, check_choice, check_size
+from ..common.checks import causal_alignment, check_bool, check_choice, check_size
 from ..mechanism import AttentionResult, Mechanism
 from .attention import METHODS, attend_pattern, check_options, check_weights_fit, checked_qkv
 from .image_transformer import image_shape

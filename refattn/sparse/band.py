@@ -9,7 +9,7 @@ last n of the m positions (decoding with a key/value cache).
 """
 from __future__ import annotations
 
-from ..common import check_sizes, check_window
+from ..common.checks import check_sizes, check_window
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import LONGFORMER
 from .attention import pattern_apply

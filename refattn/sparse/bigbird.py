@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, check_choice, check_non_negative_int, check_positive_int, check_size, check_sizes
+from ..common.checks import as_rng, check_choice, check_size, check_sizes
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..mechanism import Mechanism
 from ..papers import BIGBIRD
 from .attention import pattern_apply

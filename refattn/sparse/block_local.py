@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import check_bool, check_sizes, check_window
+from ..common.checks import check_bool, check_sizes, check_window
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import SURVEY
 from .attention import pattern_apply

@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import causal_alignment, check_positive_int, check_size
+from ..common.checks import causal_alignment, check_size
+from ..common.ints import check_positive_int
 from ..mechanism import Mechanism
 from .attention import pattern_apply
 from .pattern import SparsePattern

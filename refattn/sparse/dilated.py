@@ -7,7 +7,7 @@ keys. ``dilation=1`` is the band; a large dilation is the strided pattern restri
 """
 from __future__ import annotations
 
-from ..common import check_sizes, check_window
+from ..common.checks import check_sizes, check_window
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import LONGFORMER
 from .attention import pattern_apply

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..common import check_bool, check_non_negative_int, check_size, check_window
+from ..common.checks import check_bool, check_size, check_window
+from ..common.ints import check_non_negative_int
 from ..mechanism import Mechanism
 from .attention import pattern_apply
 from .band import band_pattern

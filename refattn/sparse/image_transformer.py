@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..common import causal_alignment, check_choice, check_size
+from ..common.checks import causal_alignment, check_choice, check_size
 from ..mechanism import Mechanism
 from .attention import pattern_apply
 from .pattern import SparsePattern

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..common import check_non_negative_int, check_sizes, check_window
+from ..common.checks import check_sizes, check_window
+from ..common.ints import check_non_negative_int
 from ..mechanism import Mechanism
 from ..papers import LONGFORMER
 from .attention import pattern_apply

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import ALIGNMENTS, causal_alignment, check_choice, check_fits, check_non_negative_int
+from ..common.budget import check_fits
+from ..common.checks import ALIGNMENTS, causal_alignment, check_choice
+from ..common.ints import check_non_negative_int
 
 __all__ = ["SparsePattern", "as_indices", "no_causal_form", "query_positions"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, causal_alignment, check_size, check_sizes
+from ..common.checks import as_rng, causal_alignment, check_size, check_sizes
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import BIGBIRD
 from .attention import pattern_apply

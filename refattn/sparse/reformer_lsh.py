@@ -32,20 +32,20 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits
+from ..common.checks import (
     as_float,
     as_rng,
     broadcast_batch,
     causal_alignment,
     check_bool,
     check_choice,
-    check_fits,
-    check_positive_int,
     check_scale,
     check_size,
     default_scale,
-    weighted_values,
 )
+from ..common.ints import check_positive_int
+from ..common.products import weighted_values
 from ..core.softmax import masked_softmax
 from ..mechanism import AttentionResult, Mechanism
 from ..oracle.merge import merge_attention

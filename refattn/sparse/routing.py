@@ -25,20 +25,20 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits
+from ..common.checks import (
     as_float,
     as_rng,
     broadcast_batch,
     causal_alignment,
     check_bool,
     check_choice,
-    check_fits,
-    check_positive_int,
     check_qkv,
     check_scale,
     check_size,
     default_scale,
 )
+from ..common.ints import check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..mechanism import AttentionResult, Mechanism

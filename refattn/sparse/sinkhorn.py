@@ -30,22 +30,21 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import (
+from ..common.budget import check_fits
+from ..common.checks import (
     as_float,
     as_rng,
     broadcast_batch,
     causal_alignment,
     check_bool,
     check_choice,
-    check_fits,
-    check_non_negative_int,
-    check_positive_int,
     check_qkv,
     check_size,
     default_scale,
-    glorot,
-    weighted_values,
 )
+from ..common.init import glorot
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..common.products import weighted_values
 from ..mechanism import AttentionResult, Mechanism
 from .attention import METHODS, attend_pattern, check_options, check_weights_fit
 from .pattern import SparsePattern, query_positions

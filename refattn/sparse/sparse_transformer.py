@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import causal_alignment, check_choice, check_non_negative_int, check_positive_int, check_size, check_sizes
+from ..common.checks import causal_alignment, check_choice, check_size, check_sizes
+from ..common.ints import check_non_negative_int, check_positive_int
 from ..mechanism import Mechanism
 from ..papers import CHILD
 from .attention import pattern_apply

@@ -13,7 +13,7 @@ of atomic patterns (the ring's wrap-around pair added explicitly):
 """
 from __future__ import annotations
 
-from ..common import check_bool, check_sizes
+from ..common.checks import check_bool, check_sizes
 from ..mechanism import Mechanism
 from .attention import pattern_apply
 from .band import band_pattern

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common import check_sizes, check_window
+from ..common.checks import check_sizes, check_window
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import CHILD
 from .attention import pattern_apply

@@ -23,7 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..common import check_non_negative_int, check_positive_int, write_npz
+from ..common.ints import check_non_negative_int, check_positive_int
+from ..common.npz import write_npz
 from .adam import adam_init, adam_update
 from .model import (
     decoder_logits,

@@ -34,7 +34,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, check_bool, check_choice, check_positive_int, default_scale, glorot
+from ..common.checks import as_rng, check_bool, check_choice, default_scale
+from ..common.init import glorot
+from ..common.ints import check_positive_int
 from ..core.decoder_layer import DecoderLayerParams
 from ..core.encoder_layer import EncoderLayerParams
 from ..core.ffn import FeedForwardParams, feed_forward, init_feed_forward

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..common import write_npz
+from ..common.npz import write_npz
 from .loop import WEIGHTS_DIR, init_params, train
 from .model import decoder_logits, seq2seq_logits
 from .scores import head_scores

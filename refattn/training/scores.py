@@ -28,7 +28,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_rng, check_positive_int
+from ..common.checks import as_rng
+from ..common.ints import check_positive_int
 from .model import decoder_logits, seq2seq_logits
 from .tasks import PAD, get_task
 

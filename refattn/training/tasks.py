@@ -43,7 +43,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common import as_rng, check_choice, check_positive_int
+from ..common.checks import as_rng, check_choice
+from ..common.ints import check_positive_int
 from .model import decoder_logits, seq2seq_logits
 
 __all__ = [

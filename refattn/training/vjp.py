@@ -25,7 +25,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common import as_float, check_non_negative, check_positive_int
+from ..common.checks import as_float, check_non_negative
+from ..common.ints import check_positive_int
 from ..core.ffn import FeedForwardParams
 
 __all__ = [
