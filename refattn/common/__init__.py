@@ -41,7 +41,7 @@ from .groups import grouped_kv, kv_groups, repeat_over_groups, sum_over_groups
 from .init import glorot
 from .ints import MAX_SIZE, check_non_negative_int, check_positive_int
 from .npz import write_npz
-from .products import split_scale, weighted_values
+from .products import scores, split_scale, weighted_values
 
 __all__ = [
     "ALIGNMENTS",
@@ -71,6 +71,7 @@ __all__ = [
     "kv_groups",
     "memory_budget",
     "repeat_over_groups",
+    "scores",
     "set_memory_budget",
     "split_scale",
     "sum_over_groups",

@@ -6,7 +6,7 @@ from numpy.typing import NDArray
 
 from .checks import check_scale, default_scale
 
-__all__ = ["split_scale", "weighted_values"]
+__all__ = ["scores", "split_scale", "weighted_values"]
 
 
 def split_scale(q: np.ndarray, k: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -74,3 +74,16 @@ def weighted_values(
     with np.errstate(invalid="ignore"):                            # 0·inf where masked: dropped below
         terms = A[..., bad][..., None] * v_bad[..., None, :, :]    # (..., n, b, d_v)  α_ij v_j
     return out + np.sum(np.where(use, terms, 0), axis=-2)
+
+
+def scores(q: NDArray, k: NDArray, scale: float) -> NDArray:
+    """S = Q Kᵀ · scale, (..., n, m), with every score that is not finite set to NaN.
+
+    An Inf or NaN in q_i or k_j, or a dot product beyond the float64 range, makes the score undefined:
+    its rounding to ±inf or NaN depends on the summation order of the BLAS kernel, and it must not pass
+    for a masked key. Masking by selection then keeps it out of every row that may not see the pair.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):             # masked-out garbage may be inf − inf
+        S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ·scale
+    S[~np.isfinite(S)] = np.nan                                    # undefined, whatever the kernel
+    return S

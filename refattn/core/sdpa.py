@@ -28,7 +28,7 @@ from ..common.checks import (
 )
 from ..common.groups import grouped_kv
 from ..common.ints import check_positive_int
-from ..common.products import weighted_values
+from ..common.products import scores, weighted_values
 from ..kernels.tiles import blocked_inputs, check_block_size
 from ..masks import attention_mask, check_key_lengths, check_mask_shape, key_padding
 from ..deprecation import none_is_auto
@@ -218,9 +218,7 @@ def _equation(q, k, v, mask, causal, key_lengths, scale, fully_masked, rows: ran
     if rows is not None:
         q = q[..., rows.start:rows.stop, :]
 
-    with np.errstate(invalid="ignore", over="ignore"):             # masked-out garbage may be inf − inf
-        S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ/√d_k
-    S[~np.isfinite(S)] = np.nan                                    # Inf/NaN in q_i, k_j or overflow: undefined
+    S = scores(q, k, scale)                                        # (..., n, m)  S = QKᵀ/√d_k
     if bias is not None:
         S = S + bias                                               # (..., n, m)  S + B
     A, empty, lse = masked_softmax(S, allowed, fully_masked, return_lse=True)   # (..., n, m)  softmax(S)
