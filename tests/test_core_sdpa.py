@@ -279,7 +279,7 @@ def _bad(q=(3, 4), k=(5, 4), v=(5, 2), **kwargs):
     (_bad(q=np.float64(1.0)), ValueError, r"q must have shape \(\.\.\., length, dim\), got shape \(\)"),
     (_bad(q=None), TypeError, r"q must be a real floating-point array, got dtype object with shape \(\)"),
     (_bad(return_weights=1), TypeError, r"return_weights must be True or False, got 1"),
-    (_bad(method="flash"), ValueError, r"method must be one of \(None, 'equation', 'blocked', 'auto'\)"),
+    (_bad(method="flash"), ValueError, r"method must be one of \('equation', 'blocked', 'auto'\)"),
     (_bad(mask=np.ones((3, 4), bool)), ValueError, r"mask has shape \(3, 4\).*\(\.\.\., n=3, m=5\)"),
     (_bad(mask=np.ones((3, 5), int)), TypeError, "mask must be bool .* or float .*, got dtype int"),
     (_bad(q=np.ones((3, 4), int)), TypeError, "q must be a real floating-point array, got dtype int"),
