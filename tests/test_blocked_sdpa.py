@@ -227,7 +227,13 @@ def test_auto_chooses_blocked_above_the_threshold():
     assert resolve_method("auto", np.float32, big) == "equation"
     assert resolve_method("auto", np.float64, big, return_weights=True) == "equation"
     assert resolve_method("equation", np.float64, big) == "equation"
-    assert resolve_method(None, np.float64, big) == "equation"        # the default: equation within the budget
+
+
+def test_method_none_is_the_deprecated_spelling_of_auto(rng):
+    q, k, v = qkv(rng, 4, 5)
+    with pytest.warns(DeprecationWarning, match=r'method=None is method="auto"'):
+        old = scaled_dot_product_attention(q, k, v, method=None)
+    assert np.array_equal(old, scaled_dot_product_attention(q, k, v))
 
 
 def test_auto_small_is_the_equation_path(rng):
