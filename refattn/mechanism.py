@@ -439,8 +439,11 @@ def _door_apply(door: Callable, name: str, *, causal_default: bool, inputs, defa
 
 
 def _lengths(q, k) -> tuple[int, int]:
-    """n and m of array-like q and k (0 where a shape has no such axis: the door refuses it by name)."""
-    shape_q, shape_k = np.shape(q), np.shape(k)
+    """n and m of array-like q and k; 0 where a shape is unreadable or lacks the axis (the door names the input)."""
+    try:
+        shape_q, shape_k = np.shape(q), np.shape(k)
+    except (TypeError, ValueError, AttributeError):                # ragged or odd input: the door refuses it
+        return 0, 0
     return (shape_q[-2] if len(shape_q) >= 2 else 0), (shape_k[-2] if len(shape_k) >= 2 else 0)
 
 

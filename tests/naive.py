@@ -99,10 +99,10 @@ def sdpa(q, k, v, causal, mask=None, scale=None):
     return naive_sdpa(q, k, v, allowed=both(causal_allowed(len(q), len(k), causal), mask), scale=scale)[0]
 
 
-def padding_mask(q, k, v, causal, lengths=None, scale=None):
+def padding_mask(q, k, v, causal, key_lengths=None, scale=None):
     """Keys j ≥ ℓ are padding (Vaswani §3.2.3); refattn's demonstration default is ℓ = m − ⌊m/3⌋."""
     m = len(k)
-    lengths = m - m // 3 if lengths is None else lengths
+    lengths = m - m // 3 if key_lengths is None else key_lengths
     padding = loop_mask(len(q), m, lambda i, j: j < lengths)
     return naive_sdpa(q, k, v, allowed=both(causal_allowed(len(q), m, causal), padding), scale=scale)[0]
 
@@ -2491,7 +2491,7 @@ NAIVE: dict[str, NaiveCase] = {
     "sdpa": NaiveCase(sdpa, (DEFAULTS, lambda rng, n, m, d, causal: {"mask": rng.random((n, m)) < 0.7, "scale": 0.3})),
     "causal_mask": NaiveCase(sdpa, (DEFAULTS, fixed(scale=0.3))),
     "padding_mask": NaiveCase(padding_mask, (DEFAULTS, lambda rng, n, m, d, causal:
-                                             {"lengths": int(rng.integers(1, m))})),
+                                             {"key_lengths": int(rng.integers(1, m))})),
     "multi_head": NaiveCase(multi_head, (_heads(), _heads(num_heads=1, mask=True)), value_width_d=True),
     "cross_attention": NaiveCase(multi_head, (_heads(), _heads(num_heads=3, mask=True)), value_width_d=True),
     "global": NaiveCase(pattern(global_keep), (DEFAULTS, fixed(global_indices=(1, 4)))),

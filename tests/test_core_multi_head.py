@@ -277,7 +277,7 @@ def test_bad_mask_shape_is_reported_as_given(rng):
 
 
 @pytest.mark.parametrize("policy", ["zero", "nan", "uniform"])
-@pytest.mark.parametrize("method", [None, "equation", "blocked"])
+@pytest.mark.parametrize("method", ["auto", "equation", "blocked"])
 def test_edge_sizes(rng, method, policy):
     d_model, h = 6, 2
     params = random_params(rng, d_model, h, 3)
@@ -296,28 +296,43 @@ def test_edge_sizes(rng, method, policy):
     np.testing.assert_array_equal(out, expected)
 
 
-@pytest.mark.parametrize("params", [{"w_q": np.eye(4)}, None, "identity", (np.eye(4),) * 4])
+@pytest.mark.parametrize("params", [{"w_q": np.eye(4)}, (np.eye(4),) * 4])
 def test_params_of_another_type_are_named(rng, params):
     x = rng.standard_normal((3, 4))
-    with pytest.raises(TypeError, match=r"params must be MultiHeadParams \(see init_multi_head\), got "):
+    with pytest.raises(TypeError, match=r"params must be MultiHeadParams \(see init_multi_head\), None or "
+                                        r"'identity', got (dict|tuple)"):
         multi_head_attention(x, x, params, num_heads=1)
 
 
-@pytest.mark.parametrize(("q", "error", "match", "natural"), [
-    (np.ones(4), ValueError, r"q must have shape \(\.\.\., length, dim\), got shape \(4,\)",
-     r"x_q must have at least 2 dimensions, got shape \(4,\)"),
-    (np.float64(1.0), ValueError, r"q must have shape \(\.\.\., length, dim\), got shape \(\)",
-     r"x_q must have at least 2 dimensions, got shape \(\)"),
-    (None, TypeError, r"q must be a real floating-point array, got dtype object",
-     r"x_q must be a real floating-point array, got dtype object"),
+def test_params_none_are_drawn_from_rng_or_refused(rng):
+    x = rng.standard_normal((3, 4))
+    with pytest.raises(ValueError, match=r"^multi_head_attention draws its projections from rng: pass rng= "
+                                         r"\(or params=\)$"):
+        multi_head_attention(x, x, num_heads=2)
+    drawn = multi_head_attention(x, x, num_heads=2, rng=7)
+    np.testing.assert_array_equal(drawn, multi_head_attention(x, x, init_multi_head(7, 4, 2), num_heads=2))
+
+
+def test_identity_params_are_sdpa(rng):
+    x, y = rng.standard_normal((3, 4)), rng.standard_normal((5, 4))
+    np.testing.assert_allclose(multi_head_attention(x, y, "identity", num_heads=1),
+                               scaled_dot_product_attention(x, y, y), rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match=r"params must be MultiHeadParams, None or 'identity' \(with num_heads=1\)"):
+        multi_head_attention(x, y, "identity", num_heads=2)
+
+
+@pytest.mark.parametrize(("q", "error", "natural"), [
+    (np.ones(4), ValueError, r"x_q must have at least 2 dimensions, got shape \(4,\)"),
+    (np.float64(1.0), ValueError, r"x_q must have at least 2 dimensions, got shape \(\)"),
+    (None, TypeError, r"x_q must be a real floating-point array, got dtype object"),
 ])
 @pytest.mark.parametrize("params", [None, "identity"])
-def test_apply_names_a_query_without_length_and_width(q, error, match, natural, params):
+def test_apply_names_a_query_without_length_and_width(q, error, natural, params):
     from refattn import registry
 
     kv = np.ones((3, 4))
     num_heads = 1 if params == "identity" else 2
-    with pytest.raises(error, match=match):
+    with pytest.raises(error, match=natural):                      # one validation: the door's, naming x_q
         registry.get("multi_head").apply(q, kv, kv, rng=0, params=params, num_heads=num_heads)
     with pytest.raises(error, match=natural):                      # the natural function names its x_q
         multi_head_attention(q, kv, init_multi_head(0, 4, 2), num_heads=2)

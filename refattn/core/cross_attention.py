@@ -10,22 +10,18 @@ from __future__ import annotations
 
 from ..mechanism import Mechanism
 from ..papers import VASWANI
-from .multi_head import RECORD as MULTI_HEAD
-from .multi_head import multi_head_attention
+from .multi_head import RECORD_OPTIONS, multi_head_attention
+
+__all__: list[str] = []                                            # multi_head_attention is multi_head's
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, **options):
-    """Decoder queries attend to encoder keys/values: no causal mask, n and m free (options as multi_head's)."""
-    if causal is not False:
-        raise ValueError(f"cross-attention is not causal: the decoder may see the whole source; got causal={causal!r}")
-    return MULTI_HEAD.apply(q, k, v, rng=rng, return_weights=return_weights, return_draws=True, **options)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    multi_head_attention, inputs=("x_q", "x_kv", "x_v"), defaults={"num_heads": 2},
+    options=RECORD_OPTIONS,
     id="cross_attention", title="Encoder–decoder (cross) attention", family="vanilla", section="2.2 (Vaswani §3.2.3)",
     paper=VASWANI,
     equation=r"\operatorname{MultiHead}(Y, M, M),\ Y \in \mathbb{R}^{n \times d},\ M \in \mathbb{R}^{m \times d}",
-    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", function=multi_head_attention, apply=_apply,
+    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention",
     causal=False, figure="refattn.figures.vanilla:cross_attention",
     exact_options={"num_heads": 1, "params": "identity"}, exact_limit="one head, identity projections",
     draws=("params",),

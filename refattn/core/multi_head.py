@@ -30,9 +30,11 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.checks import as_float, as_rng, broadcast_batch, check_bool
 from ..common.init import glorot
 from ..common.ints import check_positive_int
-from ..mechanism import AttentionResult, Mechanism
-from ..papers import VASWANI
+from ..deprecation import none_is_auto
+from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..masks import allowed_pairs, attention_mask, check_mask_shape
+from ..mechanism import Mechanism
+from ..papers import VASWANI
 from .sdpa import scaled_dot_product_attention
 
 __all__ = ["MultiHeadParams", "init_multi_head", "multi_head_attention"]
@@ -178,9 +180,10 @@ def init_multi_head(
 def multi_head_attention(
     x_q: ArrayLike,
     x_kv: ArrayLike,
-    params: MultiHeadParams,
+    params: MultiHeadParams | str | None = None,
     *,
     num_heads: int,
+    rng: np.random.Generator | int | None = None,
     mask: ArrayLike | None = None,
     causal: bool | str = False,
     scale: float | None = None,
@@ -188,7 +191,7 @@ def multi_head_attention(
     x_v: ArrayLike | None = None,
     add_zero_attn: bool = False,
     return_weights: bool = False,
-    method: str | None = None,
+    method: str = "auto",
     dtype=np.float64,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Multi-head attention: h scaled dot-product attentions on learned projections.
@@ -207,12 +210,16 @@ def multi_head_attention(
         Key-side input :math:`K` (and :math:`V` unless ``x_v`` is given): ``x_q`` itself for
         self-attention, the encoder output for cross-attention. ``kdim`` = rows of ``params.w_k``
         (``d_model`` unless the parameters were drawn with another ``kdim``).
-    params : MultiHeadParams
+    params : MultiHeadParams, "identity" or None
         Projections; ``params.w_q.shape[1]`` must be divisible by ``num_heads``. With ``bias_k``
         and ``bias_v`` (PyTorch's ``add_bias_kv``) one learned key and value are appended to every
-        key/value sequence after the projections.
+        key/value sequence after the projections. None: drawn from ``rng`` (:func:`init_multi_head`,
+        width d_model = x_q's). "identity" (with ``num_heads=1``): the four projections are the
+        identity, which is scaled dot-product attention itself.
     num_heads : int
         *h* in the paper.
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when it is None.
     mask : (..., n, m) or (..., h, n, m) array_like of bool or float, optional
         As in :func:`~refattn.scaled_dot_product_attention`. With inputs of batch shape
         ``(B_1, …, B_r)``: at most ``r + 2`` dims, ``(..., n, m)``, shared by all heads; exactly
@@ -237,13 +244,13 @@ def multi_head_attention(
         visible to every query whatever ``mask`` and ``causal`` say of the m given keys.
     return_weights : bool, default False
         Also return every head's attention matrix.
-    method : {None, "equation", "blocked", "auto"}, default None
+    method : {"equation", "blocked", "auto"}, default "auto"
         How each head's attention is computed, as in
         :func:`~refattn.scaled_dot_product_attention` ("blocked": the Numba online-softmax kernel,
-        float64 only and without ``return_weights``). The default is the equation path while the
-        ``(..., h, n, m)`` scores fit :func:`refattn.common.memory_budget`, and streams beyond it:
-        the blocked kernel in float64, the equation path one chunk of query rows at a time in
-        float32/float16.
+        float64 only and without ``return_weights``; "auto": the equation path while the
+        ``(..., h, n, m)`` scores fit :func:`refattn.common.memory_budget` and have at most 2**21
+        entries, else it streams: the blocked kernel in float64, the equation path one chunk of
+        query rows at a time in float32/float16). ``None`` is read as "auto", with a warning.
     dtype : float dtype, default float64
         Compute and output dtype.
 
@@ -270,8 +277,15 @@ def multi_head_attention(
     ((3, 8), (2, 3, 5))
     """
     check_positive_int("num_heads", num_heads)
-    if not isinstance(params, MultiHeadParams):
-        raise TypeError(f"params must be MultiHeadParams (see init_multi_head), got {type(params).__name__}")
+    method = none_is_auto("multi_head_attention", method)
+    if params is None or isinstance(params, str):                  # drawn, or the identity: sized by x_q
+        params = resolve_params(params, as_float("x_q", x_q, dtype, min_ndim=2).shape[-1], num_heads,
+                                optional_rng(rng))
+    elif not isinstance(params, MultiHeadParams):
+        raise TypeError(f"params must be MultiHeadParams (see init_multi_head), None or 'identity', got "
+                        f"{type(params).__name__}")
+    else:
+        given_or_drawn("multi_head_attention", "params", params, None, None)
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model, dtype,
                                   kdim=params.w_k.shape[0], vdim=params.w_v.shape[0])
     mask = head_mask(mask, x_q, x_kv, x_v, num_heads)              # (..., h or 1, n, m) or None
@@ -285,6 +299,8 @@ def multi_head_attention(
     )
     heads, A = result if return_weights else (result, None)
     out = combine_heads(heads, params.w_o, params.b_o)             # (..., n, d_model)  Concat(·) Wᴼ
+    if return_weights:                                             # the added keys' columns are visible
+        note_allowed(lambda: allowed_pairs(mask, causal, A.shape, fully_masked))
     return (out, A) if return_weights else out
 
 
@@ -413,51 +429,32 @@ def head_shared(mask: ArrayLike | None) -> ArrayLike | None:
 
 
 def resolve_params(params, d_model: int, num_heads: int, rng) -> MultiHeadParams:
-    """The ``params`` option of a multi-head registry entry: a :class:`MultiHeadParams` as given, drawn from
-    ``rng`` (:func:`init_multi_head`, width ``d_model``) when ``None``, or ``"identity"``: one head whose four
-    projections are the identity (no bias), which is scaled dot-product attention itself."""
-    if params is None:
-        if rng is None:
-            raise ValueError("multi-head attention needs params= or rng= to draw them")
-        if d_model == 0:
-            raise ValueError("q has width d_model = 0: there are no projections to draw")
-        return init_multi_head(rng, d_model, num_heads)
+    """``params`` of :func:`multi_head_attention`: drawn from ``rng`` (:func:`init_multi_head`, width ``d_model``)
+    when ``None``, or ``"identity"``: one head whose four projections are the identity (no bias), which is
+    scaled dot-product attention itself; noted as the call's draw."""
     if isinstance(params, str):
         if params != "identity" or num_heads != 1:
             raise ValueError(f"params must be MultiHeadParams, None or 'identity' (with num_heads=1), got {params!r} "
                              f"with num_heads={num_heads}")
         eye = np.eye(d_model)
-        return MultiHeadParams(eye, eye, eye, eye)
-    if not isinstance(params, MultiHeadParams):
-        raise TypeError(f"params must be MultiHeadParams, None or 'identity', got {type(params).__name__}")
-    return params
+        params = MultiHeadParams(eye, eye, eye, eye)
+    elif params is None and rng is not None and d_model == 0:
+        raise ValueError("x_q has width d_model = 0: there are no projections to draw")
+    return given_or_drawn("multi_head_attention", "params", params, rng,
+                          lambda r: init_multi_head(r, d_model, num_heads), what="its projections")
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, params=None, mask=None):
-    """MultiHead(Q, K, V) with ``params`` (see :func:`resolve_params`: drawn from ``rng`` when omitted, d_model =
-    q's width, or ``"identity"`` with one head: scaled dot-product attention itself)."""
-    q = as_float("q", q, min_ndim=2)                               # its width sizes the drawn parameters
-    params = resolve_params(params, q.shape[-1], num_heads, rng)
-    draws = {"params": params}                                     # drawn from rng, or as given
-    if not return_weights:
-        return AttentionResult(multi_head_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask,
-                                                    causal=causal), draws=draws)
-    out, A = multi_head_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask, causal=causal,
-                                  return_weights=True)
-    k, v = as_float("k", k, min_ndim=2), as_float("v", v, min_ndim=2)
-    m = k.shape[-2]
-    allowed = allowed_pairs(head_mask(mask, q, k, v, num_heads), causal, (*A.shape[:-1], m))
-    if allowed is not None and A.shape[-1] > m:                    # bias_k/bias_v: one more key, always visible
-        allowed = np.concatenate([allowed, np.ones((*A.shape[:-1], A.shape[-1] - m), dtype=bool)], axis=-1)
-    return AttentionResult(out, A, allowed, draws)
+#: The options of the multi-head records (multi_head, cross_attention): the layer's, but its dtype and the
+#: ``x_v`` input (``v``).
+RECORD_OPTIONS = ("params", "num_heads", "mask", "scale", "fully_masked", "add_zero_attn", "method")
 
-
-RECORD = Mechanism(
-    id="multi_head", title="Multi-head attention", family="vanilla", section="2.1 (Vaswani §3.2.2)", paper=VASWANI,
+RECORD = Mechanism.of(
+    multi_head_attention, inputs=("x_q", "x_kv", "x_v"), defaults={"num_heads": 2},
+    options=RECORD_OPTIONS, id="multi_head", title="Multi-head attention", family="vanilla", section="2.1 (Vaswani §3.2.2)", paper=VASWANI,
     equation=r"\operatorname{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h) W^O,\ "
     r"\mathrm{head}_i = \operatorname{Attention}(QW_i^Q, KW_i^K, VW_i^V)",
     time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention",
-    examples=({"num_heads": 1}, {"num_heads": 4}), function=multi_head_attention, apply=_apply,
+    examples=({"num_heads": 1}, {"num_heads": 4}),
     causal=True, figure="refattn.figures.vanilla:multi_head", exact_options={"num_heads": 1, "params": "identity"},
     exact_limit="one head, identity projections", draws=("params",),
     layer_inputs=True,
