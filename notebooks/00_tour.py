@@ -76,9 +76,9 @@ print("dtype=np.float32 ->", scaled_dot_product_attention(q, k, v, dtype=np.floa
 
 # %%
 print("causal=True (top-left):\n", refattn.causal_mask(n, m).astype(int))
-print('causal="bottom-right":\n', refattn.causal_mask(n, m, alignment="bottom-right").astype(int))
+print('causal="bottom-right":\n', refattn.causal_mask(n, m, causal="bottom-right").astype(int))
 
-allowed = refattn.causal_mask(n, m, alignment="bottom-right")
+allowed = refattn.causal_mask(n, m, causal="bottom-right")
 _, A = scaled_dot_product_attention(q, k, v, causal="bottom-right", return_weights=True)
 np.testing.assert_array_equal(A[:, ~allowed], 0.0)           # False = exactly zero weight
 np.testing.assert_allclose(A.sum(axis=-1), 1.0, rtol=1e-12)  # rows are distributions over allowed keys

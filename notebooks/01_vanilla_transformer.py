@@ -302,7 +302,7 @@ check(out_refattn, out)                                   # identical to the cle
 # %%
 n_new, m_all = 3, 7
 masks = np.stack([refattn.causal_mask(n_new, m_all),
-                  refattn.causal_mask(n_new, m_all, alignment="bottom-right")])   # (2, 3, 7)
+                  refattn.causal_mask(n_new, m_all, causal="bottom-right")])   # (2, 3, 7)
 viz.plot_pattern(masks, titles=["causal=True (top-left)", 'causal="bottom-right"'],
                  row_labels=[f"new {4 + i}" for i in range(n_new)], size=3.2)
 
@@ -652,7 +652,7 @@ second, cache = refattn.decoder_layer_step(y[4:], mem, layer, cache, num_heads=h
 check(np.concatenate([first, second]), full)
 print("cache after 7 positions: k", cache.k.shape, " v", cache.v.shape, " memory_k", cache.memory_k.shape)
 print("step t = 4, 1 new query over 5 keys:", refattn.causal_mask(1, 5).astype(int),
-      "top-left vs", refattn.causal_mask(1, 5, alignment="bottom-right").astype(int), "bottom-right")
+      "top-left vs", refattn.causal_mask(1, 5, causal="bottom-right").astype(int), "bottom-right")
 
 # %% [markdown]
 # ### Stepping through the decoder
@@ -812,7 +812,7 @@ print(f"{'total':>6} {sum(per_step_cached):11d} {sum(per_step_full):9d}")
 #    `refattn.scaled_dot_product_attention(..., causal="bottom-right", fully_masked="uniform")`. Then put a
 #    NaN in a masked-out key and see which of the two survives.
 #    <details><summary>Hint</summary><code>np.where(refattn.causal_mask(n, m,
-#    alignment="bottom-right"), S, -1e9)</code>. In an all-masked row every score is equal, so the
+#    causal="bottom-right"), S, -1e9)</code>. In an all-masked row every score is equal, so the
 #    softmax is $1/m$.</details>
 #
 # 5. **Memory of the cache.** For the paper's base model ($d_\text{model} = 512$, $h = 8$,

@@ -477,7 +477,7 @@ d = 8
 for n, m in ((5, 9), (9, 5)):
     q, k, v = rng.standard_normal((n, d)), rng.standard_normal((m, d)), rng.standard_normal((m, d))
     for alignment in ("top-left", "bottom-right"):
-        mask = refattn.causal_mask(n, m, alignment=alignment)          # (n, m), True = may attend
+        mask = refattn.causal_mask(n, m, causal=alignment)          # (n, m), True = may attend
         full, full_lse = sdpa(q, k, v, causal=alignment, return_lse=True)
         empty_parts = 0
         for split in range(1, m):                                      # keys [0, split) and [split, m)
@@ -671,7 +671,7 @@ def backward_tiles(q, k, v, d_out, out, lse, allowed, block_q, block_k, steps=No
 d_out = rng.standard_normal((n, d))
 print(f"{'causal':>12}  {'block (q, k)':>12}  {'tiles run':>9}  {'|mine - equation|':>17}  {'|blocked - equation|':>20}")
 for alignment in ("top-left", "bottom-right"):
-    allowed = refattn.causal_mask(n, m, alignment=alignment)           # True = may attend
+    allowed = refattn.causal_mask(n, m, causal=alignment)           # True = may attend
     equation = sdpa_vjp(q, k, v, d_out, causal=alignment, method="equation")
     for block in [(4, 4), (2, 6), (3, 5), (8, 12)]:
         out, lse = sdpa(q, k, v, causal=alignment, method="blocked", block_size=block, return_lse=True)
@@ -697,7 +697,7 @@ for alignment in ("top-left", "bottom-right"):
 
 # %%
 alignment, block = "bottom-right", (4, 4)
-allowed = refattn.causal_mask(n, m, alignment=alignment)
+allowed = refattn.causal_mask(n, m, causal=alignment)
 out, lse = sdpa(q, k, v, causal=alignment, method="blocked", block_size=block, return_lse=True)
 final = sdpa_vjp(q, k, v, d_out, causal=alignment, method="blocked", block_size=block)
 steps = []

@@ -96,7 +96,7 @@ def test_matches_extended_precision(rng):
     # plus d_v-independent m·eps for its own sum. A factor 2 covers the first-order terms.
     n, m, d = 4, 6, 8
     q, k, v = qkv(rng, n, m, d=d, d_v=3)
-    allowed = causal_mask(n, m, alignment="bottom-right")
+    allowed = causal_mask(n, m, causal="bottom-right")
     out, A = scaled_dot_product_attention(q, k, v, causal="bottom-right", return_weights=True)
     out_mp, A_mp, _ = mp_sdpa(q, k, v, allowed)
     scale = 1 / np.sqrt(d)
@@ -125,7 +125,7 @@ def test_extreme_logits_finite_and_correct():
 def test_nonfinite_in_masked_keys_and_values_never_reach_the_output(rng, causal, alignment, n, m):
     q, k, v = qkv(rng, n, m)
     clean = scaled_dot_product_attention(q, k, v, causal=causal)
-    allowed = causal_mask(n, m, alignment=alignment)
+    allowed = causal_mask(n, m, causal=alignment)
     j = int(np.flatnonzero((allowed.sum(axis=0) > 0) & (allowed.sum(axis=0) < n))[-1])  # seen by some rows
     blind = ~allowed[:, j]
     assert blind.any() and not blind.all()
@@ -326,7 +326,7 @@ def test_lse_is_the_log_of_the_softmax_denominator(rng):
     out, A, lse = scaled_dot_product_attention(q, k, v, causal="bottom-right", return_weights=True,
                                                return_lse=True)
     S = q @ k.T / 2.0
-    allowed = causal_mask(5, 3, alignment="bottom-right")
+    allowed = causal_mask(5, 3, causal="bottom-right")
     for i in range(5):
         terms = [math.exp(S[i, j]) for j in range(3) if allowed[i, j]]
         expected = math.log(math.fsum(terms)) if terms else -math.inf

@@ -114,7 +114,7 @@ def test_vanilla_overview_draws_masked_pairs_grey_on_one_weights_scale():
     assert len(panels) == 8
     grey = {"causal top-left, 5 × 8": ~ra.causal_mask(5, 8),
             "causal bottom-right, 8 × 5\n(rows 0–2: no key, weights 0)":
-                ~ra.causal_mask(8, 5, alignment="bottom-right"),
+                ~ra.causal_mask(8, 5, causal="bottom-right"),
             "key padding, ℓ = 3 of 9": np.broadcast_to(np.arange(9) >= 3, (5, 9)),
             "trained decoder causal self-attn, head 1": ~ra.causal_mask(9)}
     for title, masked, image in panels:

@@ -44,7 +44,7 @@ def test_quadratic_and_right_match_the_naive_loop(rng, n, m):
 def test_scan_and_quadratic_match_the_naive_causal_loop(rng, n, m, alignment):
     q, k, v = qkv(rng, n, m)
     causal = True if alignment == "top-left" else alignment
-    allowed = causal_mask(n, m, alignment=alignment)
+    allowed = causal_mask(n, m, causal=alignment)
     sees = allowed.any(axis=1)
     expected = naive_linear(q[sees], k, v, elu_feature_map, allowed[sees])
     for method in ("equation", "scan"):
@@ -67,7 +67,7 @@ def test_effective_weights_are_row_stochastic_and_reproduce_the_output(rng):
     out, A = linear_attention(q, k, v, elu_feature_map, causal="bottom-right", return_weights=True, method="scan")
     np.testing.assert_allclose(A.sum(axis=-1), 1.0, rtol=0, atol=1e-15 * 9)
     assert np.all(A >= 0)
-    np.testing.assert_array_equal(A[~causal_mask(6, 9, alignment="bottom-right")], 0.0)
+    np.testing.assert_array_equal(A[~causal_mask(6, 9, causal="bottom-right")], 0.0)
     np.testing.assert_allclose(A @ v, out, **TIGHT)
 
 

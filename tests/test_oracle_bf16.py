@@ -130,7 +130,7 @@ def test_bfloat16_tensor_that_is_not_bfloat16_is_refused():
 
 def test_check_takes_tensors_directly(bf16_problem):
     q, k, v = bf16_problem
-    allowed = causal_mask(5, 9, alignment="bottom-right")
+    allowed = causal_mask(5, 9, causal="bottom-right")
     out = torch_like_bf16(q, k, v, allowed, 0.25)
     tensors = [FakeTensor(round_bfloat16(x), "bfloat16") for x in (q, k, v)]
     report = check(FakeTensor(out, "bfloat16"), *tensors, causal="bottom-right")
@@ -159,7 +159,7 @@ def test_bfloat16_gradients_need_the_table_rule(bf16_problem):
 @pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
 def test_correct_bfloat16_output_passes(bf16_problem, alignment):
     q, k, v = bf16_problem
-    out = torch_like_bf16(q, k, v, causal_mask(5, 9, alignment=alignment), 0.25)
+    out = torch_like_bf16(q, k, v, causal_mask(5, 9, causal=alignment), 0.25)
     report = check(out, q, k, v, causal=alignment, candidate_dtype="bfloat16")
     assert report.passed, str(report)
     assert report["out"].max_abs_error > 1e-4                      # bfloat16 is far from the float64 oracle
@@ -176,7 +176,7 @@ def test_bfloat16_bug_scale_is_named(bf16_problem):
 
 def test_bfloat16_bug_causal_alignment_is_named(bf16_problem):
     q, k, v = bf16_problem
-    out = torch_like_bf16(q, k, v, causal_mask(5, 9, alignment="top-left"), 0.25)
+    out = torch_like_bf16(q, k, v, causal_mask(5, 9, causal="top-left"), 0.25)
     report = check(out, q, k, v, causal="bottom-right", candidate_dtype="bfloat16")
     assert not report.passed
     assert report.alternatives == ('causal="top-left" (query i sees keys j <= i) instead of causal="bottom-right" '

@@ -75,7 +75,7 @@ def problem(rng):
 
 
 def allowed_of(mask, n, m, alignment="top-left"):
-    tri = causal_mask(n, m, alignment=alignment) if alignment else np.ones((n, m), bool)
+    tri = causal_mask(n, m, causal=alignment) if alignment else np.ones((n, m), bool)
     return tri if mask is None else mask & tri
 
 

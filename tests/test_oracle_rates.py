@@ -47,7 +47,7 @@ def test_independent_float32_implementation_passes_on_random_problems():
         elif mask is not None:
             bias = mask
         if p["causal"]:
-            allowed = allowed & causal_mask(n, m, alignment=p["causal"])
+            allowed = allowed & causal_mask(n, m, causal=p["causal"])
         out = forward_online(p["q"], p["k"], p["v"], allowed, bias, p["scale"])
         report = check(out, p["q"], p["k"], p["v"], mask=mask, causal=p["causal"], scale=p["scale"])
         assert report.passed, str(report)

@@ -1,7 +1,7 @@
 """One ``causal`` argument for every pattern builder: False, True = "top-left", "bottom-right".
 
 A causal pattern is its non-causal pattern, for the queries at their positions, and the causal
-mask: ``pattern(causal=a) == pattern(causal=False) & causal_mask(n, m, alignment=a)``. With
+mask: ``pattern(causal=a) == pattern(causal=False) & causal_mask(n, m, causal=a)``. With
 "bottom-right" the n queries are the last n of the m positions, so their non-causal rows are the
 last n rows of the m × m pattern. Builders that take one length are self-attention, where both
 alignments agree; builders whose paper has no causal form refuse every value but False.
@@ -85,7 +85,7 @@ def noncausal_rows(build, n, m, alignment):
 def test_cross_pattern_is_the_noncausal_pattern_and_the_causal_mask(name, n, m, causal):
     build = CROSS[name]
     alignment = "top-left" if causal is True else causal
-    expected = noncausal_rows(build, n, m, alignment) & causal_mask(n, m, alignment=alignment)
+    expected = noncausal_rows(build, n, m, alignment) & causal_mask(n, m, causal=alignment)
     np.testing.assert_array_equal(build(n, m, causal).to_mask(), expected)
 
 
@@ -101,7 +101,7 @@ def test_bottom_right_is_the_last_rows_of_the_causal_square(name, n, m):
 def test_random_given_keys_is_the_noncausal_pattern_and_the_causal_mask(n, m, causal):
     keys = draw_random_keys(5, n, min(3, m), m=m)                   # explicit draw: no position in it
     alignment = "top-left" if causal is True else causal
-    expected = random_pattern(n, m=m, keys=keys).to_mask() & causal_mask(n, m, alignment=alignment)
+    expected = random_pattern(n, m=m, keys=keys).to_mask() & causal_mask(n, m, causal=alignment)
     np.testing.assert_array_equal(random_pattern(n, m=m, keys=keys, causal=causal).to_mask(), expected)
 
 
@@ -112,7 +112,7 @@ def test_self_attention_pattern_is_the_noncausal_pattern_and_the_causal_mask(nam
     full = build(False)
     assert full.n == full.m
     alignment = "top-left" if causal is True else causal
-    np.testing.assert_array_equal(build(causal).to_mask(), full.to_mask() & causal_mask(full.n, alignment=alignment))
+    np.testing.assert_array_equal(build(causal).to_mask(), full.to_mask() & causal_mask(full.n, causal=alignment))
 
 
 @pytest.mark.parametrize("causal", ALIGNED)

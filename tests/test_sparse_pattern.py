@@ -46,7 +46,7 @@ def test_union_and_intersection_are_mask_or_and(args, seed2):
 def test_causal_filter_equals_and_with_causal_mask(n, m, alignment):
     mask = random_mask(3, n, m, 0.6)
     p = SparsePattern.from_mask(mask).causal(alignment)
-    np.testing.assert_array_equal(p.to_mask(), mask & causal_mask(n, m, alignment=alignment))
+    np.testing.assert_array_equal(p.to_mask(), mask & causal_mask(n, m, causal=alignment))
 
 
 @given(st.integers(1, 12), st.integers(1, 15), st.integers(-20, 20), st.integers(-5, 25), st.integers(1, 4),
@@ -111,7 +111,7 @@ def test_bad_input(call, error, match):
 def test_last_rows_is_bottom_right_alignment(n, m):
     # The causal m × m pattern's last n rows (empty rows first when n > m) is the bottom-right mask.
     p = SparsePattern.full(m, m).causal().last_rows(n)
-    np.testing.assert_array_equal(p.to_mask(), causal_mask(n, m, alignment="bottom-right"))
+    np.testing.assert_array_equal(p.to_mask(), causal_mask(n, m, causal="bottom-right"))
 
 
 # --- hardening: nothing is cast, nothing wraps, empty patterns are patterns ------------------------------------

@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..common.checks import ALIGNMENTS, check_choice
+from ..common.checks import causal_alignment
 from ..common.ints import check_non_negative_int
+from ..deprecation import renamed
 from ..masks import causal_rows
 from ..mechanism import Mechanism
 from ..papers import VASWANI
@@ -24,7 +25,8 @@ from .sdpa import scaled_dot_product_attention
 __all__ = ["causal_mask"]
 
 
-def causal_mask(n: int, m: int | None = None, *, alignment: str = "top-left") -> NDArray:
+@renamed(alignment="causal")
+def causal_mask(n: int, m: int | None = None, *, causal: bool | str = True) -> NDArray:
     r"""Decoder (look-ahead) mask: ``True`` where query *i* may attend to key *j*.
 
     .. math::
@@ -38,10 +40,11 @@ def causal_mask(n: int, m: int | None = None, *, alignment: str = "top-left") ->
         Number of queries.
     m : int, optional
         Number of keys. Default ``n``.
-    alignment : {"top-left", "bottom-right"}, default "top-left"
-        "top-left": query *i* sees keys ``j <= i`` (PyTorch ``is_causal``). "bottom-right": the
-        last query is aligned with the last key, ``j <= i + (m - n)`` (FlashAttention >= 2.1, and
-        what decoding with a key/value cache needs).
+    causal : {True, "top-left", "bottom-right"}, default True
+        The alignment, as every ``causal`` argument spells it: True or "top-left": query *i* sees
+        keys ``j <= i`` (PyTorch ``is_causal``). "bottom-right": the last query is aligned with the
+        last key, ``j <= i + (m - n)`` (FlashAttention >= 2.1, and what decoding with a key/value
+        cache needs). (The old name ``alignment=`` still works, with a ``DeprecationWarning``.)
 
     Returns
     -------
@@ -56,13 +59,16 @@ def causal_mask(n: int, m: int | None = None, *, alignment: str = "top-left") ->
     >>> causal_mask(2, 4).astype(int)
     array([[1, 0, 0, 0],
            [1, 1, 0, 0]])
-    >>> causal_mask(2, 4, alignment="bottom-right").astype(int)
+    >>> causal_mask(2, 4, causal="bottom-right").astype(int)
     array([[1, 1, 1, 0],
            [1, 1, 1, 1]])
     """
     n = check_non_negative_int("n", n)
     m = n if m is None else check_non_negative_int("m", m)
-    check_choice("alignment", alignment, ALIGNMENTS)
+    alignment = causal_alignment(causal)
+    if alignment is None:
+        raise ValueError("causal_mask is the causal mask: pass causal=True, 'top-left' or 'bottom-right', got "
+                         f"causal={causal!r}")
     return causal_rows(range(n), m, 0 if alignment == "top-left" else m - n)
 
 

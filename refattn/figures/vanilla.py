@@ -52,7 +52,7 @@ def _causal_example(n: int, m: int, alignment: str) -> tuple[NDArray, NDArray]:
     q, k = rng.standard_normal((n, 8)), rng.standard_normal((m, 8))
     causal = True if alignment == "top-left" else alignment
     A = ra.scaled_dot_product_attention(q, k, k, causal=causal, return_weights=True)[1]
-    return A, ra.causal_mask(n, m, alignment=alignment)
+    return A, ra.causal_mask(n, m, causal=alignment)
 
 
 def _padding_example() -> tuple[NDArray, NDArray, NDArray]:
@@ -155,9 +155,9 @@ def causal_mask() -> Figure:
     """Top-left and bottom-right causal masks for n < m and n > m."""
     fig = figure((9.0, 4.3))
     wide, tall = fig.subfigures(1, 2, width_ratios=[1.45, 1.0])
-    draw_pattern(wide, np.stack([ra.causal_mask(5, 8), ra.causal_mask(5, 8, alignment="bottom-right")]),
+    draw_pattern(wide, np.stack([ra.causal_mask(5, 8), ra.causal_mask(5, 8, causal="bottom-right")]),
                  titles=["top-left: j ≤ i", "bottom-right: j ≤ i + 3"], suptitle="n = 5 queries, m = 8 keys")
-    draw_pattern(tall, np.stack([ra.causal_mask(8, 5), ra.causal_mask(8, 5, alignment="bottom-right")]),
+    draw_pattern(tall, np.stack([ra.causal_mask(8, 5), ra.causal_mask(8, 5, causal="bottom-right")]),
                  titles=["top-left: j ≤ i", "bottom-right: j ≤ i − 3\nrows 0–2 fully masked"],
                  suptitle="n = 8 queries, m = 5 keys")
     fig.suptitle("Causal (look-ahead) masks, True = may attend (dark)")
