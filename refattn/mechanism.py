@@ -288,9 +288,15 @@ class Mechanism:
         facts.setdefault("function", door)
         facts.setdefault("kind", "attention")
         causal_default = facts.get("noncausal", True) is False     # a causal-only record defaults to causal=True
-        return cls(**facts, apply=_door_apply(door, facts["id"], causal_default=causal_default, inputs=inputs, defaults=dict(defaults or {}),
+        record = cls(**facts, apply=_door_apply(door, facts["id"], causal_default=causal_default, inputs=inputs, defaults=dict(defaults or {}),
                                               fixed=dict(fixed or {}), options=options,
                                               renamed=dict(renamed or {}), allowed=allowed))
+        taken = inspect.signature(record.apply.__wrapped__).parameters
+        for example in record.examples + ((record.exact_options,) if isinstance(record.exact_options, Mapping) else ()):
+            unknown = sorted(set(example) - set(taken))
+            if unknown:
+                raise TypeError(f"{record.id}: its examples or exact options name {unknown}, which apply does not take")
+        return record
 
     @property
     def causal_settings(self) -> tuple:
