@@ -117,14 +117,21 @@ def test_blocked_vjp_edge_sizes(rng, n, m, d, d_v, batch, fully_masked):
 def test_default_and_auto_choose_blocked_where_the_dense_arrays_are_large(rng):
     big = (AUTO_BLOCKED_ENTRIES + 1,)
     assert vjp_method("auto", np.float64, big) == "blocked"
-    assert vjp_method(None, np.float64, big) == "equation"
     assert vjp_method("auto", np.float32, big) == "equation"
     q, k, v, d_out = inputs(rng, 64, 64)
     expected = sdpa_vjp(q, k, v, d_out, causal=True, method="equation")
     scores = 6 * 64 * 64 * 8
     with temporary_memory_budget(VJP_ARRAYS * scores // 2):       # the dense VJP no longer fits: it streams
-        assert vjp_method(None, np.float64, (6, 64, 64)) == "blocked"
+        assert vjp_method("auto", np.float64, (6, 64, 64)) == "blocked"
         assert_same_grads(sdpa_vjp(q, k, v, d_out, causal=True), expected)
+
+
+def test_vjp_method_none_is_the_deprecated_spelling_of_auto(rng):
+    q, k, v, d_out = inputs(rng, 4, 5)
+    with pytest.warns(DeprecationWarning, match=r'sdpa_vjp: method=None is method="auto"'):
+        old = sdpa_vjp(q, k, v, d_out, method=None)
+    for was, now in zip(old, sdpa_vjp(q, k, v, d_out), strict=True):   # the same path: the same bits
+        assert (was is None and now is None) or np.array_equal(was, now)
 
 
 def test_blocked_vjp_refuses_other_dtypes_and_bad_options(rng):

@@ -43,6 +43,7 @@ from ..common.checks import (
 )
 from ..common.groups import grouped_kv, sum_over_groups
 from ..common.products import weighted_values
+from ..deprecation import none_is_auto
 from ..masks import attention_mask, check_key_lengths, check_mask_shape
 from ..core.multi_head import RECORD as MULTI_HEAD
 from ..core.multi_head import (
@@ -64,7 +65,7 @@ from .shapes import as_upstream_gradient, sum_to_shape
 __all__ = ["GRADIENT_IDS", "MultiHeadGrads", "SdpaGrads", "multi_head_vjp", "record_vjp", "sdpa_vjp", "softmax_vjp",
            "vjp_method"]
 
-VJP_METHODS = (None, "equation", "blocked", "auto")
+VJP_METHODS = ("equation", "blocked", "auto")
 VJP_ARRAYS = 6   # arrays of the scores' size the equation VJP holds at its peak (S, A, dA, A_kept, dS, masks)
 
 GRADIENT_IDS = ("sdpa", "multi_head", "cross_attention", "linear_elu")
@@ -197,7 +198,7 @@ def sdpa_vjp(
     dtype=np.float64,
     enable_gqa: bool = False,
     key_lengths: ArrayLike | None = None,
-    method: str | None = None,
+    method: str = "auto",
     block_size: int | tuple[int, int] | None = None,
 ) -> SdpaGrads:
     r"""Gradients of :func:`refattn.scaled_dot_product_attention` with respect to q, k, v and the bias.
@@ -249,14 +250,15 @@ def sdpa_vjp(
     key_lengths : (...) array_like of int, optional
         Key padding as lengths, as in :func:`~refattn.scaled_dot_product_attention`: query rows of
         batch index ``b`` see only keys ``j < key_lengths[b]``.
-    method : {None, "equation", "blocked", "auto"}, default None
+    method : {"equation", "blocked", "auto"}, default "auto"
         "equation": the equations above on dense ``(..., n, m)`` arrays. "blocked": FlashAttention-2's
         backward pass (:mod:`refattn.kernels.blocked_bwd`): the forward pass's output and
         log-sum-exp from the blocked kernel, then the weights recomputed tile by tile as
         :math:`A_{ij} = e^{S_{ij} - L_i}` and :math:`\operatorname{rowsum}(\bar A \odot A)` as
         :math:`D_i = \bar O_i \cdot O_i`; never an ``(n, m)`` array (but ``d_bias``), float64 only.
-        None and "auto": "equation" while its dense arrays fit the memory budget (None) and, for
-        "auto", have at most ``2**21`` entries; "blocked" beyond, in float64.
+        "auto": "equation" while its dense arrays fit the memory budget and have at most ``2**21``
+        entries; "blocked" beyond, in float64 (as the forward's "auto"). ``None``, the old default, is
+        read as "auto" with a ``DeprecationWarning``.
     block_size : int or (int, int), optional
         Tiles of the blocked kernels, as in :func:`~refattn.scaled_dot_product_attention`.
 
@@ -293,6 +295,7 @@ def sdpa_vjp(
     True
     """
     dtype = compute_dtype(dtype)
+    method = none_is_auto("sdpa_vjp", method)
     check_choice("method", method, VJP_METHODS)
     q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
     groups = 1
@@ -351,19 +354,19 @@ def sdpa_vjp(
     return SdpaGrads(sum_to_shape(dq, q.shape), dk, dv, d_bias)
 
 
-def vjp_method(method: str | None, dtype, scores_shape: tuple[int, ...]) -> str:
+def vjp_method(method: str, dtype, scores_shape: tuple[int, ...]) -> str:
     """The path :func:`sdpa_vjp` runs for scores of ``scores_shape``: "equation" or "blocked".
 
-    None: "equation" while its ``VJP_ARRAYS`` dense arrays fit :func:`~refattn.common.memory_budget`;
-    "auto": also while the scores have at most ``2**21`` entries (as the forward's "auto"); beyond,
-    "blocked" in float64 ("equation" in other dtypes). "blocked" with another dtype: ``ValueError``.
+    "auto": "equation" while its ``VJP_ARRAYS`` dense arrays fit :func:`~refattn.common.memory_budget`
+    and the scores have at most ``2**21`` entries (as the forward's "auto"); beyond, "blocked" in
+    float64 ("equation" in other dtypes). "blocked" with another dtype: ``ValueError``.
     """
     check_choice("method", method, VJP_METHODS)
     dtype = np.dtype(dtype)
     entries = math.prod(scores_shape)
-    if method in (None, "auto"):
+    if method == "auto":
         fits = VJP_ARRAYS * entries * dtype.itemsize <= memory_budget()
-        small = fits and (method is None or entries <= AUTO_BLOCKED_ENTRIES)
+        small = fits and entries <= AUTO_BLOCKED_ENTRIES
         return "equation" if small or dtype != np.float64 else "blocked"
     if method == "blocked" and dtype != np.float64:
         raise ValueError(f'method="blocked" computes in float64 only, got dtype={dtype}; '
