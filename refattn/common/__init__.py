@@ -34,6 +34,7 @@ from .checks import (
     check_size,
     check_sizes,
     check_window,
+    checked_qkv,
     compute_dtype,
     default_scale,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "check_size",
     "check_sizes",
     "check_window",
+    "checked_qkv",
     "compute_dtype",
     "default_scale",
     "glorot",

@@ -13,7 +13,24 @@ from numpy.typing import ArrayLike, NDArray
 from .budget import MemoryBudgetError, check_fits
 from .ints import MAX_SIZE, below_max_size, is_int, check_non_negative_int, check_positive_int
 
-__all__ = ["ALIGNMENTS", "as_float", "as_rng", "broadcast_batch", "causal_alignment", "check_bool", "check_choice", "check_non_negative", "check_qkv", "check_scale", "check_size", "check_sizes", "check_window", "compute_dtype", "default_scale"]
+__all__ = [
+    "ALIGNMENTS",
+    "as_float",
+    "as_rng",
+    "broadcast_batch",
+    "causal_alignment",
+    "check_bool",
+    "check_choice",
+    "check_non_negative",
+    "check_qkv",
+    "check_scale",
+    "check_size",
+    "check_sizes",
+    "check_window",
+    "checked_qkv",
+    "compute_dtype",
+    "default_scale",
+]
 
 
 ALIGNMENTS = ("top-left", "bottom-right")
@@ -125,6 +142,16 @@ def check_qkv(q: NDArray, k: NDArray, v: NDArray) -> tuple[int, ...]:
             f"(k shape {k.shape}, v shape {v.shape})"
         )
     return broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]})
+
+
+def checked_qkv(q: ArrayLike, k: ArrayLike, v: ArrayLike, dtype=np.float64) -> tuple[NDArray, NDArray, NDArray,
+                                                                                 tuple[int, ...]]:
+    """q, k, v as float arrays of compatible shapes (:func:`check_qkv`), and their broadcast batch shape.
+
+    The preamble of every attention function over one head's (..., n, d) inputs; named errors otherwise.
+    """
+    q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
+    return q, k, v, check_qkv(q, k, v)
 
 
 def check_choice(name: str, value, choices: Iterable) -> None:
