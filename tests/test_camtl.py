@@ -170,7 +170,7 @@ def test_bad_arguments_are_named(rng):
         camtl_attention(q, q, q, params=p, task_embedding=np.zeros(4))
     with pytest.raises(TypeError, match="params"):
         camtl_attention(q, q, q, params={"A": 1})
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(ValueError, match=r"camtl draws its params from rng: pass rng= \(or params=\)"):
         camtl_attention(q, q, q)
     with pytest.raises(ValueError, match="num_blocks"):
         camtl_attention(q, q, q, params=p, num_blocks=2)

@@ -48,8 +48,8 @@ from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.causal_mask import causal_mask
 from ..core.sdpa import scaled_dot_product_attention
-from ..linear._common import sigmoid
 from ..draws import given_or_drawn, optional_rng
+from ..linear._common import sigmoid
 from ..mechanism import Mechanism
 
 __all__ = ["GaussianPriorParams", "gaussian_prior_attention", "gaussian_prior_bias", "init_gaussian_prior",
@@ -413,7 +413,8 @@ def gaussian_prior_attention(
 
 
 RECORD = Mechanism.of(
-    gaussian_prior_attention, id="gaussian_prior", title="Gaussian prior with predicted centre and window (localness)", family="prior",
+    gaussian_prior_attention,
+    id="gaussian_prior", title="Gaussian prior with predicted centre and window (localness)", family="prior",
     section="4.5.1", paper=YANG,
     equation=r"\operatorname{softmax}\!\Big(\frac{QK^\top}{\sqrt{d_k}} + G\Big) V,\quad "
              r"G_{ij} = -\frac{(j - P_i)^2}{2\sigma_i^2},\ \sigma_i = \frac{D_i}{2},\ "

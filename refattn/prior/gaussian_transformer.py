@@ -260,7 +260,8 @@ def gaussian_transformer_attention(
 
 
 RECORD = Mechanism.of(
-    gaussian_transformer_attention, id="gaussian_transformer", title="Gaussian Transformer (Gaussian self-attention)", family="prior",
+    gaussian_transformer_attention,
+    id="gaussian_transformer", title="Gaussian Transformer (Gaussian self-attention)", family="prior",
     section="4.5.1", paper=GUO,
     equation=r"\operatorname{softmax}\!\Big(\frac{QK^\top}{\sqrt{d_k}} - \big|w (i - j)^2 + b\big|\Big) V,"
              r"\quad w \ge 0,\ b \le 0",

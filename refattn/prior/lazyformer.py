@@ -177,11 +177,13 @@ def lazyformer_stack(
 
 
 RECORD = Mechanism.of(
-    lazyformer_stack, id="lazyformer", title="Lazyformer (attention maps shared within blocks of layers)", family="prior",
+    lazyformer_stack,
+    id="lazyformer", title="Lazyformer (attention maps shared within blocks of layers)", family="prior",
     section="4.5.2", paper=LAZYFORMER,
     equation=r"\hat A^{(l)} = w_1 S^{(l)} + w_2 \hat A^{(l-1)},\ (w_1, w_2) = (1, 0) \text{ first in a block, } "
              r"(0, 1) \text{ else}",
-    time="O(L/b·n·m·d + L·n·m·d_v)", memory="O(n·m)", kind="attention", causal=True, figure="refattn.figures.lazyformer:lazyformer",
+    time="O(L/b·n·m·d + L·n·m·d_v)", memory="O(n·m)", kind="attention", causal=True,
+    figure="refattn.figures.lazyformer:lazyformer",
     examples=({"block": 1}, {"layers": 3, "block": 3}, {"layers": 5, "block": 2}),
     exact_options={"block": DEFAULT_LAYERS},
     exact_limit="one block over every layer (each reuses the bottom layer's map), or one layer",

@@ -33,9 +33,9 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.checks import as_float, as_rng, check_bool, check_qkv, check_scale, default_scale
 from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..masks import allowed_pairs, check_mask_shape
 from ..core.sdpa import scaled_dot_product_attention
 from ..draws import given_or_drawn, optional_rng
+from ..masks import allowed_pairs, check_mask_shape
 
 __all__ = [
     "LayerResult",

@@ -443,11 +443,13 @@ def predictive_attention_stack(
 
 
 RECORD = Mechanism.of(
-    predictive_attention_stack, id="predictive_attention", title="Predictive Attention (convolved maps from below)", family="prior",
+    predictive_attention_stack,
+    id="predictive_attention", title="Predictive Attention (convolved maps from below)", family="prior",
     section="4.5.2", paper=PREDICTIVE,
     equation=r"\hat A^{(l)} = \alpha \frac{Q^{(l)} K^{(l)\top}}{\sqrt{d_k}} + (1 - \alpha)\, "
              r"\operatorname{Conv2D}(\hat A^{(l-1)})",
-    time="O(L·n·m·(d + 9h))", memory="O(h·n·m)", kind="attention", causal=False, position_dependent=True, figure="refattn.figures.predictive_attention:predictive_attention",
+    time="O(L·n·m·(d + 9h))", memory="O(h·n·m)", kind="attention", causal=False, position_dependent=True,
+    figure="refattn.figures.predictive_attention:predictive_attention",
     examples=({"alpha": 0.2}, {"activation": "none", "layers": 2}, {"alpha": 1.0}),
     exact_options={"layers": 1}, exact_limit="one layer (no map from below)",
     draws=("projections", "convs"),

@@ -160,7 +160,8 @@ def realformer_stack(
 
 
 RECORD = Mechanism.of(
-    realformer_stack, id="realformer", title="RealFormer (residual attention scores)", family="prior", section="4.5.2",
+    realformer_stack,
+    id="realformer", title="RealFormer (residual attention scores)", family="prior", section="4.5.2",
     paper=REALFORMER,
     equation=r"\hat A^{(l)} = \frac{Q^{(l)} K^{(l)\top}}{\sqrt{d_k}} + \hat A^{(l-1)},\quad "
              r"\operatorname{softmax}(\hat A^{(l)})\, V",

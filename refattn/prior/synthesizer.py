@@ -30,8 +30,8 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, as_rng, causal_alignment, check_qkv, check_scale, default_scale
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..masks import allowed_pairs
 from ..core.sdpa import scaled_dot_product_attention
+from ..masks import allowed_pairs
 
 __all__ = [
     "COMPONENTS",
