@@ -248,7 +248,8 @@ def test_given_params_leave_rng_unused(rng):
     params = init_gaussian_prior(0, 4)
     np.testing.assert_array_equal(gaussian_prior_attention(q, k, v, rng=5, params=params),
                                   gaussian_prior_attention(q, k, v, params=params))
-    assert not np.array_equal(gaussian_prior_attention(q, k, v, rng=5), gaussian_prior_attention(q, k, v, params=params))
+    drawn = gaussian_prior_attention(q, k, v, rng=5)
+    assert not np.array_equal(drawn, gaussian_prior_attention(q, k, v, params=params))
 
 
 def test_bad_params_are_named(rng):
