@@ -292,7 +292,8 @@ def hardcoded_gaussian_attention(v: ArrayLike, *, n: int | None = None, q: Array
     batch = v.shape[:-2]
     if q is not None or k is not None:
         if q is None or k is None:
-            raise TypeError(f"hardcoded_gaussian_attention takes q and k together, got only {'q' if k is None else 'k'}")
+            raise TypeError("hardcoded_gaussian_attention takes q and k together, got only "
+                            f"{'q' if k is None else 'k'}")
         q, k = as_float("q", q), as_float("k", k)
         batch = check_qkv(q, k, v)
         if n is not None and check_non_negative_int("n", n) != q.shape[-2]:
