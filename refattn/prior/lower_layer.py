@@ -45,10 +45,7 @@ __all__ = [
     "attention_stack",
     "attention_with_prior_from_below",
     "init_stack_projections",
-    "layer_scores",
     "prior_from_below",
-    "stack_attention",
-    "stack_projections",
 ]
 
 

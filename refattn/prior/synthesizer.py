@@ -35,7 +35,6 @@ from ..draws import given_or_drawn, note_unused, optional_rng
 from ..masks import allowed_pairs
 
 __all__ = [
-    "COMPONENTS",
     "DenseSynthesizer",
     "FactorizedDenseSynthesizer",
     "FactorizedRandomSynthesizer",
@@ -44,7 +43,6 @@ __all__ = [
     "init_dense_synthesizer",
     "init_random_synthesizer",
     "random_logits",
-    "synthesized_attention",
 ]
 
 #: The logits a mixture may add: the two synthesized ones and the scaled dot product QKᵀ·scale.
