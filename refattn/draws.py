@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from .common.checks import as_rng
 
-__all__ = ["Trace", "given_or_drawn", "note_allowed", "optional_rng", "tracing"]
+__all__ = ["Trace", "given_or_drawn", "note_allowed", "note_unused", "optional_rng", "tracing"]
 
 T = TypeVar("T")
 
@@ -88,6 +88,14 @@ def given_or_drawn(by: str, option: str, value: T | None, rng: np.random.Generat
     if trace is not None:
         trace.draws[option] = value
     return value
+
+
+def note_unused(option: str) -> None:
+    """Note that the current registry call draws nothing for ``option`` (a component it leaves out): its draw is
+    None."""
+    trace = _TRACE.get()
+    if trace is not None:
+        trace.draws[option] = None
 
 
 def note_allowed(allowed: NDArray | None | Callable[[], NDArray | None]) -> None:

@@ -1305,14 +1305,14 @@ def naive_average(q, k, v, causal, method="auto"):
     return out
 
 
-def naive_hardcoded_gaussian(q, k, v, causal, offset=0, sigma=1.0, normalize="keys", ratio=1.0):
+def naive_hardcoded_gaussian(q, k, v, causal, offsets=0, sigma=1.0, normalize="keys", ratio=1.0):
     """You et al. (2020): weights exp(−(j − c)²/(2σ²)) around c = p_i·r + o over the keys query i may see,
     divided by their sum ("keys") or by σ√(2π) (the density, "density"); p_i = i, or i + m − n bottom-right."""
     n, (m, d_v) = len(q), v.shape
     out = np.zeros((n, d_v))
     for i in range(n):
         position = i + (m - n if causal == "bottom-right" else 0)
-        centre = position * ratio + offset
+        centre = position * ratio + offsets
         seen = list(range(min(naive_last_key(i, n, m, causal), m - 1) + 1))
         w = {j: math.exp(-((j - centre) ** 2) / (2 * sigma * sigma)) for j in seen}     # σ = ∞: e^{−0} = 1
         total = sum(w.values()) if normalize == "keys" else sigma * math.sqrt(2 * math.pi)
@@ -2629,8 +2629,8 @@ NAIVE: dict[str, NaiveCase] = {
             "dense_params": FactorizedDenseSynthesizer(A=_dense_params(rng, d, 3), B=_dense_params(rng, d, 3))})),
     "average_attention": NaiveCase(naive_average, (DEFAULTS, fixed(method="equation"))),
     "hardcoded_gaussian": NaiveCase(naive_hardcoded_gaussian, (
-        DEFAULTS, fixed(offset=-1, sigma=0.7), fixed(offset=1, sigma=2.0, normalize="density"),
-        fixed(sigma=math.inf), fixed(offset=-1, ratio=1.5))),
+        DEFAULTS, fixed(offsets=-1, sigma=0.7), fixed(offsets=1, sigma=2.0, normalize="density"),
+        fixed(sigma=math.inf), fixed(offsets=-1, ratio=1.5))),
     "realformer": NaiveCase(naive_realformer, (
         _stack_projections(3), _stack_projections(1),
         lambda rng, n, m, d, causal: _stack_projections(4, 1.5)(rng, n, m, d, causal) | {"layers": 4, "scale": 0.7})),

@@ -170,7 +170,7 @@ def test_bad_arguments_are_named(rng):
         camtl_attention(q, q, q, params=p, task_embedding=np.zeros(4))
     with pytest.raises(TypeError, match="params"):
         camtl_attention(q, q, q, params={"A": 1})
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(ValueError, match=r"camtl draws its params from rng: pass rng= \(or params=\)"):
         camtl_attention(q, q, q)
     with pytest.raises(ValueError, match="num_blocks"):
         camtl_attention(q, q, q, params=p, num_blocks=2)
@@ -188,3 +188,12 @@ def test_drawn_params_are_the_official_initialisation(rng):
     p = init_camtl(4, max_len=6, d_model=12)
     np.testing.assert_array_equal(camtl_attention(q, k, v, rng=4), camtl_attention(q, k, v, params=p))
     assert math.ceil(6 / 2) == p.block_size
+
+
+def test_given_params_leave_rng_unused(rng):
+    """params and rng both: the given params are used and nothing is drawn (the rule of every draw)."""
+    q = rng.standard_normal((5, 4))
+    p = init_camtl(1, max_len=6, d_model=12, a_std=1.0)
+    np.testing.assert_array_equal(camtl_attention(q, q, q, params=p, rng=0), camtl_attention(q, q, q, params=p))
+    assert not np.array_equal(camtl_attention(q, q, q, rng=0, max_len=6, d_model=12),
+                              camtl_attention(q, q, q, params=p))

@@ -242,12 +242,20 @@ def test_bad_window_is_named(rng, window, error):
         gaussian_prior_attention(*_qkv(rng), rng=0, window=window)
 
 
+def test_given_params_leave_rng_unused(rng):
+    """params and rng both: the given params are used and nothing is drawn (the rule of every draw)."""
+    q, k, v = _qkv(rng)
+    params = init_gaussian_prior(0, 4)
+    np.testing.assert_array_equal(gaussian_prior_attention(q, k, v, rng=5, params=params),
+                                  gaussian_prior_attention(q, k, v, params=params))
+    drawn = gaussian_prior_attention(q, k, v, rng=5)
+    assert not np.array_equal(drawn, gaussian_prior_attention(q, k, v, params=params))
+
+
 def test_bad_params_are_named(rng):
     q, k, v = _qkv(rng)
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(ValueError, match=r"gaussian_prior draws its predictors from rng: pass rng= \(or params=\)"):
         gaussian_prior_attention(q, k, v)
-    with pytest.raises(ValueError, match="exactly one"):
-        gaussian_prior_attention(q, k, v, rng=0, params=init_gaussian_prior(0, 4))
     with pytest.raises(TypeError, match="params"):
         gaussian_prior_attention(q, k, v, params={"w_p": np.eye(4)})
     with pytest.raises(ValueError, match=r"w_p of shape \(3, 3\).*d_k=4"):

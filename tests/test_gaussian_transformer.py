@@ -118,8 +118,18 @@ def test_bad_arguments_are_named(rng):
         gaussian_transformer_attention(q, q, q, params=p, mask_diagonal=1)
     with pytest.raises(TypeError, match="params"):
         gaussian_transformer_attention(q, q, q, params=(0.5, -1.0))
-    with pytest.raises(ValueError, match="exactly one"):
-        gaussian_transformer_attention(q, q, q, params=p, rng=0)
+    with pytest.raises(ValueError, match=r"gaussian_transformer draws w and b from rng: pass rng= \(or params=\)"):
+        gaussian_transformer_attention(q, q, q)
     with pytest.raises(ValueError, match="leading"):
         gaussian_transformer_attention(np.stack([q, q]), q, q,
                                        params=GaussianTransformerParams(np.ones(3), -np.ones(3)))
+
+
+def test_given_params_leave_rng_unused(rng):
+    """params and rng both: the given params are used and nothing is drawn (the rule of every draw)."""
+    q = rng.standard_normal((5, 4))
+    p = GaussianTransformerParams(0.5, -1.0)
+    np.testing.assert_array_equal(gaussian_transformer_attention(q, q, q, params=p, rng=0),
+                                  gaussian_transformer_attention(q, q, q, params=p))
+    assert not np.array_equal(gaussian_transformer_attention(q, q, q, rng=0),
+                              gaussian_transformer_attention(q, q, q, params=p))

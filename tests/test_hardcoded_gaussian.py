@@ -28,15 +28,15 @@ def test_infinite_sigma_is_uniform_attention(rng, causal, n, m):
     q, k, v = np.zeros((2, n, 3)), rng.standard_normal((2, m, 3)), rng.standard_normal((2, m, 2))
     expected, A = scaled_dot_product_attention(q, k, v, causal=causal, return_weights=True)
     for offset in (0, -1, 3):
-        got = APPLY(q, k, v, causal=causal, sigma=np.inf, offset=offset, return_weights=True)
+        got = APPLY(q, k, v, causal=causal, sigma=np.inf, offsets=offset, return_weights=True)
         np.testing.assert_allclose(got.output, expected, **TIGHT)
         np.testing.assert_allclose(got.weights, A, **TIGHT)
 
 
 def test_queries_and_keys_do_not_enter(rng):
     v = rng.standard_normal((6, 2))
-    out = APPLY(rng.standard_normal((6, 3)), rng.standard_normal((6, 3)), v, offset=1).output
-    np.testing.assert_array_equal(APPLY(np.zeros((6, 3)), np.ones((6, 3)), v, offset=1).output, out)
+    out = APPLY(rng.standard_normal((6, 3)), rng.standard_normal((6, 3)), v, offsets=1).output
+    np.testing.assert_array_equal(APPLY(np.zeros((6, 3)), np.ones((6, 3)), v, offsets=1).output, out)
 
 
 def test_tiny_sigma_copies_the_value_at_the_offset(rng):
@@ -44,7 +44,7 @@ def test_tiny_sigma_copies_the_value_at_the_offset(rng):
     key exists; at the ends the nearest key takes all the weight."""
     v = rng.standard_normal((8, 3))
     for offset in (-1, 0, 2):
-        out = APPLY(v, v, v, offset=offset, sigma=1e-3).output
+        out = APPLY(v, v, v, offsets=offset, sigma=1e-3).output
         np.testing.assert_array_equal(out, v[np.clip(np.arange(8) + offset, 0, 7)])
 
 
@@ -80,7 +80,7 @@ def test_heads_with_the_papers_offsets_are_single_head_calls(rng):
     assert out.shape == (2, h, m, d_v) and A.shape == (h, m, m)
     for head, offset in enumerate(offsets):
         q = np.zeros((2, m, 1))
-        np.testing.assert_allclose(out[:, head], APPLY(q, q, v[:, head], causal=True, offset=offset).output, **TIGHT)
+        np.testing.assert_allclose(out[:, head], APPLY(q, q, v[:, head], causal=True, offsets=offset).output, **TIGHT)
 
 
 def test_paper_offsets():
@@ -102,12 +102,12 @@ def test_cross_attention_centres_at_ratio_times_i():
 def test_causal_rows_ignore_later_keys_and_renormalise_over_the_past(rng):
     v = rng.standard_normal((10, 2))
     q = np.zeros((10, 1))
-    out = APPLY(q, q, v, causal=True, offset=0, sigma=2.0, return_weights=True)
-    free = APPLY(q, q, v, offset=0, sigma=2.0, return_weights=True).weights
+    out = APPLY(q, q, v, causal=True, offsets=0, sigma=2.0, return_weights=True)
+    free = APPLY(q, q, v, offsets=0, sigma=2.0, return_weights=True).weights
     expected = np.tril(free) / np.tril(free).sum(axis=-1, keepdims=True)
     np.testing.assert_allclose(out.weights, expected, **TIGHT)
     v[6:] = np.nan
-    np.testing.assert_array_equal(APPLY(q, q, v, causal=True, offset=0, sigma=2.0).output[:6], out.output[:6])
+    np.testing.assert_array_equal(APPLY(q, q, v, causal=True, offsets=0, sigma=2.0).output[:6], out.output[:6])
 
 
 def test_blocks_of_rows_equal_one_block(rng, monkeypatch):
@@ -157,10 +157,43 @@ def test_bad_options_are_named(options, error, match):
 
 def test_bad_offset_of_the_registry_entry_is_named():
     x = np.ones((3, 2))
-    with pytest.raises(TypeError, match="offset must be a real number"):
-        APPLY(x, x, x, offset=True)
-    with pytest.raises(ValueError, match="offset must be finite"):
-        APPLY(x, x, x, offset=np.inf)
+    with pytest.raises(TypeError, match="offsets must be a real number"):
+        APPLY(x, x, x, offsets=True)
+    with pytest.raises(ValueError, match="offsets must be finite"):
+        APPLY(x, x, x, offsets=np.inf)
+
+
+def test_the_registry_option_offset_is_the_deprecated_name_of_offsets(rng):
+    """The registry called the one head's offset ``offset``, the function ``offsets``: the old name warns and gives the
+    same result."""
+    q, v = rng.standard_normal((2, 6, 3))
+    with pytest.warns(DeprecationWarning, match="offset= is renamed offsets="):
+        old = APPLY(q, q, v, offset=2, sigma=0.8, return_weights=True)
+    new = APPLY(q, q, v, offsets=2, sigma=0.8, return_weights=True)
+    np.testing.assert_array_equal(old.output, new.output)
+    np.testing.assert_array_equal(old.weights, new.weights)
+    assert not np.array_equal(new.output, APPLY(q, q, v, sigma=0.8).output)       # the offset took effect
+
+
+def test_a_scalar_offset_is_one_head_without_a_head_axis(rng):
+    """offsets=o (a number) is offsets=(o,) on v with a head axis of one, without the axis; q and k give n and the
+    batch (the registry's call), their values unread."""
+    v = rng.standard_normal((2, 7, 3))                             # (B, m, d_v)
+    out, A = hardcoded_gaussian_attention(v, offsets=1.5, sigma=1.2, causal=True, return_weights=True)
+    heads, A_heads = hardcoded_gaussian_attention(v[:, None], offsets=(1.5,), sigma=1.2, causal=True,
+                                                  return_weights=True)
+    np.testing.assert_array_equal(out, heads[:, 0])
+    assert A.shape == (2, 7, 7)
+    np.testing.assert_array_equal(A, np.broadcast_to(A_heads[0], A.shape))
+    q, k = rng.standard_normal((4, 1, 5, 2)), rng.standard_normal((1, 7, 2))    # batch (4, 2), n = 5
+    got = hardcoded_gaussian_attention(v, q=q, k=k, offsets=1.5, sigma=1.2, causal="bottom-right")
+    shorter = hardcoded_gaussian_attention(v, n=5, offsets=1.5, sigma=1.2, causal="bottom-right")
+    assert got.shape == (4, 2, 5, 3)
+    np.testing.assert_array_equal(got, np.broadcast_to(shorter, got.shape))
+    with pytest.raises(ValueError, match="n=4 but q has 5 queries"):
+        hardcoded_gaussian_attention(v, n=4, q=q, k=k, offsets=1.5)
+    with pytest.raises(TypeError, match="q and k together"):
+        hardcoded_gaussian_attention(v, q=q, offsets=1.5)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from refattn import encoder_layer, init_encoder_layer, registry, scaled_dot_product_attention
-from refattn.prior import StackProjections, prior_encoder, realformer_attention, realformer_rules
+from refattn.prior import StackProjections, prior_encoder, realformer_attention, realformer_rules, realformer_stack
 
 TIGHT = {"rtol": 1e-12, "atol": 1e-12}
 RECORD = registry.get("realformer")
@@ -84,3 +84,13 @@ def test_apply_defaults_and_bad_input(rng):
     with pytest.raises(ValueError, match="layers"):
         RECORD.apply(q, k, v, rng=0, layers=0)
     assert realformer_rules(1) == ()
+
+
+def test_the_record_is_the_public_stack(rng):
+    """RECORD.apply is realformer_stack: the same output and weights, the projections drawn from the same rng."""
+    q, k, v = _qkv(rng)
+    got = RECORD.apply(q, k, v, causal=True, rng=4, layers=4, return_weights=True, return_draws=True)
+    out, A = realformer_stack(q, k, v, causal=True, rng=4, layers=4, return_weights=True)
+    np.testing.assert_array_equal(got.output, out)
+    np.testing.assert_array_equal(got.weights, A)
+    np.testing.assert_array_equal(realformer_stack(q, k, v, causal=True, projections=got.draws["projections"]), out)

@@ -182,14 +182,25 @@ def test_uniform_apply_draws_for_the_keys_length_and_returns_its_draws(rng):
     ({"rng": 0, "scale": 0.5}, ValueError, "scale"),
     ({"rng": 0, "factors": (2, 3)}, ValueError, "m = 7"),
     ({"rng": 0, "factors": 6}, TypeError, "factors"),
-    ({}, ValueError, "rng"),
-    ({"rng": 0, "params": DenseSynthesizer(np.eye(4), np.zeros(4), np.ones((4, 7)), np.zeros(7))}, ValueError, "rng"),
+    ({}, ValueError, r"synthesizer_dense draws the dense synthesizer's parameters from rng: pass rng= \(or params=\)"),
+    ({"params": DenseSynthesizer(np.eye(4), np.zeros(4), np.ones((4, 7)), np.zeros(7)), "mix": "random"}, ValueError,
+     r"synthesizer_dense draws the random synthesizer's parameters from rng: pass rng= \(or random_params=\)"),
     ({"rng": 0, "random_params": RandomSynthesizer(np.zeros((7, 7)))}, ValueError, "random_params"),
 ])
 def test_bad_input_is_named(rng, kwargs, error, match):
     q, k, v = _qkv(rng)
     with pytest.raises(error, match=match):
         synthesizer_dense_attention(q, k, v, **kwargs)
+
+
+def test_given_params_leave_rng_unused(rng):
+    """Every parameter given and rng too: nothing is drawn (the rule of every draw), whatever rng."""
+    q, k, v = _qkv(rng)
+    params = DenseSynthesizer(np.eye(4), np.zeros(4), rng.standard_normal((4, 7)), np.zeros(7))
+    np.testing.assert_array_equal(synthesizer_dense_attention(q, k, v, params=params, rng=3),
+                                  synthesizer_dense_attention(q, k, v, params=params))
+    assert not np.array_equal(synthesizer_dense_attention(q, k, v, rng=3),
+                              synthesizer_dense_attention(q, k, v, params=params))
 
 
 def test_logits_beyond_the_memory_budget_are_refused_before_allocating():

@@ -127,7 +127,7 @@ def test_uniform_apply_draws_the_smallest_length_that_fits(rng):
     ({"rng": 0, "mix": "random"}, ValueError, "mix"),
     ({"rng": 0, "rank": 0}, ValueError, "rank"),
     ({"rng": 0, "max_length": 6}, ValueError, "ℓ >= 7"),
-    ({}, ValueError, "rng"),
+    ({}, ValueError, r"synthesizer_random draws the random synthesizer's parameters from rng: pass rng="),
 ])
 def test_bad_input_is_named(rng, kwargs, error, match):
     q, k, v = _qkv(rng)

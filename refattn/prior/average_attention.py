@@ -38,7 +38,7 @@ from ..common.products import weighted_values
 from ..core.ffn import FeedForwardParams, feed_forward
 from ..core.layer_norm import LayerNormParams, layer_norm
 from ..kernels import kernel_rows
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 
 __all__ = ["AverageAttentionParams", "AverageAttentionState", "average_attention", "average_attention_decode",
            "average_attention_layer", "average_attention_step", "average_weights", "init_average_attention"]
@@ -127,8 +127,8 @@ def average_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool 
     Returns
     -------
     out : (..., n, d_v) ndarray
-    weights : (n, m) ndarray
-        Only if ``return_weights``.
+    weights : (..., n, m) ndarray
+        Only if ``return_weights``: one (n, m) matrix for every batch index (a read-only broadcast view).
 
     References
     ----------
@@ -143,12 +143,6 @@ def average_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool 
     >>> average_attention(v, v, v, causal=False, method="equation")[:, 0]
     array([5., 5., 5.])
     """
-    result = _average(q, k, v, causal=causal, method=method, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _average(q, k, v, *, causal, method, return_weights) -> AttentionResult:
-    """Checked averaging core; ``weights`` is the (n, m) matrix, ``allowed`` the pairs averaged."""
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
@@ -164,10 +158,7 @@ def _average(q, k, v, *, causal, method, return_weights) -> AttentionResult:
         out = weighted_values(np.broadcast_to(A, (*batch, n, m)), v, seen, empty, "zero")  # (..., n, d_v)  M V
     else:
         out = _scan(v, batch, n, _delta(n, m, alignment))
-    if not return_weights:
-        return AttentionResult(out, draws={})
-    allowed = None if alignment is None else np.broadcast_to(seen, (*batch, n, m))
-    return AttentionResult(out, np.broadcast_to(A, (*batch, n, m)), allowed, {})
+    return (out, np.broadcast_to(A, (*batch, n, m))) if return_weights else out
 
 
 def _scan(v: NDArray, batch: tuple[int, ...], n: int, delta: int) -> NDArray:
@@ -427,16 +418,12 @@ def average_attention_decode(y: ArrayLike, params: AverageAttentionParams, *, us
     return h
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto"):
-    """The registry's uniform apply: the averaging core (``rng`` is not used)."""
-    return _average(q, k, v, causal=causal, method=method, return_weights=return_weights)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    average_attention,
     id="average_attention", title="Average Attention Network (cumulative average)", family="prior",
     section="4.5.4", paper=ZHANG, equation=r"g_i = \frac{1}{i + 1} \sum_{j \le i} v_j",
-    time="O(n·d_v)", memory="O(d_v) state", kind="attention", function=average_attention, apply=_apply,
-    causal=True, methods=METHODS, figure="refattn.figures.average_attention:average_attention",
+    time="O(n·d_v)", memory="O(d_v) state", kind="attention", causal=True, methods=METHODS,
+    figure="refattn.figures.average_attention:average_attention",
     exact_options=None,
     exact_limit="none: fixed uniform weights; softmax attention gives them when every score is equal (q = 0)",
 )

@@ -49,7 +49,8 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 
 __all__ = ["CamtlParams", "camtl_attention", "camtl_prior", "init_camtl"]
 
@@ -274,10 +275,10 @@ def camtl_attention(
     v : (..., m, d_v) array_like
         Values.
     params : CamtlParams, optional
-        The parameters (:func:`init_camtl`). Exactly one of ``params`` and ``rng``.
+        The parameters (:func:`init_camtl`); drawn from ``rng`` when not given.
     rng : numpy.random.Generator or int, optional
         Source of the parameters, drawn by :func:`init_camtl` with ``max_len``, ``d_model`` and
-        ``num_blocks``.
+        ``num_blocks``; unused when ``params`` is given.
     task_id : int or array_like of int, optional
         The task, or one per batch element: its shape broadcasts against the leading dims of q,
         k, v from the right, so for (B, H, n, d) inputs pass ``task_id[:, None]`` (the official
@@ -342,37 +343,30 @@ def camtl_attention(
     ...                  scaled_dot_product_attention(q, k, v), rtol=1e-12, atol=1e-12))
     True
     """
-    if (rng is None) == (params is None):
-        raise ValueError("camtl_attention needs exactly one of rng= (to draw params) and params=")
-    result = _camtl(q, k, v, params=params, rng=rng, task_id=task_id, task_embedding=task_embedding,
-                    max_len=max_len, d_model=d_model, num_blocks=num_blocks, causal=causal, scale=scale,
-                    return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _camtl(q, k, v, *, params, rng, task_id, task_embedding, max_len, d_model, num_blocks, causal, scale,
-           return_weights) -> AttentionResult:
-    """Checked conditional attention; ``draws`` holds the parameters used."""
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     alignment = causal_alignment(causal)
     return_weights = check_bool("return_weights", return_weights)
+    rng = optional_rng(rng)
     n, m = q.shape[-2], k.shape[-2]
     if n != m and alignment != "bottom-right":
         raise ValueError(f"camtl is self-attention over one sequence: q has n={n} queries but k has m={m} keys "
                          "(causal='bottom-right' takes the last n of m positions)")
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
-    if params is None:
-        L = max(m, 1) if max_len is None else check_positive_int("max_len", max_len)
-        d_z = 2 * L if d_model is None else d_model
-        params = init_camtl(rng, L, d_z, num_blocks=num_blocks)
-    elif not isinstance(params, CamtlParams):
-        raise TypeError(f"params must be a CamtlParams (init_camtl), got {type(params).__name__}")
-    elif max_len is not None and check_non_negative_int("max_len", max_len) != params.max_len:
-        raise ValueError(f"max_len={max_len} but params has A of shape {params.A.shape} (max_len={params.max_len})")
-    elif d_model is not None or num_blocks is not None:
-        raise ValueError("d_model= and num_blocks= shape the draw from rng; params= fixes them already (d_model="
-                         f"{params.task_embeddings.shape[1]}, {params.num_blocks} blocks of width {params.block_size})")
+    if params is not None:
+        if not isinstance(params, CamtlParams):
+            raise TypeError(f"params must be a CamtlParams (init_camtl), got {type(params).__name__}")
+        if max_len is not None and check_non_negative_int("max_len", max_len) != params.max_len:
+            raise ValueError(f"max_len={max_len} but params has A of shape {params.A.shape} "
+                             f"(max_len={params.max_len})")
+        if d_model is not None or num_blocks is not None:
+            raise ValueError("d_model= and num_blocks= shape the draw from rng; params= fixes them already (d_model="
+                             f"{params.task_embeddings.shape[1]}, {params.num_blocks} blocks of width "
+                             f"{params.block_size})")
+    L = max(m, 1) if max_len is None else check_positive_int("max_len", max_len)
+    params = given_or_drawn("camtl", "params", params, rng,
+                            lambda r: init_camtl(r, L, 2 * L if d_model is None else d_model, num_blocks=num_blocks),
+                            what="its params")
     if m > params.max_len:
         raise ValueError(f"camtl's prior covers max_len={params.max_len} positions, but k has m={m} keys (the "
                          "official code pads or truncates every sequence to max_len tokens)")
@@ -382,26 +376,8 @@ def _camtl(q, k, v, *, params, rng, task_id, task_embedding, max_len, d_model, n
         check_fits("the weights (return_weights=True)", (*batch, n, m))
     rows = np.arange(n) + (m - n if alignment == "bottom-right" else 0)   # query positions (< 0: sees no key)
     prior = M[..., np.maximum(rows, 0), :m]                        # (..., n, m)  M_{p_i j}
-    result = scaled_dot_product_attention(q, k, v, mask=prior, causal=alignment or False, scale=scale,
-                                          method="equation", return_weights=return_weights)
-    if not return_weights:
-        return AttentionResult(result, draws={"params": params})
-    out, weights = result
-    allowed = None
-    if alignment is not None:
-        allowed = np.broadcast_to(np.arange(m) <= rows[:, None], weights.shape)
-    return AttentionResult(out, weights, allowed, {"params": params})
-
-
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, task_id=None, task_embedding=None,
-           max_len=None, d_model=None, num_blocks=None, scale=None):
-    """The registry's uniform apply: params drawn from rng unless given (L = m, d_model = 2L: two blocks, the
-    official initialisation with A = 0); returns them."""
-    if params is None and rng is None:
-        raise ValueError("camtl draws its params from rng: pass rng= (or params=)")
-    return _camtl(q, k, v, params=params, rng=rng if params is None else None, task_id=task_id,
-                  task_embedding=task_embedding, max_len=max_len, d_model=d_model, num_blocks=num_blocks,
-                  causal=causal, scale=scale, return_weights=return_weights)
+    return scaled_dot_product_attention(q, k, v, mask=prior, causal=alignment or False, scale=scale,
+                                        method="equation", return_weights=return_weights)
 
 
 def _trained(n: int, m: int) -> dict:
@@ -425,13 +401,13 @@ def _exact(n: int, m: int) -> dict:
     return options
 
 
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    camtl_attention,
     id="camtl", title="CA-MTL conditional attention (block-diagonal task prior)", family="prior", section="4.5.3",
     paper=CAMTL,
     equation=r"\operatorname{softmax}\!\Big(\frac{QK^\top}{\sqrt{d_k}} + \bigoplus_j \big(A_j \odot (1 + "
              r"\gamma(z)) + \beta(z)\big)\Big) V",
-    time="O(n·m·d + L²)", memory="O(n·m + L²)", kind="attention", function=camtl_attention, apply=_apply,
-    causal=True, position_dependent=True, cross=False,
+    time="O(n·m·d + L²)", memory="O(n·m + L²)", kind="attention", causal=True, position_dependent=True, cross=False,
     examples=(_trained(7, 7), {"num_blocks": 3, "max_len": 9}),
     figure="refattn.figures.camtl:camtl",
     exact_options=_exact, exact_limit="A = 0 and β(z) = 0 (M = 0, whatever γ)",

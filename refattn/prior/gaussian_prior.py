@@ -48,8 +48,9 @@ from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.causal_mask import causal_mask
 from ..core.sdpa import scaled_dot_product_attention
+from ..draws import given_or_drawn, optional_rng
 from ..linear._common import sigmoid
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 
 __all__ = ["GaussianPriorParams", "gaussian_prior_attention", "gaussian_prior_bias", "init_gaussian_prior",
            "predict_gaussian_prior"]
@@ -318,10 +319,10 @@ def gaussian_prior_attention(
     v : (..., m, d_v) array_like
         Values.
     params : GaussianPriorParams, optional
-        The predictors of the centre and the window (:func:`init_gaussian_prior`). Exactly one of
-        ``params`` and ``rng``.
+        The predictors of the centre and the window (:func:`init_gaussian_prior`); drawn from ``rng``
+        when not given.
     rng : numpy.random.Generator or int, optional
-        Draws ``params`` with :func:`init_gaussian_prior` (h = d_k).
+        Draws ``params`` with :func:`init_gaussian_prior` (h = d_k); unused when ``params`` is given.
     window : {"query", "layer"} or float, default "query"
         The window :math:`D_i` (:func:`predict_gaussian_prior`): predicted from the query
         ("query"), from the mean of the keys ("layer"), or a fixed number D > 0 (``np.inf``: G = 0,
@@ -387,58 +388,38 @@ def gaussian_prior_attention(
     >>> bool(np.allclose(no_prior, scaled_dot_product_attention(q, k, v), rtol=1e-12, atol=1e-12))
     True
     """
-    if (rng is None) == (params is None):
-        raise ValueError("gaussian_prior_attention needs exactly one of rng= (to draw params) and params=")
-    result = _gaussian_prior(q, k, v, params=params, rng=rng, window=window, causal=causal, scale=scale,
-                             method=method, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _gaussian_prior(q, k, v, *, params, rng, window, causal, scale, method, return_weights) -> AttentionResult:
-    """Checked attention with the Gaussian prior; ``draws`` holds the predictors used."""
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
+    rng = optional_rng(rng)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     alignment = causal_alignment(causal)
     window = _check_window(window)
     n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = default_scale(d_k) if scale is None else check_scale(scale)
-    if params is None:
-        params = init_gaussian_prior(rng, d_k)
+    params = given_or_drawn("gaussian_prior", "params", params, rng, lambda r: init_gaussian_prior(r, d_k),
+                            what="its predictors")
     _check_params(params, d_k)
     check_fits("the Gaussian prior G", (*batch, n, m))
     P, D = _predict(q, k, params, window, alignment)               # (..., n), (..., n)
     G = gaussian_prior_bias(P, D, m)                               # (..., n, m)
     if not return_weights:
-        out = scaled_dot_product_attention(q, k, v, G, causal=causal, scale=scale, method=method)
-        return AttentionResult(out, draws={"params": params})
+        return scaled_dot_product_attention(q, k, v, G, causal=causal, scale=scale, method=method)
     out, A = scaled_dot_product_attention(q, k, v, G, causal=causal, scale=scale, method="equation",
                                           return_weights=True)     # softmax(QKᵀ·scale + G), its V
     if method == "blocked":
         out = scaled_dot_product_attention(q, k, v, G, causal=causal, scale=scale, method="blocked")
-    allowed = None if alignment is None else np.broadcast_to(causal_mask(n, m, alignment=alignment), A.shape)
-    return AttentionResult(out, A, allowed, {"params": params})
+    return out, A
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, window="query", scale=None,
-           method="auto"):
-    """The registry's uniform apply: the query-specific window, the predictors drawn from rng (h = d_k) unless
-    given; returns them."""
-    if params is None and rng is None:
-        raise ValueError("gaussian_prior draws its predictors from rng: pass rng= (or params=)")
-    return _gaussian_prior(q, k, v, params=params, rng=rng if params is None else None, window=window,
-                           causal=causal, scale=scale, method=method, return_weights=return_weights)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    gaussian_prior_attention,
     id="gaussian_prior", title="Gaussian prior with predicted centre and window (localness)", family="prior",
     section="4.5.1", paper=YANG,
     equation=r"\operatorname{softmax}\!\Big(\frac{QK^\top}{\sqrt{d_k}} + G\Big) V,\quad "
              r"G_{ij} = -\frac{(j - P_i)^2}{2\sigma_i^2},\ \sigma_i = \frac{D_i}{2},\ "
              r"P_i = I\,\operatorname{sigmoid}(v_p^\top \tanh(W_p q_i))",
-    time="O(n·m·d)", memory="O(n·m)", kind="attention", methods=METHODS, function=gaussian_prior_attention,
-    apply=_apply, causal=True, position_dependent=True,
+    time="O(n·m·d)", memory="O(n·m)", kind="attention", methods=METHODS, causal=True, position_dependent=True,
     examples=({"window": "layer"}, {"window": 3.0}),
     figure="refattn.figures.gaussian_prior:gaussian_prior",
     exact_options={"window": np.inf}, exact_limit="a fixed window D = ∞ (σ → ∞, G = 0)",

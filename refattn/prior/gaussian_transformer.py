@@ -36,7 +36,8 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..mechanism import Mechanism
 
 __all__ = ["GaussianTransformerParams", "gaussian_transformer_attention", "gaussian_transformer_prior",
            "init_gaussian_transformer"]
@@ -172,9 +173,9 @@ def gaussian_transformer_attention(
     params : GaussianTransformerParams, optional
         w and b; their shape broadcasts against the leading dims of q, k, v (one per head: shape
         (h,) against inputs (..., h, n, d), as :func:`init_gaussian_transformer` draws with
-        ``num_heads``). Exactly one of ``params`` and ``rng``.
+        ``num_heads``). Drawn from ``rng`` when not given.
     rng : numpy.random.Generator or int, optional
-        Source of w and b (:func:`init_gaussian_transformer`, one scalar pair).
+        Source of w and b (:func:`init_gaussian_transformer`, one scalar pair); unused when ``params`` is given.
     causal : {False, True, "top-left", "bottom-right"}, default False
         Mask the future by selection (row *i* sees keys j <= i, + m − n bottom-right); the prior
         depends on positions only, so a causal row never depends on later tokens.
@@ -225,28 +226,19 @@ def gaussian_transformer_attention(
     >>> bool(np.allclose(flat, scaled_dot_product_attention(q, k, v), rtol=1e-12, atol=1e-12))
     True
     """
-    if (rng is None) == (params is None):
-        raise ValueError("gaussian_transformer_attention needs exactly one of rng= (to draw params) and params=")
-    result = _gaussian_transformer(q, k, v, params=params, rng=rng, causal=causal, mask_diagonal=mask_diagonal,
-                                   scale=scale, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _gaussian_transformer(q, k, v, *, params, rng, causal, mask_diagonal, scale, return_weights) -> AttentionResult:
-    """Checked Gaussian self-attention; ``draws`` holds w and b."""
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     alignment = causal_alignment(causal)
     mask_diagonal = check_bool("mask_diagonal", mask_diagonal)
     return_weights = check_bool("return_weights", return_weights)
+    rng = optional_rng(rng)
     n, m = q.shape[-2], k.shape[-2]
     if n != m and alignment != "bottom-right":
         raise ValueError(f"gaussian_transformer is self-attention over one sequence: q has n={n} queries but k has "
                          f"m={m} keys (causal='bottom-right' takes the last n of m positions)")
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
-    if params is None:
-        params = init_gaussian_transformer(rng)
-    elif not isinstance(params, GaussianTransformerParams):
+    params = given_or_drawn("gaussian_transformer", "params", params, rng, init_gaussian_transformer, what="w and b")
+    if not isinstance(params, GaussianTransformerParams):
         raise TypeError(f"params must be a GaussianTransformerParams (init_gaussian_transformer), got "
                         f"{type(params).__name__}")
     G = gaussian_transformer_prior(params, n, m, causal=causal)    # (..., n, m)
@@ -262,28 +254,18 @@ def _gaussian_transformer(q, k, v, *, params, rng, causal, mask_diagonal, scale,
     bias = np.where(seen, G, -np.inf) if mask_diagonal else G      # −inf masks by selection
     result = scaled_dot_product_attention(q, k, v, mask=bias, causal=alignment or False, scale=scale,
                                           method="equation", return_weights=return_weights)
-    if not return_weights:
-        return AttentionResult(result, draws={"params": params})
-    out, weights = result
-    allowed = None if seen.all() else np.broadcast_to(seen, weights.shape)
-    return AttentionResult(out, weights, allowed, {"params": params})
+    if return_weights:
+        note_allowed(lambda: None if seen.all() else np.broadcast_to(seen, result[1].shape))
+    return result
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, mask_diagonal=False, scale=None):
-    """The registry's uniform apply: w and b drawn from rng unless given; returns them."""
-    if params is None and rng is None:
-        raise ValueError("gaussian_transformer draws w and b from rng: pass rng= (or params=)")
-    return _gaussian_transformer(q, k, v, params=params, rng=rng if params is None else None, causal=causal,
-                                 mask_diagonal=mask_diagonal, scale=scale, return_weights=return_weights)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    gaussian_transformer_attention,
     id="gaussian_transformer", title="Gaussian Transformer (Gaussian self-attention)", family="prior",
     section="4.5.1", paper=GUO,
     equation=r"\operatorname{softmax}\!\Big(\frac{QK^\top}{\sqrt{d_k}} - \big|w (i - j)^2 + b\big|\Big) V,"
              r"\quad w \ge 0,\ b \le 0",
-    time="O(n·m·d)", memory="O(n·m)", kind="attention", function=gaussian_transformer_attention, apply=_apply,
-    causal=True, position_dependent=True, cross=False,
+    time="O(n·m·d)", memory="O(n·m)", kind="attention", causal=True, position_dependent=True, cross=False,
     examples=({"mask_diagonal": True}, {"params": GaussianTransformerParams(2.0, -3.0), "scale": 0.5}),
     figure="refattn.figures.gaussian_transformer:gaussian_transformer",
     exact_options={"params": GaussianTransformerParams(0.0, 0.0)}, exact_limit="w = 0, b = 0 (G = 0)",

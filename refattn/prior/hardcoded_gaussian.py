@@ -34,7 +34,7 @@ from ..common.checks import as_float, causal_alignment, check_bool, check_choice
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..common.products import weighted_values
 from ..core.softmax import softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 
 __all__ = ["HARDCODED_OFFSETS", "HARDCODED_SIGMA", "hardcoded_gaussian_attention", "hardcoded_gaussian_weights",
            "hardcoded_offsets"]
@@ -214,7 +214,8 @@ def _check_options(offsets, sigma, normalize, ratio, causal, n, m):
     return offsets, sigma, ratio, delta
 
 
-def hardcoded_gaussian_attention(v: ArrayLike, *, n: int | None = None, offsets=(-1, 1), sigma: float = HARDCODED_SIGMA,
+def hardcoded_gaussian_attention(v: ArrayLike, *, n: int | None = None, q: ArrayLike | None = None,
+                                 k: ArrayLike | None = None, offsets=(-1, 1), sigma: float = HARDCODED_SIGMA,
                                  causal: bool | str = False, normalize: str = "keys", ratio: float = 1.0,
                                  return_weights: bool = False) -> NDArray | tuple[NDArray, NDArray]:
     r"""Hard-coded Gaussian attention: each head averages its values under a fixed Gaussian over positions.
@@ -230,22 +231,29 @@ def hardcoded_gaussian_attention(v: ArrayLike, *, n: int | None = None, offsets=
     ----------
     v : (..., h, m, d_v) array_like
         Each head's values (the official code projects the layer input with one matrix and splits
-        it into heads; no query or key projection exists).
+        it into heads; no query or key projection exists); (..., m, d_v) with one scalar offset.
     n : int, optional
-        Number of queries; default m.
-    offsets : sequence of float, default (-1, 1)
+        Number of queries; default m, or q's.
+    q, k : (..., n, d_k), (..., m, d_k) array_like, optional
+        Queries and keys, as attention takes them (the registry's call): only q's length n and the
+        batch shape enter, checked against v as in :func:`~refattn.scaled_dot_product_attention`
+        (d_k agreeing, k's length v's m, batch dims broadcasting); the output is broadcast to their
+        batch. Their values are never read.
+    offsets : float or sequence of float, default (-1, 1)
         :math:`o_h`, one per head: h = ``len(offsets)`` must match v's head axis. The default is the
-        paper's encoder self-attention; :data:`HARDCODED_OFFSETS` holds the others.
+        paper's encoder self-attention; :data:`HARDCODED_OFFSETS` holds the others. A real number:
+        one head, and v has no head axis.
     sigma, causal, normalize, ratio
         As in :func:`hardcoded_gaussian_weights`.
     return_weights : bool, default False
-        Also return the (h, n, m) weights.
+        Also return the weights.
 
     Returns
     -------
-    out : (..., h, n, d_v) ndarray
-    weights : (h, n, m) ndarray
-        Only if ``return_weights``.
+    out : (..., [h,] n, d_v) ndarray
+    weights : (h, n, m) or (..., n, m) ndarray
+        Only if ``return_weights``: (h, n, m) for a sequence of offsets; for one scalar offset, its
+        (n, m) matrix broadcast over the batch (a read-only view).
 
     Notes
     -----
@@ -276,15 +284,34 @@ def hardcoded_gaussian_attention(v: ArrayLike, *, n: int | None = None, offsets=
     >>> out[0].argmax(axis=-1)                              # σ → 0: each query copies the value at i + 1
     array([1, 2, 3, 4, 5, 5])
     """
-    result = _hardcoded(v, n=n, offsets=offsets, sigma=sigma, causal=causal, normalize=normalize, ratio=ratio,
-                        return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _hardcoded(v, *, n, offsets, sigma, causal, normalize, ratio, return_weights) -> AttentionResult:
-    """Checked hard-coded attention over v (..., h, m, d_v); weights (h, n, m), allowed (n, m) or None."""
     return_weights = check_bool("return_weights", return_weights)
-    v = as_float("v", v, min_ndim=3)
+    one_head = np.ndim(offsets) == 0
+    if one_head:                                                   # one head: no head axis
+        offsets = (_check_real("offsets", offsets),)
+    v = as_float("v", v, min_ndim=2 if one_head else 3)
+    batch = v.shape[:-2]
+    if q is not None or k is not None:
+        if q is None or k is None:
+            raise TypeError("hardcoded_gaussian_attention takes q and k together, got only "
+                            f"{'q' if k is None else 'k'}")
+        q, k = as_float("q", q), as_float("k", k)
+        batch = check_qkv(q, k, v)
+        if n is not None and check_non_negative_int("n", n) != q.shape[-2]:
+            raise ValueError(f"n={n} but q has {q.shape[-2]} queries (shape {q.shape})")
+        n = q.shape[-2]
+    out, A = _hardcoded(v[..., None, :, :] if one_head else v, n=n, offsets=offsets, sigma=sigma, causal=causal,
+                        normalize=normalize, ratio=ratio, return_weights=return_weights)
+    if one_head:
+        out, A = out[..., 0, :, :], None if A is None else A[0]    # (..., n, d_v), (n, m)
+    if one_head or out.shape[:-2] != batch:                        # q and k may broadcast the batch
+        out = np.array(np.broadcast_to(out, (*batch, *out.shape[-2:])))
+    if not return_weights:
+        return out
+    return out, (np.broadcast_to(A, (*batch, *A.shape)) if one_head else A)
+
+
+def _hardcoded(v, *, n, offsets, sigma, causal, normalize, ratio, return_weights) -> tuple[NDArray, NDArray | None]:
+    """Checked hard-coded attention over v (..., h, m, d_v): out (..., h, n, d_v) and the weights (h, n, m) or None."""
     m = v.shape[-2]
     n = m if n is None else check_non_negative_int("n", n)
     offsets, sigma, ratio, delta = _check_options(offsets, sigma, normalize, ratio, causal, n, m)
@@ -292,6 +319,7 @@ def _hardcoded(v, *, n, offsets, sigma, causal, normalize, ratio, return_weights
     if v.shape[-3] != h:
         raise ValueError(f"v has {v.shape[-3]} heads (shape {v.shape}, (..., h, m, d_v)) but offsets has {h}")
     batch = v.shape[:-3]
+    A = None
     if return_weights:
         check_fits("the weights (return_weights=True)", (h, n, m))
         A = np.zeros((h, n, m))
@@ -308,33 +336,18 @@ def _hardcoded(v, *, n, offsets, sigma, causal, normalize, ratio, return_weights
                                                   "zero")                              # (..., h, r, d_v)  A V
         if return_weights:
             A[:, start:stop, lo:hi] = A_rows
-    if not return_weights:
-        return AttentionResult(out, draws={})
-    allowed = None if delta is None else np.arange(m) <= np.arange(n)[:, None] + delta
-    return AttentionResult(out, A, allowed, {})
+    return out, A
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, offset=0, sigma=HARDCODED_SIGMA, normalize="keys",
-           ratio=1.0):
-    """The registry's uniform apply: one head centred at p_i·ratio + offset over the values (q and k only give n and m;
-    ``rng`` is not used)."""
-    batch = check_qkv(q, k, v)
-    result = _hardcoded(v[..., None, :, :], n=q.shape[-2], offsets=(_check_real("offset", offset),), sigma=sigma,
-                        causal=causal, normalize=normalize, ratio=ratio, return_weights=return_weights)
-    out = np.broadcast_to(result.output[..., 0, :, :], (*batch, *result.output.shape[-2:]))
-    if not return_weights:
-        return AttentionResult(np.ascontiguousarray(out), draws={})
-    shape = (*batch, *result.weights.shape[-2:])
-    allowed = None if result.allowed is None else np.broadcast_to(result.allowed, shape)
-    return AttentionResult(np.ascontiguousarray(out), np.broadcast_to(result.weights[0], shape), allowed, {})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    hardcoded_gaussian_attention,
+    inputs=("q", "k", "v"), options=("offsets", "sigma", "normalize", "ratio"), defaults={"offsets": 0},
+    renamed={"offset": "offsets"},
     id="hardcoded_gaussian", title="Hard-coded Gaussian attention", family="prior", section="4.5.4", paper=YOU,
     equation=r"A_{ij} \propto \exp\!\big(-(j - i - o)^2 / 2\sigma^2\big), \quad \mathrm{out} = A V",
     time="O(n·σ·d_v) (σ = ∞: O(n·m·d_v))", memory="O(block·σ + n·d_v)", kind="attention",
-    function=hardcoded_gaussian_attention, apply=_apply, causal=True, position_dependent=True,
-    examples=({"offset": -1}, {"offset": 1, "sigma": 2.5}, {"sigma": np.inf}, {"normalize": "density"}),
+    causal=True, position_dependent=True,
+    examples=({"offsets": -1}, {"offsets": 1, "sigma": 2.5}, {"sigma": np.inf}, {"normalize": "density"}),
     figure="refattn.figures.hardcoded_gaussian:hardcoded_gaussian", exact_options=None,
     exact_limit="none: fixed weights over positions; σ → ∞ (normalize='keys') is uniform attention, softmax "
                 "attention's when every score is equal (q = 0)",

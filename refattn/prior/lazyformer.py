@@ -24,9 +24,9 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.checks import as_float
 from ..common.ints import check_positive_int
 from ..mechanism import Mechanism
-from .lower_layer import LayerRule, attention_with_prior_from_below, stack_apply
+from .lower_layer import LayerRule, StackProjections, attention_with_prior_from_below, stack_attention
 
-__all__ = ["COMPUTE", "REUSE", "lazy_rules", "lazyformer_attention"]
+__all__ = ["COMPUTE", "REUSE", "lazy_rules", "lazyformer_attention", "lazyformer_stack"]
 
 LAZYFORMER = ('C. Ying, G. Ke, D. He, T.-Y. Liu, 2021, "LazyFormer: Self Attention with Lazy Update", '
               'arXiv:2102.12702')
@@ -124,24 +124,66 @@ def lazyformer_attention(
     return (layer.output, layer.combined, layer.weights) if return_weights else (layer.output, layer.combined)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, layers=None, block=DEFAULT_BLOCK,
-           projections=None, scale=None):
-    """The registry's uniform apply: an attention-only Lazyformer stack of ``layers`` (default 4) layers in blocks of
-    ``block`` (default 2) on q, k, v (:func:`~refattn.prior.attention_stack`), projections drawn from rng unless
-    given; the top layer's output."""
-    check_positive_int("block", block)
-    return stack_apply(q, k, v, lambda L: lazy_rules(L, block), causal=causal, rng=rng,
-                       return_weights=return_weights, layers=layers, projections=projections, scale=scale,
-                       default_layers=DEFAULT_LAYERS)
+def lazyformer_stack(
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, layers: int | None = None, block: int = DEFAULT_BLOCK,
+    projections: StackProjections | None = None, rng: np.random.Generator | int | None = None,
+    causal: bool | str = False, scale: float | None = None, return_weights: bool = False,
+) -> NDArray | tuple[NDArray, NDArray]:
+    r"""An attention-only Lazyformer stack on one q, k, v: the first layer of each block computes the map, the
+    others reuse it.
+
+    .. math::
+
+        \hat A^{(l)} = \begin{cases} (Q W_q^{(l)}) (K W_k^{(l)})^\top / \sqrt{d_k} & \text{first layer of a block}
+        \\ \hat A^{(l-1)} & \text{otherwise} \end{cases}, \qquad
+        \mathrm{out} = \operatorname{softmax}(\hat A^{(L)})\, V
+
+    Parameters
+    ----------
+    q : (..., n, d_k) array_like
+    k : (..., m, d_k) array_like
+    v : (..., m, d_v) array_like
+    layers : int, optional
+        L; default 4, or the projections' count when they are given.
+    block : int, default 2
+        Layers per lazy block (:func:`lazy_rules`; 1: every layer computes its map).
+    projections : StackProjections, optional
+        W_q, W_k of layers 2 … L (:func:`~refattn.prior.init_stack_projections`; layer 1 reads q and k as they
+        are); drawn from ``rng`` when not given.
+    rng : numpy.random.Generator or int, optional
+        Source of the projections; unused when they are given.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        By selection in every layer.
+    scale : float, optional
+        Default :math:`1/\sqrt{d_k}`, in every layer.
+    return_weights : bool, default False
+        Also return the top layer's weights.
+
+    Returns
+    -------
+    out : (..., n, d_v) ndarray
+    weights : (..., n, m) ndarray
+        Only if ``return_weights``.
+
+    Notes
+    -----
+    :func:`~refattn.prior.attention_stack` with :func:`lazy_rules` (why one q, k, v feed every layer: see
+    there). One block over every layer is softmax attention exactly: each layer reuses the bottom layer's map.
+    """
+    block = check_positive_int("block", block)
+    return stack_attention("lazyformer", q, k, v, lambda L: lazy_rules(L, block), layers=layers,
+                           projections=projections, rng=rng, causal=causal, scale=scale, default_layers=DEFAULT_LAYERS,
+                           return_weights=return_weights)
 
 
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    lazyformer_stack,
     id="lazyformer", title="Lazyformer (attention maps shared within blocks of layers)", family="prior",
     section="4.5.2", paper=LAZYFORMER,
     equation=r"\hat A^{(l)} = w_1 S^{(l)} + w_2 \hat A^{(l-1)},\ (w_1, w_2) = (1, 0) \text{ first in a block, } "
              r"(0, 1) \text{ else}",
-    time="O(L/b·n·m·d + L·n·m·d_v)", memory="O(n·m)", kind="attention", function=lazyformer_attention,
-    apply=_apply, causal=True, figure="refattn.figures.lazyformer:lazyformer",
+    time="O(L/b·n·m·d + L·n·m·d_v)", memory="O(n·m)", kind="attention", causal=True,
+    figure="refattn.figures.lazyformer:lazyformer",
     examples=({"block": 1}, {"layers": 3, "block": 3}, {"layers": 5, "block": 2}),
     exact_options={"block": DEFAULT_LAYERS},
     exact_limit="one block over every layer (each reuses the bottom layer's map), or one layer",

@@ -30,12 +30,12 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common.checks import as_float, as_rng, check_qkv, check_scale, default_scale
+from ..common.checks import as_float, as_rng, check_bool, check_qkv, check_scale, default_scale
 from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..masks import allowed_pairs, check_mask_shape
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult
+from ..draws import given_or_drawn, optional_rng
+from ..masks import allowed_pairs, check_mask_shape
 
 __all__ = [
     "LayerResult",
@@ -45,10 +45,7 @@ __all__ = [
     "attention_stack",
     "attention_with_prior_from_below",
     "init_stack_projections",
-    "layer_scores",
     "prior_from_below",
-    "stack_apply",
-    "stack_projections",
 ]
 
 
@@ -454,33 +451,35 @@ def attention_stack(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, rules: Sequence
                       allowed_pairs(None, causal, top.weights.shape))
 
 
-def stack_projections(q: NDArray, rng, layers: int | None, projections: StackProjections | None,
-                      default_layers: int) -> StackProjections:
-    """The registry entries' projections: ``projections`` checked against ``layers`` when given, else drawn from
-    ``rng`` for ``layers`` (default ``default_layers``) layers of q's width."""
+def stack_projections(by: str, q: NDArray, rng: np.random.Generator | None, layers: int | None,
+                      projections: StackProjections | None, default_layers: int) -> StackProjections:
+    """The stack doors' projections: ``projections`` checked against ``layers`` when given, else drawn from
+    ``rng`` (:func:`refattn.draws.given_or_drawn`, noted as the draw ``projections``) for ``layers`` (default
+    ``default_layers``) layers of q's width."""
     if projections is None:
-        if rng is None:
-            raise ValueError("the stack draws its projections from rng: pass rng= (or projections=)")
         layers = default_layers if layers is None else check_positive_int("layers", layers)
-        return init_stack_projections(rng, layers, q.shape[-1])
+        return given_or_drawn(by, "projections", None, rng, lambda r: init_stack_projections(r, layers, q.shape[-1]),
+                              what="its projections")
     if not isinstance(projections, StackProjections):
         raise TypeError(f"projections must be StackProjections (init_stack_projections), got "
                         f"{type(projections).__name__}")
     if layers is not None and check_positive_int("layers", layers) != projections.layers:
         raise ValueError(f"layers={layers} but the projections are for {projections.layers} layers "
                          f"(w_q shape {np.shape(projections.w_q)})")
-    return projections
+    return given_or_drawn(by, "projections", projections, rng, init_stack_projections)
 
 
-def stack_apply(q: NDArray, k: NDArray, v: NDArray, rules_of: Callable[[int], Sequence[LayerRule]], *,
-                causal, rng, return_weights: bool, layers: int | None, projections: StackProjections | None,
-                scale: float | None, default_layers: int) -> AttentionResult:
-    """The registry entries' shared body: :func:`attention_stack` with ``rules_of(L)`` and the projections of
-    :func:`stack_projections`; the top layer's output and weights, and the projections as the draw."""
+def stack_attention(by: str, q: ArrayLike, k: ArrayLike, v: ArrayLike,
+                    rules_of: Callable[[int], Sequence[LayerRule]], *, layers: int | None,
+                    projections: StackProjections | None, rng, causal, scale: float | None, default_layers: int,
+                    return_weights: bool) -> NDArray | tuple[NDArray, NDArray]:
+    """The stack doors' shared body: :func:`attention_stack` with ``rules_of(L)`` and the projections of
+    :func:`stack_projections`; the top layer's output, and its weights with ``return_weights``."""
+    return_weights = check_bool("return_weights", return_weights)
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    check_qkv(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
-    projections = stack_projections(q, rng, layers, projections, default_layers)
+    projections = stack_projections(by, q, optional_rng(rng), layers, projections, default_layers)
     trace = attention_stack(q, k, v, rules=rules_of(projections.layers), projections=projections, causal=causal,
                             scale=scale)
-    if not return_weights:
-        return AttentionResult(trace.output, draws={"projections": projections})
-    return AttentionResult(trace.output, trace.weights[-1], trace.allowed, draws={"projections": projections})
+    return (trace.output, trace.weights[-1]) if return_weights else trace.output

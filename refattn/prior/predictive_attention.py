@@ -41,13 +41,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common.checks import as_float, as_rng, check_choice, check_qkv, check_scale, default_scale
+from ..common.checks import as_float, as_rng, check_bool, check_choice, check_qkv, check_scale, default_scale
 from ..common.ints import check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 from ..sparse.pattern import no_causal_form
 from .lower_layer import (
     LayerRule,
+    StackProjections,
     attention_stack,
     attention_with_prior_from_below,
     layer_scores,
@@ -55,7 +57,7 @@ from .lower_layer import (
 )
 
 __all__ = ["AttentionConv", "attention_convolution", "evolving_logits", "init_attention_conv", "predictive_attention",
-           "predictive_rules"]
+           "predictive_attention_stack", "predictive_rules"]
 
 PREDICTIVE = ('Y. Wang, Y. Yang, J. Bai, M. Zhang, J. Bai, J. Yu, C. Zhang, G. Huang, Y. Tong, 2021, "Evolving '
               'Attention with Residual Convolutions" (first as "Predictive Attention Transformer"), arXiv:2102.12895')
@@ -358,26 +360,76 @@ def evolving_logits(q: ArrayLike, k: ArrayLike, previous: ArrayLike, *, conv: At
     return alpha * attention_convolution(M, conv, activation=activation) + (1.0 - alpha) * M
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, layers=None, projections=None, convs=None,
-           alpha=DEFAULT_ALPHA, activation="relu", num_heads=None, scale=None):
-    """The registry's uniform apply: an attention-only Predictive Attention stack of ``layers`` (default 3) layers on
-    q, k, v (:func:`~refattn.prior.attention_stack`), each layer above the bottom with its own 3 × 3 convolution;
-    projections and convolutions drawn from rng unless given (one channel per leading index, or ``num_heads``
-    channels on axis −3)."""
+def predictive_attention_stack(
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, layers: int | None = None,
+    projections: StackProjections | None = None, convs: tuple[AttentionConv, ...] | None = None,
+    rng: np.random.Generator | int | None = None, alpha: float = DEFAULT_ALPHA, activation: str = "relu",
+    num_heads: int | None = None, causal: bool | str = False, scale: float | None = None,
+    return_weights: bool = False,
+) -> NDArray | tuple[NDArray, NDArray]:
+    r"""An attention-only Predictive Attention stack on one q, k, v, each layer above the bottom with its own
+    3 × 3 convolution of the logits from below.
+
+    .. math::
+
+        \hat A^{(l)} = \alpha \frac{(Q W_q^{(l)}) (K W_k^{(l)})^\top}{\sqrt{d_k}}
+        + (1 - \alpha)\, g^{(l)}\big(\hat A^{(l-1)}\big), \qquad
+        \mathrm{out} = \operatorname{softmax}(\hat A^{(L)})\, V
+
+    Parameters
+    ----------
+    q : (..., [h,] n, d_k) array_like
+    k : (..., [h,] m, d_k) array_like
+    v : (..., [h,] m, d_v) array_like
+    layers : int, optional
+        L; default 3, or the projections' count when they are given.
+    projections : StackProjections, optional
+        W_q, W_k of layers 2 … L (:func:`~refattn.prior.init_stack_projections`); drawn from ``rng`` when not given.
+    convs : tuple of AttentionConv, optional
+        g of layers 2 … L, one per layer above the bottom (:func:`init_attention_conv`); drawn from ``rng`` (after
+        the projections) when not given.
+    rng : numpy.random.Generator or int, optional
+        Source of what is not given.
+    alpha : float, default 0.5
+        α in [0, 1] (:func:`predictive_rules`).
+    activation : {"relu", "none"}, default "relu"
+        After each convolution.
+    num_heads : int, optional
+        h, the convolutions' channels, with the heads on axis −3 of q, k, v; default one channel per leading index.
+    causal : {False}, default False
+        No causal form: any other value is a ``ValueError`` saying why.
+    scale : float, optional
+        Default :math:`1/\sqrt{d_k}`, in every layer.
+    return_weights : bool, default False
+        Also return the top layer's weights.
+
+    Returns
+    -------
+    out : (..., [h,] n, d_v) ndarray
+    weights : (..., [h,] n, m) ndarray
+        Only if ``return_weights``.
+
+    Notes
+    -----
+    :func:`~refattn.prior.attention_stack` with :func:`predictive_rules` (why one q, k, v feed every layer:
+    see there). One layer is exactly softmax attention.
+    """
     no_causal_form(causal, "Predictive Attention", NO_CAUSAL)
+    return_weights = check_bool("return_weights", return_weights)
     alpha = _check_alpha(alpha)
     check_choice("activation", activation, ACTIVATIONS)
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    check_qkv(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
-    rng = None if rng is None else as_rng(rng)
-    projections = stack_projections(q, rng, layers, projections, DEFAULT_LAYERS)
+    rng = optional_rng(rng)
+    projections = stack_projections("predictive_attention", q, rng, layers, projections, DEFAULT_LAYERS)
     h = 1 if num_heads is None else check_positive_int("num_heads", num_heads)
     if num_heads is not None and (q.ndim < 3 or q.shape[-3] != h):
         raise ValueError(f"num_heads={h} needs the heads on axis −3 of q, got q shape {q.shape}")
-    if convs is None:
-        if rng is None:
-            raise ValueError("predictive_attention draws its convolutions from rng: pass rng= (or convs=)")
-        convs = tuple(init_attention_conv(rng, h) for _ in range(projections.layers - 1))
-    elif not isinstance(convs, tuple) or not all(isinstance(c, AttentionConv) for c in convs):
+    convs = given_or_drawn("predictive_attention", "convs", convs, rng,
+                           lambda r: tuple(init_attention_conv(r, h) for _ in range(projections.layers - 1)),
+                           what="its convolutions")
+    if not isinstance(convs, tuple) or not all(isinstance(c, AttentionConv) for c in convs):
         raise TypeError("convs must be a tuple of AttentionConv, one per layer above the bottom")
     if len(convs) != projections.layers - 1:
         raise ValueError(f"{len(convs)} convolutions for {projections.layers} layers: need one per layer above the "
@@ -387,19 +439,17 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, layers=None
                          f"({'num_heads' if num_heads is not None else 'one per leading index'})")
     trace = attention_stack(q, k, v, rules=predictive_rules(alpha, convs, activation=activation),
                             projections=projections, scale=scale)
-    draws = {"projections": projections, "convs": convs}
-    if not return_weights:
-        return AttentionResult(trace.output, draws=draws)
-    return AttentionResult(trace.output, trace.weights[-1], None, draws=draws)
+    return (trace.output, trace.weights[-1]) if return_weights else trace.output
 
 
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    predictive_attention_stack,
     id="predictive_attention", title="Predictive Attention (convolved maps from below)", family="prior",
     section="4.5.2", paper=PREDICTIVE,
     equation=r"\hat A^{(l)} = \alpha \frac{Q^{(l)} K^{(l)\top}}{\sqrt{d_k}} + (1 - \alpha)\, "
              r"\operatorname{Conv2D}(\hat A^{(l-1)})",
-    time="O(L·n·m·(d + 9h))", memory="O(h·n·m)", kind="attention", function=predictive_attention, apply=_apply,
-    causal=False, position_dependent=True, figure="refattn.figures.predictive_attention:predictive_attention",
+    time="O(L·n·m·(d + 9h))", memory="O(h·n·m)", kind="attention", causal=False, position_dependent=True,
+    figure="refattn.figures.predictive_attention:predictive_attention",
     examples=({"alpha": 0.2}, {"activation": "none", "layers": 2}, {"alpha": 1.0}),
     exact_options={"layers": 1}, exact_limit="one layer (no map from below)",
     draws=("projections", "convs"),

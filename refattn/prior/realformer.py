@@ -16,12 +16,13 @@ sees a later key: RealFormer works in decoders as it does in encoders.
 """
 from __future__ import annotations
 
+import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..mechanism import Mechanism
-from .lower_layer import LayerRule, attention_with_prior_from_below, stack_apply
+from .lower_layer import LayerRule, StackProjections, attention_with_prior_from_below, stack_attention
 
-__all__ = ["REALFORMER_RULE", "realformer_attention", "realformer_rules"]
+__all__ = ["REALFORMER_RULE", "realformer_attention", "realformer_rules", "realformer_stack"]
 
 REALFORMER = ('R. He, A. Ravula, B. Kanagal, J. Ainslie, 2021, "RealFormer: Transformer Likes Residual Attention", '
               'arXiv:2012.11747')
@@ -112,20 +113,59 @@ def realformer_attention(
     return (layer.output, layer.combined, layer.weights) if return_weights else (layer.output, layer.combined)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, layers=None, projections=None, scale=None):
-    """The registry's uniform apply: an attention-only RealFormer stack of ``layers`` (default 3) layers on q, k, v
-    (:func:`~refattn.prior.attention_stack`), projections drawn from rng unless given; the top layer's output."""
-    return stack_apply(q, k, v, realformer_rules, causal=causal, rng=rng, return_weights=return_weights,
-                       layers=layers, projections=projections, scale=scale, default_layers=DEFAULT_LAYERS)
+def realformer_stack(
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, layers: int | None = None,
+    projections: StackProjections | None = None, rng: np.random.Generator | int | None = None,
+    causal: bool | str = False, scale: float | None = None, return_weights: bool = False,
+) -> NDArray | tuple[NDArray, NDArray]:
+    r"""An attention-only RealFormer stack on one q, k, v: each layer adds its scores to the raw scores from below.
+
+    .. math::
+
+        \hat A^{(1)} = \frac{Q K^\top}{\sqrt{d_k}}, \qquad
+        \hat A^{(l)} = \frac{(Q W_q^{(l)}) (K W_k^{(l)})^\top}{\sqrt{d_k}} + \hat A^{(l-1)}, \qquad
+        \mathrm{out} = \operatorname{softmax}(\hat A^{(L)})\, V
+
+    Parameters
+    ----------
+    q : (..., n, d_k) array_like
+    k : (..., m, d_k) array_like
+    v : (..., m, d_v) array_like
+    layers : int, optional
+        L; default 3, or the projections' count when they are given.
+    projections : StackProjections, optional
+        W_q, W_k of layers 2 … L (:func:`~refattn.prior.init_stack_projections`); drawn from ``rng`` when not given.
+    rng : numpy.random.Generator or int, optional
+        Source of the projections; unused when they are given.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        By selection in every layer.
+    scale : float, optional
+        Default :math:`1/\sqrt{d_k}`, in every layer.
+    return_weights : bool, default False
+        Also return the top layer's weights :math:`\operatorname{softmax}(\hat A^{(L)})`.
+
+    Returns
+    -------
+    out : (..., n, d_v) ndarray
+    weights : (..., n, m) ndarray
+        Only if ``return_weights``.
+
+    Notes
+    -----
+    :func:`~refattn.prior.attention_stack` with :func:`realformer_rules` (why one q, k, v feed every
+    layer: see there). One layer is exactly softmax attention.
+    """
+    return stack_attention("realformer", q, k, v, realformer_rules, layers=layers, projections=projections, rng=rng,
+                           causal=causal, scale=scale, default_layers=DEFAULT_LAYERS, return_weights=return_weights)
 
 
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    realformer_stack,
     id="realformer", title="RealFormer (residual attention scores)", family="prior", section="4.5.2",
     paper=REALFORMER,
     equation=r"\hat A^{(l)} = \frac{Q^{(l)} K^{(l)\top}}{\sqrt{d_k}} + \hat A^{(l-1)},\quad "
              r"\operatorname{softmax}(\hat A^{(l)})\, V",
-    time="O(L·n·m·d)", memory="O(n·m)", kind="attention", function=realformer_attention, apply=_apply,
-    causal=True, figure="refattn.figures.realformer:realformer",
+    time="O(L·n·m·d)", memory="O(n·m)", kind="attention", causal=True, figure="refattn.figures.realformer:realformer",
     examples=({"layers": 2}, {"layers": 5}),
     exact_options={"layers": 1}, exact_limit="one layer (no scores from below)",
     draws=("projections",),

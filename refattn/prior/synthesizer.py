@@ -30,11 +30,11 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, as_rng, causal_alignment, check_qkv, check_scale, default_scale
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..masks import allowed_pairs
 from ..core.sdpa import scaled_dot_product_attention
+from ..draws import given_or_drawn, note_unused, optional_rng
+from ..masks import allowed_pairs
 
 __all__ = [
-    "COMPONENTS",
     "DenseSynthesizer",
     "FactorizedDenseSynthesizer",
     "FactorizedRandomSynthesizer",
@@ -43,7 +43,6 @@ __all__ = [
     "init_dense_synthesizer",
     "init_random_synthesizer",
     "random_logits",
-    "synthesized_attention",
 ]
 
 #: The logits a mixture may add: the two synthesized ones and the scaled dot product QKᵀ·scale.
@@ -451,13 +450,13 @@ def synthesized_attention(
 
 
 def run_synthesizer(own: str, q, k, v, *, params, other_params, rng, max_length, factors, rank, mix, alpha,
-                    causal, scale, return_weights, strict: bool):
-    """Check, draw what is missing, attend: ``(out, weights, allowed, params, other_params)``.
+                    causal, scale, return_weights) -> NDArray | tuple[NDArray, NDArray]:
+    """The synthesizers' shared body: check, draw what is missing, attend; ``out`` or ``(out, weights)``.
 
     ``own`` is "dense" or "random"; ``other_params`` are the parameters of the other synthesizer when ``mix``
-    names it (else None). Missing parameters are drawn from ``rng``, own first, for ℓ = ``max_length``, default
-    the smallest that fits (dense: m; random: m and the queries' last position + 1), or ℓ = a·b with
-    ``factors``. ``strict`` (the natural functions): ``rng`` must be given exactly when something is drawn.
+    names it (else None). Parameters not given are drawn from ``rng`` (:func:`refattn.draws.given_or_drawn`),
+    own first, for ℓ = ``max_length``, default the smallest that fits (dense: m; random: m and the queries' last
+    position + 1), or ℓ = a·b with ``factors``.
     """
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
@@ -474,29 +473,25 @@ def run_synthesizer(own: str, q, k, v, *, params, other_params, rng, max_length,
         rank = check_positive_int("rank", rank)
     if other is None and other_params is not None:
         raise ValueError(f"{_other_params(own)} is given but mix={mix!r} names no {_other(own)!r} component")
-    missing = [c for c, p in ((own, params), (other, other_params)) if c is not None and p is None]
-    if strict and bool(missing) != (rng is not None):
-        raise ValueError(f"pass rng= exactly when parameters are to be drawn (missing: {missing or 'none'}; "
-                         f"{'params=' if own in missing else _other_params(own) + '='} to give them)")
-    if missing and rng is None:
-        raise ValueError(f"the {' and '.join(missing)} synthesizer's parameters are drawn from rng: pass rng= "
-                         f"(or params=)")
-    if missing:
-        rng = as_rng(rng)
-        rows = query_positions(n, m, causal)
-        last = int(rows.max()) + 1 if n else 0
-        dense_length = None if factors else m if max_length is None else max_length
-        random_length = max(m, last) if max_length is None else max_length
-        drawn = {"dense": lambda: init_dense_synthesizer(rng, d, dense_length, factors=factors),
-                 "random": lambda: init_random_synthesizer(rng, random_length, rank=rank)}
-        params = drawn[own]() if params is None else params
-        if other is not None and other_params is None:
-            other_params = drawn[other]()
+    rng = optional_rng(rng)
+    rows = query_positions(n, m, causal)
+    last = int(rows.max()) + 1 if n else 0
+    dense_length = None if factors else m if max_length is None else max_length
+    random_length = max(m, last) if max_length is None else max_length
+    draw = {"dense": lambda r: init_dense_synthesizer(r, d, dense_length, factors=factors),
+            "random": lambda r: init_random_synthesizer(r, random_length, rank=rank)}
+    by = f"synthesizer_{own}"
+    params = given_or_drawn(by, "params", params, rng, draw[own], what=f"the {own} synthesizer's parameters")
+    if other is None:
+        note_unused(_other_params(own))
+    else:
+        other_params = given_or_drawn(by, _other_params(own), other_params, rng, draw[other],
+                                      what=f"the {other} synthesizer's parameters")
     by_name = {own: params, other: other_params}
-    out, weights, allowed = synthesized_attention(q, k, v, dense=by_name.get("dense"), random=by_name.get("random"),
-                                                  dot="dot" in mix, alpha=_in_component_order(own, mix, alpha),
-                                                  causal=causal, scale=scale, return_weights=return_weights)
-    return out, weights, allowed, params, other_params
+    out, weights, _ = synthesized_attention(q, k, v, dense=by_name.get("dense"), random=by_name.get("random"),
+                                            dot="dot" in mix, alpha=_in_component_order(own, mix, alpha),
+                                            causal=causal, scale=scale, return_weights=return_weights)
+    return (out, weights) if return_weights else out
 
 
 def _other(own: str) -> str:

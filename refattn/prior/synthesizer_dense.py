@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 from .synthesizer import (
     DenseSynthesizer,
     FactorizedDenseSynthesizer,
@@ -80,7 +80,7 @@ def synthesizer_dense_attention(
         F (:func:`~refattn.prior.init_dense_synthesizer`), of maximum length ℓ >= m; drawn from ``rng`` when
         absent.
     rng : numpy.random.Generator or int, optional
-        Source of the parameters not given; given exactly when one is drawn.
+        Source of the parameters not given (own first); unused when every one is given.
     max_length : int, optional
         ℓ of drawn parameters (unfactorised F, and R when mixed); default the smallest that fits (m; R: also
         the queries' last position + 1).
@@ -132,28 +132,18 @@ def synthesizer_dense_attention(
     >>> bool(np.allclose(exact, ra.scaled_dot_product_attention(q, k, v)))
     True
     """
-    out, weights, _, _, _ = run_synthesizer(
+    return run_synthesizer(
         "dense", q, k, v, params=params, other_params=random_params, rng=rng, max_length=max_length,
         factors=factors, rank=rank, mix=mix, alpha=alpha, causal=causal, scale=scale,
-        return_weights=return_weights, strict=True)
-    return (out, weights) if return_weights else out
+        return_weights=return_weights)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, random_params=None,
-           max_length=None, factors=None, rank=None, mix=(), alpha=None, scale=None):
-    """The registry's uniform apply: X = q, G(X) = v; F (and R when mixed) drawn from rng unless given."""
-    out, weights, allowed, params, random_params = run_synthesizer(
-        "dense", q, k, v, params=params, other_params=random_params, rng=rng, max_length=max_length,
-        factors=factors, rank=rank, mix=mix, alpha=alpha, causal=causal, scale=scale,
-        return_weights=return_weights, strict=False)
-    return AttentionResult(out, weights, allowed, draws={"params": params, "random_params": random_params})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    synthesizer_dense_attention,
     id="synthesizer_dense", title="Dense Synthesizer", family="prior", section="4.5.4", paper=SYNTHESIZER,
     equation=r"\operatorname{softmax}\big(W_2\,\mathrm{ReLU}(W_1 X + b_1) + b_2\big)\, G(X)",
     time="O(n·d·(d + ℓ) + n·m·d_v)", memory="O(n·ℓ)", kind="attention",
-    function=synthesizer_dense_attention, apply=_apply, causal=True,
+    causal=True,
     examples=({"factors": (2, 4)}, {"mix": "dot"}, {"mix": ("random", "dot"), "alpha": (0.5, 0.25, 0.25)},
               {"max_length": 9}),
     figure="refattn.figures.synthesizer_dense:synthesizer_dense",

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 from .synthesizer import (
     DenseSynthesizer,
     FactorizedDenseSynthesizer,
@@ -80,7 +80,7 @@ def synthesizer_random_attention(
         R (:func:`~refattn.prior.init_random_synthesizer`), of maximum length ℓ covering the queries' positions
         and the m keys; drawn from ``rng`` when absent.
     rng : numpy.random.Generator or int, optional
-        Source of the parameters not given; given exactly when one is drawn.
+        Source of the parameters not given (own first); unused when every one is given.
     max_length : int, optional
         ℓ of drawn parameters; default the smallest that fits (R: m and the queries' last position + 1; F: m).
     rank : int, optional
@@ -127,28 +127,18 @@ def synthesizer_random_attention(
     >>> synthesizer_random_attention(v, v, v, params=zero, causal=True)[:, 0]    # running means 2, 3, 5
     array([2., 3., 5.])
     """
-    out, weights, _, _, _ = run_synthesizer(
+    return run_synthesizer(
         "random", q, k, v, params=params, other_params=dense_params, rng=rng, max_length=max_length,
         factors=factors, rank=rank, mix=mix, alpha=alpha, causal=causal, scale=scale,
-        return_weights=return_weights, strict=True)
-    return (out, weights) if return_weights else out
+        return_weights=return_weights)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, dense_params=None,
-           max_length=None, rank=None, factors=None, mix=(), alpha=None, scale=None):
-    """The registry's uniform apply: G(X) = v; R (and F, reading q, when mixed) drawn from rng unless given."""
-    out, weights, allowed, params, dense_params = run_synthesizer(
-        "random", q, k, v, params=params, other_params=dense_params, rng=rng, max_length=max_length,
-        factors=factors, rank=rank, mix=mix, alpha=alpha, causal=causal, scale=scale,
-        return_weights=return_weights, strict=False)
-    return AttentionResult(out, weights, allowed, draws={"params": params, "dense_params": dense_params})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    synthesizer_random_attention,
     id="synthesizer_random", title="Random Synthesizer", family="prior", section="4.5.4", paper=SYNTHESIZER,
     equation=r"\operatorname{softmax}(R)\, G(X),\quad R \in \mathbb{R}^{\ell \times \ell}",
     time="O(n·m·d_v)", memory="O(ℓ²)", kind="attention",
-    function=synthesizer_random_attention, apply=_apply, causal=True, position_dependent=True,
+    causal=True, position_dependent=True,
     examples=({"rank": 2}, {"mix": "dot"}, {"mix": ("dense", "dot"), "alpha": (0.5, 0.25, 0.25)},
               {"max_length": 10}),
     figure="refattn.figures.synthesizer_random:synthesizer_random",
