@@ -143,7 +143,7 @@ def _gate(z1: NDArray, z2: NDArray, params: SpatialGatingParams, *, causal, norm
     alignment = causal_alignment(causal)
     positions = np.arange(n) + (m - n if alignment == "bottom-right" else 0)           # p_i
     placed = positions >= 0                                                             # queries with a row of W
-    allowed = None if alignment is None else causal_mask(n, m, alignment=alignment)     # (n, m)  j ≤ p_i
+    allowed = None if alignment is None else causal_mask(n, m, causal=alignment)     # (n, m)  j ≤ p_i
     W = np.zeros((n, m))
     W[placed] = np.asarray(params.W, dtype=np.float64)[positions[placed], :m]           # (n, m)  rows p_i of W
     if allowed is not None:

@@ -161,7 +161,7 @@ def recurrence_apply(run: Callable, name: str) -> Callable:
             out, A = result if return_weights else (result, None)
         if not return_weights:
             return AttentionResult(out, draws=draws)
-        return AttentionResult(out, A, causal_mask(n, m, alignment=alignment) & np.ones(A.shape, dtype=bool), draws)
+        return AttentionResult(out, A, causal_mask(n, m, causal=alignment) & np.ones(A.shape, dtype=bool), draws)
 
     apply.__doc__ = f"The registry's uniform apply of {name} ({run.__doc__})"
     return apply

@@ -67,6 +67,7 @@ import numpy as np
 from .. import registry
 from ..common.checks import default_scale
 from ..common.npz import write_npz
+from ..mechanism import PerShape
 from .fixtures import FixtureError, _representable
 from .vjp import GRADIENT_IDS, record_vjp
 
@@ -282,8 +283,11 @@ def _encode(value, name: str, arrays: dict):
 
 
 def _defaults(mech, arrays: dict) -> dict:
-    """apply's keyword defaults (its options but causal, rng, return_weights and the draws), encoded."""
-    skip = {"causal", "rng", "return_weights", *mech.draws}
-    return {p.name: _encode(p.default, f"option.{p.name}", arrays)
+    """apply's keyword defaults (its options but causal, rng, the flags and the draws), encoded; a default that
+    depends on the lengths (:class:`~refattn.mechanism.PerShape`) at the vector's n and m."""
+    skip = {"causal", "rng", "return_weights", "return_draws", *mech.draws}
+    n, m = arrays["q"].shape[-2], arrays["k"].shape[-2]
+    return {p.name: _encode(p.default(n, m) if isinstance(p.default, PerShape) else p.default, f"option.{p.name}",
+                            arrays)
             for p in inspect.signature(mech.apply.__wrapped__).parameters.values()
             if p.kind is p.KEYWORD_ONLY and p.name not in skip and p.default is not p.empty}

@@ -459,7 +459,7 @@ def _deberta(q, k, v, params, *, terms, position_buckets, max_position, p2c_inde
                                           return_weights=True)     # softmax(Q^c K^cᵀ·s + c2p + p2c), its V
     if method == "blocked":
         out = scaled_dot_product_attention(q, k, v, bias, causal=causal, scale=scale, method="blocked")
-    allowed = None if alignment is None else np.broadcast_to(causal_mask(n, m, alignment=alignment), A.shape)
+    allowed = None if alignment is None else np.broadcast_to(causal_mask(n, m, causal=alignment), A.shape)
     return AttentionResult(out, A, allowed, draws)
 
 

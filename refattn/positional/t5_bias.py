@@ -387,7 +387,7 @@ def _t5(q, k, v, *, params, rng, num_heads, causal, bidirectional, max_distance,
                                           return_weights=True)     # softmax(QKᵀ·scale + B), its V
     if method == "blocked":
         out = scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method="blocked")
-    allowed = None if alignment is None else np.broadcast_to(causal_mask(n, m, alignment=alignment), A.shape)
+    allowed = None if alignment is None else np.broadcast_to(causal_mask(n, m, causal=alignment), A.shape)
     return AttentionResult(out, A, allowed, {"params": params})
 
 

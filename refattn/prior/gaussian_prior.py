@@ -163,7 +163,7 @@ def _lengths(n: int, m: int, alignment: str | None) -> NDArray:
     """(n,) I_i: the number of keys query i may see (m without a causal mask)."""
     if alignment is None:
         return np.full(n, m, dtype=np.int64)
-    return causal_mask(n, m, alignment=alignment).sum(axis=-1)
+    return causal_mask(n, m, causal=alignment).sum(axis=-1)
 
 
 def _check_params(params, d_k: int) -> None:
