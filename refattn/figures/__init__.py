@@ -3,9 +3,10 @@ r"""The figures of ``figures/``: one per registry record, plus a few overview sh
 Each record says how it is drawn (:attr:`refattn.mechanism.Mechanism.figure`): a
 :class:`~refattn.mechanism.FigureSpec` drawn by the generic template (:mod:`refattn.figures.template`),
 or ``"module:name"`` naming, in its family's figure module, a :class:`~refattn.mechanism.FigureSpec`
-(drawn by the template too) or a function whose picture is particular to the mechanism. The overview sheets
-(:data:`SHEETS`) compare several mechanisms and are listed here by name. :func:`write_figures`
-is what ``python -m refattn figures`` runs: it iterates the registry, every call draws the same
+(drawn by the template too) or a function whose picture is particular to the mechanism: such a
+module's first docstring line says what it draws beyond the template's pattern and weights. The
+overview sheets (:data:`SHEETS`) compare several mechanisms and are listed here by name.
+:func:`write_figures` is what ``python -m refattn figures`` runs: it iterates the registry, every call draws the same
 pixels, and :func:`refattn.viz.save_figure` leaves no version or date in the files, so re-running
 it changes no bytes.
 """

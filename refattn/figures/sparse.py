@@ -1,7 +1,10 @@
-r"""Figures of position-based sparse attention (survey §4.1.1, Figs. 4–6).
+r"""Figures of position-based sparse attention (survey §4.1.1, Figs. 4–6): specs, and the per-head, tree, image views.
 
-The compound and extended patterns have figures of their own here (the atomic ones of Fig. 4 are
-drawn from their records' :class:`~refattn.mechanism.FigureSpec` by the generic template), plus the
+The atomic patterns of Fig. 4 are drawn from their records' :class:`~refattn.mechanism.FigureSpec`
+by the generic template, and so are Star-Transformer and ETC from the specs :data:`star_transformer`
+and :data:`etc` here (pattern and weights, two settings, named positions and group lines). The
+other compound and extended patterns have figures of their own (per-head patterns, the BigBird
+layout by kind, the Sparse Transformer's two parts, the BP tree, the image views), plus the
 sheets :func:`sparse_atomic` (Fig. 4), :func:`sparse_compound` (Fig. 5) and :func:`sparse_extended`
 (Fig. 6). Each pattern comes from its builder in :mod:`refattn.sparse` and is drawn with ``True`` =
 may attend dark; the weights beside it come from the registry record's ``apply`` (or
