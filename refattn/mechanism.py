@@ -76,6 +76,14 @@ class FigureSpec:
         Number of keys; default ``n``.
     seed : int, default 0
         Seed of q, k, v (and of ``rng`` for the mechanism's own draws).
+    figsize : (float, float), optional
+        Width and height in inches; default 1 + 3 per panel wide, 8.7 high with the pattern row
+        (4.4 without).
+    labels : tuple of str, optional
+        Tick labels of the rows and of the columns (positions with a name, e.g. a relay token "s").
+    split : tuple of int, default ()
+        Positions where a group of indices begins (global | local tokens, ...): a line is drawn
+        before each, across and down every panel.
     """
 
     title: str
@@ -83,6 +91,9 @@ class FigureSpec:
     n: int = 16
     m: int | None = None
     seed: int = 0
+    figsize: tuple[float, float] | None = None
+    labels: tuple[str, ...] | None = None
+    split: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,8 +132,9 @@ class Mechanism:
         layer to keep them only when asked.
     figure : FigureSpec or str
         How ``python -m refattn figures`` draws it: a :class:`FigureSpec` for the generic template,
-        or ``"module:function"`` naming a function that returns a matplotlib Figure (imported only
-        when the figure is drawn, so importing refattn loads no plotting).
+        or ``"module:name"`` naming a :class:`FigureSpec` (drawn by the template too) or a function
+        that returns a matplotlib Figure (imported only when the figure is drawn, so importing
+        refattn loads no plotting).
     exact_options : dict, callable or None
         Options with which ``apply(q, k, v, causal=c, **exact_options)`` equals
         ``scaled_dot_product_attention(q, k, v, causal=c)`` to 1e-12 in float64, for every causal

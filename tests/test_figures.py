@@ -21,12 +21,15 @@ CHEAP = ["sdpa", "causal_mask", "band"]
 
 @pytest.mark.parametrize("mech", registry.all(), ids=lambda m: m.id)
 def test_every_registered_id_says_how_it_is_drawn(mech):
-    """A spec for the generic template, or a function that exists (imported only when drawing)."""
-    if isinstance(mech.figure, FigureSpec):
-        assert mech.figure.panels and mech.apply is not None, mech.id
+    """A spec for the generic template (given or named), or a function that exists (imported only when drawing)."""
+    how = mech.figure
+    if isinstance(how, str):
+        module, name = how.split(":")
+        how = getattr(importlib.import_module(module), name)
+    if isinstance(how, FigureSpec):
+        assert how.panels and mech.apply is not None, mech.id
     else:
-        module, function = mech.figure.split(":")
-        assert callable(getattr(importlib.import_module(module), function)), mech.figure
+        assert callable(how), mech.figure
 
 
 def test_figure_names_are_the_registry_then_the_sheets():
@@ -52,6 +55,15 @@ def test_template_refuses_weight_outside_the_reported_pattern():
     record = dataclasses.replace(band, apply=leaky)
     with pytest.raises(ValueError, match="band: apply put weight outside the pattern"):
         draw_spec(record)
+
+
+def test_a_spec_named_by_module_and_name_is_drawn_by_the_template():
+    """``figure="refattn.figures.sparse:etc"`` names a FigureSpec: the runner draws it with the template."""
+    spec = sparse.etc
+    assert registry.get("etc").figure == "refattn.figures.sparse:etc" and isinstance(spec, FigureSpec)
+    drawn = draw_figure("etc")
+    assert drawn.get_suptitle() == spec.title
+    assert tuple(drawn.get_size_inches()) == spec.figsize
 
 
 def test_write_figures_is_byte_stable(tmp_path):

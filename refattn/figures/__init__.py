@@ -2,9 +2,11 @@ r"""The figures of ``figures/``: one per registry record, plus a few overview sh
 
 Each record says how it is drawn (:attr:`refattn.mechanism.Mechanism.figure`): a
 :class:`~refattn.mechanism.FigureSpec` drawn by the generic template (:mod:`refattn.figures.template`),
-or ``"module:function"`` naming a function of its family's figure module. The overview sheets
-(:data:`SHEETS`) compare several mechanisms and are listed here by name. :func:`write_figures`
-is what ``python -m refattn figures`` runs: it iterates the registry, every call draws the same
+or ``"module:name"`` naming, in its family's figure module, a :class:`~refattn.mechanism.FigureSpec`
+(drawn by the template too) or a function whose picture is particular to the mechanism: such a
+module's first docstring line says what it draws beyond the template's pattern and weights. The
+overview sheets (:data:`SHEETS`) compare several mechanisms and are listed here by name.
+:func:`write_figures` is what ``python -m refattn figures`` runs: it iterates the registry, every call draws the same
 pixels, and :func:`refattn.viz.save_figure` leaves no version or date in the files, so re-running
 it changes no bytes.
 """
@@ -54,8 +56,9 @@ def draw_figure(name: str) -> Figure:
     """
     if name in SHEETS:
         return _resolve(SHEETS[name])()
-    how = registry.get(name).figure
-    return draw_spec(registry.get(name)) if isinstance(how, FigureSpec) else _resolve(how)()
+    record = registry.get(name)
+    how = record.figure if isinstance(record.figure, FigureSpec) else _resolve(record.figure)
+    return draw_spec(record, how) if isinstance(how, FigureSpec) else how()
 
 
 def write_figures(out: str | Path, names: list[str] | None = None, *, progress: bool = False) -> list[Path]:
@@ -97,6 +100,6 @@ def write_figures(out: str | Path, names: list[str] | None = None, *, progress: 
 
 
 def _resolve(target: str):
-    """The function named by ``"module:function"``."""
+    """The object (a figure function or a :class:`~refattn.mechanism.FigureSpec`) named by ``"module:name"``."""
     module, _, function = target.partition(":")
     return getattr(importlib.import_module(module), function)

@@ -1,4 +1,4 @@
-r"""Figures of linearised attention (survey §4.2): each mechanism's effective matrix beside softmax.
+r"""Figures of linearised attention (survey §4.2): effective matrix beside softmax and the feature maps' estimates.
 
 One function per linear registry id, plus the sheet :func:`linear_overview`. Every figure uses the
 same seeded input (:func:`_qkv`: n = 24 positions, d = 16, q and k ~ N(0, 0.7²), v ~ N(0, 1)) and

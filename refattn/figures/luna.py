@@ -1,4 +1,4 @@
-r"""Figure of Luna's pack and unpack attention (Ma et al., 2021, §3; survey §4.3.2), non-causal and causal.
+r"""Figure of Luna (Ma et al., 2021, §3; survey §4.3.2): the pack and unpack factors, non-causal and causal.
 
 One seeded input (:func:`~refattn.figures.common.seeded_qkv`: n = m = 16, d = 8, seed 13) and l = 4
 pack queries P drawn by the registry record's ``apply`` (``rng=13``), the same in both rows. Each

@@ -1,4 +1,4 @@
-r"""Figure of memory-compressed attention and local attention (Liu et al. 2018, §4.2.3).
+r"""Figure of memory-compressed and local attention (Liu et al. 2018, §4.2.3): the convolutions as matrices, the error.
 
 Seeded input (:func:`~refattn.figures.common.seeded_qkv`: n = m = 16, d = 8, seed 5) and the registry
 record's ``apply``: c = 3 with scalar taps drawn from the fixed seed (Glorot uniform), so that the

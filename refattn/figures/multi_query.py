@@ -1,4 +1,4 @@
-r"""The figure of multi-query and grouped-query attention (Shazeer, 2019; Ainslie et al., 2023; survey §4.6).
+r"""Figure of multi-query and grouped-query attention (Shazeer, 2019; Ainslie et al., 2023): heads, KV-cache sizes.
 
 Top: the weights of h = 8 query heads of one causal self-attention layer (n = 10 tokens, d_model = 16,
 seed 3) as multi-head attention (g = 8), and after converting the same checkpoint by mean-pooling its

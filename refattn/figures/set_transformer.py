@@ -1,4 +1,4 @@
-r"""Figure of Set Transformer's inducing-point attention (Lee et al., 2019, §3.1; survey §4.3.2).
+r"""Figure of Set Transformer's inducing points (Lee et al., 2019, §3.1; survey §4.3.2): the points, both factors.
 
 One seeded input (:func:`~refattn.figures.common.seeded_qkv`: n = m = 16, d = 8, seed 11) and ℓ = 4
 inducing points drawn by the registry record's ``apply`` (``rng=11``). Top: the keys, queries and

@@ -1,7 +1,10 @@
-r"""Figures of position-based sparse attention (survey §4.1.1, Figs. 4–6).
+r"""Figures of position-based sparse attention (survey §4.1.1, Figs. 4–6): specs, and the per-head, tree, image views.
 
-The compound and extended patterns have figures of their own here (the atomic ones of Fig. 4 are
-drawn from their records' :class:`~refattn.mechanism.FigureSpec` by the generic template), plus the
+The atomic patterns of Fig. 4 are drawn from their records' :class:`~refattn.mechanism.FigureSpec`
+by the generic template, and so are Star-Transformer and ETC from the specs :data:`star_transformer`
+and :data:`etc` here (pattern and weights, two settings, named positions and group lines). The
+other compound and extended patterns have figures of their own (per-head patterns, the BigBird
+layout by kind, the Sparse Transformer's two parts, the BP tree, the image views), plus the
 sheets :func:`sparse_atomic` (Fig. 4), :func:`sparse_compound` (Fig. 5) and :func:`sparse_extended`
 (Fig. 6). Each pattern comes from its builder in :mod:`refattn.sparse` and is drawn with ``True`` =
 may attend dark; the weights beside it come from the registry record's ``apply`` (or
@@ -19,6 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from numpy.typing import NDArray
 
+from ..mechanism import FigureSpec
 from ..sparse import (
     axial_patterns,
     band_pattern,
@@ -41,7 +45,7 @@ from ..sparse import (
 )
 from ..viz import PATTERN_CMAP, STYLE_PATH, draw_attention, draw_pattern, figure
 from .common import registry_result, seeded_qkv
-from .template import PATTERN_ROW, WEIGHTS_ROW
+from .template import WEIGHTS_ROW, split_lines
 
 __all__ = [
     "star_transformer", "longformer", "etc", "bigbird", "sparse_transformer", "bp_transformer", "image_transformer",
@@ -65,29 +69,6 @@ def _on_pattern(A: NDArray, mask: NDArray) -> NDArray:
     if np.any(A[~mask] != 0):
         raise ValueError("the weights put mass outside the drawn pattern: figure and apply disagree")
     return np.where(mask, A, np.nan)
-
-
-def _split(axes, at, color=ORANGE, lw: float = 1.0) -> None:
-    """Lines between index groups (global | local tokens, tokens | span nodes, ...) on every panel."""
-    for ax in np.ravel(axes):
-        for a in at:
-            ax.axhline(a - 0.5, color=color, lw=lw)
-            ax.axvline(a - 0.5, color=color, lw=lw)
-
-
-def _pattern_sheet(title: str, panels, *, figsize, split=(), labels=None) -> Figure:
-    """Top row: each pattern; bottom row: the weights on it. ``panels``: (title, SparsePattern, weights)."""
-    fig = figure(figsize)
-    top, bottom = fig.subfigures(2, 1, height_ratios=[1.08, 1.0])
-    masks = np.stack([p.to_mask() for _, p, _ in panels])
-    weights = np.stack([_on_pattern(A, mask) for mask, (_, _, A) in zip(masks, panels, strict=True)])
-    titles = [t for t, _, _ in panels]
-    _split(draw_pattern(top, masks, titles=titles, row_labels=labels, col_labels=labels, suptitle=PATTERN_ROW),
-           split)
-    _split(draw_attention(bottom, weights, titles=[t.split("\n")[0] for t in titles], row_labels=labels,
-                          col_labels=labels, vmax=1.0, suptitle=WEIGHTS_ROW), split)
-    fig.suptitle(title)
-    return fig
 
 
 def _categorical(container, codes: NDArray, colors, **kwargs) -> NDArray:
@@ -148,19 +129,14 @@ def _bigbird_codes(num_blocks: int, random_blocks: NDArray) -> NDArray:
 
 # --- compound patterns (Fig. 5) ----------------------------------------------------------------------
 
-@_styled
-def star_transformer() -> Figure:
-    """n = 12 satellites and the relay s (last position): the paper's ring and fastNLP's path."""
-    n = 12
-    labels = [*map(str, range(n)), "s"]
-    return _pattern_sheet(
-        "Star-Transformer (Fig. 5a), no causal form: satellites 0–11 see\n"
-        "i − 1, i, i + 1 and the relay s (last position); s sees all", [
-            ("ring (paper): 0 and 11 are neighbours", star_transformer_pattern(n),
-             _weights("star_transformer", n + 1, seed=30)),
-            ("ring=False: a path (fastNLP's unfold)", star_transformer_pattern(n, ring=False),
-             _weights("star_transformer", n + 1, seed=30, ring=False)),
-        ], figsize=(7.4, 8.8), split=[n], labels=labels)
+#: n = 12 satellites and the relay s (last position): the paper's ring and fastNLP's path.
+star_transformer = FigureSpec(
+    title="Star-Transformer (Fig. 5a), no causal form: satellites 0–11 see\n"
+          "i − 1, i, i + 1 and the relay s (last position); s sees all",
+    n=13, seed=30, figsize=(7.4, 8.8), labels=(*map(str, range(12)), "s"), split=(12,), panels=(
+        ("ring (paper): 0 and 11 are neighbours", {}),
+        ("ring=False: a path (fastNLP's unfold)", {"ring": False}),
+    ))
 
 
 @_styled
@@ -184,20 +160,15 @@ def longformer() -> Figure:
     return fig
 
 
-@_styled
-def etc() -> Figure:
-    """g = 3 global tokens before L = 15 long tokens, radius r = 2; general and hard (segment) masks."""
-    g, L, r = 3, 15, 2
-    seg = np.repeat(np.arange(g), L // g)
-    hard = {"segment_ids": seg, "hard_g2l": True, "hard_l2g": True}
-    return _pattern_sheet(
-        "ETC global-local attention (Fig. 5c), no causal form: positions 0–2 global,\n"
-        "3–17 long (3 segments of 5); long-to-long radius r = 2, the token itself included", [
-            ("g2g, g2l, l2g full; l2l |a − b| ≤ r", etc_pattern(g, L, r),
-             _weights("etc", g + L, seed=32, num_global=g, radius=r)),
-            ("hard g2l + l2g: global k ↔ segment k", etc_pattern(g, L, r, **hard),
-             _weights("etc", g + L, seed=32, num_global=g, radius=r, **hard)),
-        ], figsize=(7.4, 9.2), split=[g])
+#: g = 3 global tokens before L = 15 long tokens, radius r = 2; general and hard (segment) masks.
+etc = FigureSpec(
+    title="ETC global-local attention (Fig. 5c), no causal form: positions 0–2 global,\n"
+          "3–17 long (3 segments of 5); long-to-long radius r = 2, the token itself included",
+    n=18, seed=32, figsize=(7.4, 9.2), split=(3,), panels=(
+        ("g2g, g2l, l2g full; l2l |a − b| ≤ r", {"num_global": 3, "radius": 2}),
+        ("hard g2l + l2g: global k ↔ segment k", {"num_global": 3, "radius": 2, "hard_g2l": True, "hard_l2g": True,
+                                                  "segment_ids": np.repeat(np.arange(3), 5)}),
+    ))
 
 
 @_styled
@@ -214,7 +185,7 @@ def bigbird() -> Figure:
     left, right = codes.subfigures(1, 2)
     _categorical(left, blocks, [NAVY, BLUE, ORANGE], titles="block layout: 12 × 12 blocks of b = 4",
                  xlabel="key block J", ylabel="query block I")
-    _split(_categorical(right, tokens, [NAVY, BLUE, ORANGE], titles="token pattern: layout ⊗ ones(b, b), n = 48"),
+    split_lines(_categorical(right, tokens, [NAVY, BLUE, ORANGE], titles="token pattern: layout ⊗ ones(b, b), n = 48"),
            range(b, n, b), color="0.75", lw=0.5)
     _legend(codes, {"global blocks (first, last)": NAVY, "window (I − 1, I, I + 1)": BLUE,
                     f"random (r = {r} per row)": ORANGE})
@@ -259,9 +230,9 @@ def bp_transformer() -> Figure:
     _bp_tree(top.add_subplot(), n, 1, 5)
     top.suptitle("binary partition of n = 16 tokens, k = 1: spans attend to their tokens (affiliated edges)")
     left, right = bottom.subfigures(1, 2, width_ratios=[3.0, 1.2])
-    _split(draw_pattern(left, masks, titles=[t for t, _ in panels], xlabel="key node", ylabel="query node",
+    split_lines(draw_pattern(left, masks, titles=[t for t, _ in panels], xlabel="key node", ylabel="query node",
                         suptitle="31 nodes: tokens 0–15 | level-1 spans 16–23 | 24–27 | 28–29 | root 30"), cuts)
-    _split(draw_attention(right, _on_pattern(_weights("bp_transformer", len(masks[0]), seed=35), masks[0]),
+    split_lines(draw_attention(right, _on_pattern(_weights("bp_transformer", len(masks[0]), seed=35), masks[0]),
                           titles="weights, k = 1", xlabel="key node", ylabel="query node", vmax=1.0), cuts)
     fig.suptitle("BP-Transformer (Fig. 6a): attention over the nodes of a binary partition tree "
                  "(grey = pair not kept)")
@@ -358,7 +329,7 @@ def sparse_compound() -> Figure:
     ]
     fig = figure((11.2, 3.6))
     for sub, (title, pattern, split) in zip(fig.subfigures(1, 4), panels, strict=True):
-        _split(draw_pattern(sub, pattern.to_mask(), titles=title), split)
+        split_lines(draw_pattern(sub, pattern.to_mask(), titles=title), split)
     fig.suptitle("Compound sparse attention patterns (survey Fig. 5), 16 positions; orange lines: global | local")
     return fig
 
@@ -369,7 +340,7 @@ def sparse_extended() -> Figure:
     fig = figure((13.0, 7.6))
     tree, image, grid = fig.subfigures(1, 3, width_ratios=[1.25, 1.0, 1.0])
     upper, lower = tree.subfigures(2, 1)
-    _split(draw_pattern(upper, bp_transformer_pattern(16, 1).to_mask(), xlabel="key node", ylabel="query node",
+    split_lines(draw_pattern(upper, bp_transformer_pattern(16, 1).to_mask(), xlabel="key node", ylabel="query node",
                         titles="(a) BP-Transformer, n = 16, k = 1: 31 nodes"), _level_starts(16))
     ax = lower.add_subplot()
     _bp_tree(ax, 16, 1, 5)

@@ -1,4 +1,4 @@
-r"""Figures of the vanilla Transformer (Vaswani et al., 2017, arXiv:1706.03762v7).
+r"""Figures of the vanilla Transformer (Vaswani et al., 2017): each component, a trained model's heads.
 
 One function per vanilla registry id (and the sheet :func:`vanilla_overview`). Each draws its
 inputs from its own fixed seed, computes with refattn's public functions only and returns a
