@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 BITS, ITERATIONS = 63, 10                          # the official builder's defaults (see clustered_attention)
-CLUSTERS = 3                                       # C when neither num_clusters nor initial gives it (no official default)
+CLUSTERS = 3                                       # C when nothing gives it (the official code has no default)
 
 
 # --- hashing ----------------------------------------------------------------------------------------
