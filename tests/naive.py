@@ -881,13 +881,15 @@ def naive_linformer(q, k, v, causal, E, F=None, sharing="none"):
     return out
 
 
-def naive_mca(q, k, v, causal, params=None, memory="paper", remainder="drop", mode="compressed", block=3):
+def naive_mca(q, k, v, causal, params=None, channels=None, memory="paper", remainder="drop", mode="compressed",
+              block=3):
     """Liu et al. §4.2.3 for one sequence by loops. Compressed: block r holds the positions rc + t − p (t < c, p the
     zeros before position 0 with remainder "pad", else 0, and the last m mod c positions in no block with "drop");
     its key is Σ_t k_{rc+t−p} W_t (a d × d tap, or a scalar tap times k); query i at position p_i (i, or i + m − n
     bottom-right) attends to the blocks whose last position is ≤ p_i ("paper") or < p_i after the first token,
     seen from p_i ≥ 0 ("tensor2tensor"), to all when not causal; none: a zero row. Local: the keys of p_i's block of
-    ``block`` tokens (causal: j ≤ p_i)."""
+    ``block`` tokens (causal: j ≤ p_i). ``channels`` names the kind of ``params``' taps (the loop reads it from
+    them)."""
     n, d = q.shape
     m, d_v = v.shape
     delta = m - n if causal == "bottom-right" else 0
@@ -2572,7 +2574,7 @@ NAIVE: dict[str, NaiveCase] = {
                                       "memory": "tensor2tensor"},
         lambda rng, n, m, d, causal: {"params": MemoryCompression(rng.standard_normal((2, d, d)) / 2,
                                                                   rng.standard_normal((2, 3, 3)) / 2),
-                                      "remainder": "pad"},
+                                      "channels": "full", "remainder": "pad"},
         fixed(mode="local", block=2))),
     "linformer": NaiveCase(naive_linformer, (
         lambda rng, n, m, d, causal: {"E": rng.standard_normal((3, m)) / math.sqrt(3),

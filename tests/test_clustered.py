@@ -292,10 +292,10 @@ def test_bad_input_is_named(rng, fn):
         (ValueError, r"num_clusters=3 \(capped at n=9\) but initial names 2 queries",
          {"num_clusters": 3, "initial": [0, 1], "rng": 0}),
         (ValueError, "bits=4 but planes has 3 rows", {"bits": 4, "planes": np.ones((3, 5)), "initial": [0]}),
-        (ValueError, "pass rng=", {"num_clusters": 2}),
-        (ValueError, "num_clusters", {"rng": 0}),
-        (ValueError, "assignment replaces the clustering", {"assignment": np.zeros(9, int), "rng": 0}),
-        (ValueError, "rng has nothing to draw", {"planes": np.ones((3, 5)), "initial": [0], "rng": 0}),
+        (ValueError, fr"{fn.__name__} draws the hash planes from rng: pass rng= \(or planes=\)", {"num_clusters": 2}),
+        (ValueError, fr"{fn.__name__} draws the initial centroids from rng: pass rng= \(or initial=\)",
+         {"planes": np.ones((3, 5))}),
+        (ValueError, "assignment replaces the clustering", {"assignment": np.zeros(9, int), "initial": [0]}),
         (ValueError, "iterations must be a positive int", {"num_clusters": 2, "rng": 0, "iterations": 0}),
         (TypeError, "hash_bias must be True or False", {"num_clusters": 2, "rng": 0, "hash_bias": 1}),
     ]
@@ -310,6 +310,27 @@ def test_bad_input_is_named(rng, fn):
         hamming_kmeans(np.zeros((4, 3)), [0])
     with pytest.raises(ValueError, match="cannot draw num_clusters=5 distinct queries"):
         draw_initial_centroids(0, 4, 5)
+
+
+@pytest.mark.parametrize("fn", MECHANISMS, ids=lambda f: f.__name__)
+def test_three_clusters_by_default_and_rng_unused_where_nothing_is_drawn(rng, fn):
+    """C = 3 unless num_clusters, initial or assignment gives it; rng is ignored (a registry passes it) with
+    assignment, or with both draws given."""
+    q, k, v = _qkv(rng)
+    np.testing.assert_array_equal(fn(q, k, v, rng=4), fn(q, k, v, num_clusters=3, rng=4))
+    assert not np.array_equal(fn(q, k, v, rng=4), fn(q, k, v, num_clusters=2, rng=4))
+    a = np.arange(9) % 4
+    np.testing.assert_array_equal(fn(q, k, v, assignment=a, rng=0), fn(q, k, v, assignment=a))
+    planes, initial = draw_hash_planes(1, 8, 4), [0, 5]
+    np.testing.assert_array_equal(fn(q, k, v, planes=planes, initial=initial, rng=0),
+                                  fn(q, k, v, planes=planes, initial=initial))
+
+
+def test_method_none_is_auto_with_a_warning(rng):
+    q, k, v = _qkv(rng)
+    with pytest.warns(DeprecationWarning, match='method=None is method="auto"'):
+        old = clustered_attention(q, k, v, rng=2, method=None)
+    np.testing.assert_array_equal(old, clustered_attention(q, k, v, rng=2, method="auto"))
 
 
 @pytest.mark.parametrize("mech", ["clustered", "improved_clustered"])

@@ -291,8 +291,7 @@ def test_edge_sizes(causal):
 
 
 @pytest.mark.parametrize(("options", "error", "match"), [
-    ({}, ValueError, "exactly one of rng= .* and sampled_keys="),
-    ({"rng": 0, "sampled_keys": np.zeros((4, 2), dtype=int)}, ValueError, "exactly one of rng="),
+    ({}, ValueError, r"informer_attention draws its sampled keys from rng: pass rng= \(or sampled_keys=\)"),
     ({"sampled_keys": np.zeros((4, 2))}, TypeError, "sampled_keys must be an array of ints"),
     ({"sampled_keys": np.zeros((3, 2), dtype=int)}, ValueError, r"sampled_keys must have shape \(n=4, U\)"),
     ({"sampled_keys": np.full((4, 2), 5)}, ValueError, r"sampled_keys must lie in \[0, m=5\)"),
@@ -316,6 +315,15 @@ def test_bad_input_is_named(options, error, match):
     q, k, v = np.ones((4, 3)), np.ones((5, 3)), np.ones((5, 2))
     with pytest.raises(error, match=match):
         informer_attention(q, k, v, **options)
+
+
+def test_rng_is_unused_with_a_given_sample():
+    """A registry passes rng always: with sampled_keys it draws nothing and the result is the sample's."""
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((3, 9, 4))
+    sample = draw_sampled_keys(1, 9, 9, 3)
+    np.testing.assert_array_equal(informer_attention(q, k, v, factor=1, rng=0, sampled_keys=sample),
+                                  informer_attention(q, k, v, factor=1, sampled_keys=sample))
 
 
 def test_query_sparsity_bad_input():

@@ -205,13 +205,21 @@ def test_nothing_n_by_m():
     assert peak < 8 * 2**20, peak
 
 
+def test_k_4_by_default_and_rng_unused_with_explicit_projections(rng):
+    """proj_dim = 4 when drawing without it (as the registry's apply); a registry passes rng always, and with E it
+    draws nothing."""
+    q, k, v = _qkv(rng)
+    np.testing.assert_array_equal(linformer_attention(q, k, v, rng=3), linformer_attention(q, k, v, proj_dim=4, rng=3))
+    assert not np.array_equal(linformer_attention(q, k, v, rng=3), linformer_attention(q, k, v, proj_dim=3, rng=3))
+    E, F = np.ones((3, 7)) / 7, np.eye(3, 7)
+    np.testing.assert_array_equal(linformer_attention(q, k, v, E=E, F=F, rng=0), linformer_attention(q, k, v, E=E, F=F))
+
+
 def test_bad_input(rng):
     q, k, v = _qkv(rng)
     E = np.ones((3, 7))
     cases = [
-        (dict(), ValueError, "exactly one of rng= .* and E="),
-        (dict(rng=0, E=E), ValueError, "exactly one of rng="),
-        (dict(rng=0), ValueError, "needs proj_dim="),
+        (dict(), ValueError, r"linformer_attention draws E and F from rng: pass rng= \(or E=\)"),
         (dict(E=np.ones((3, 6)), F=E), ValueError, r"E must have shape \(\.\.\., k, m=7\)"),
         (dict(E=E, F=np.ones((2, 7))), ValueError, r"F must have E's \(k, m\)"),
         (dict(E=E), ValueError, "sharing='none' projects keys and values separately"),
@@ -228,5 +236,5 @@ def test_bad_input(rng):
             linformer_attention(q, k, v, **options)
     with pytest.raises(ValueError, match=r"leading \(batch\) dimensions do not broadcast: q, k, v \(2,\), E \(4,\)"):
         linformer_attention(*_qkv(rng, batch=(2,)), E=np.ones((4, 3, 7)), F=np.ones((4, 3, 7)))
-    with pytest.raises(ValueError, match="linformer draws E and F from rng"):
+    with pytest.raises(ValueError, match="linformer_attention draws E and F from rng"):
         registry.get("linformer").apply(q, k, v)

@@ -150,6 +150,22 @@ def test_the_record_draws_its_pack_and_takes_it_back(rng):
 
 # --- bad input, edge sizes, memory -----------------------------------------------------------------------------
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_function_draws_what_it_is_not_given(rng, causal):
+    """luna_attention draws l = 4 pack queries (or pack_length) from rng, as the registry's apply does."""
+    q, k, v = rng.standard_normal((3, 5, 4))
+    np.testing.assert_array_equal(luna_attention(q, k, v, rng=5, causal=causal),
+                                  luna_attention(q, k, v, draw_pack(5, 4, 4), causal=causal))
+    np.testing.assert_array_equal(luna_attention(q, k, v, pack_length=2, rng=5, causal=causal),
+                                  luna_attention(q, k, v, draw_pack(5, 2, 4), causal=causal))
+    np.testing.assert_array_equal(RECORD.apply(q, k, v, pack_length=2, rng=5, causal=causal).output,
+                                  luna_attention(q, k, v, pack_length=2, rng=5, causal=causal))
+    given = draw_pack(1, 3, 4)
+    np.testing.assert_array_equal(luna_attention(q, k, v, given, rng=5), luna_attention(q, k, v, given))
+    with pytest.raises(ValueError, match=r"luna_attention draws its pack queries from rng: pass rng= \(or pack=\)"):
+        luna_attention(q, k, v)
+
+
 def test_bad_input_is_named(rng):
     q, k, v = rng.standard_normal((3, 5, 4))
     with pytest.raises(ValueError, match=r"pack has d_k=3 \(shape \(2, 3\)\) but q has d_k=4"):

@@ -258,6 +258,16 @@ def test_local_attention_is_softmax_within_blocks(rng, causal, method):
     np.testing.assert_allclose(full, scaled_dot_product_attention(q, k, v, causal=causal), **TIGHT)
 
 
+def test_rng_is_unused_with_given_kernels_and_the_local_mode_is_the_functions(rng):
+    """A registry passes rng always: with params it draws nothing. mode="local" is blockwise_local_attention."""
+    q, k, v = _qkv(rng)
+    params = _shared(rng, 3)
+    np.testing.assert_array_equal(memory_compressed_attention(q, k, v, params=params, rng=0),
+                                  memory_compressed_attention(q, k, v, params=params))
+    np.testing.assert_array_equal(memory_compressed_attention(q, k, v, mode="local", block=2, causal=True),
+                                  blockwise_local_attention(q, k, v, block=2, causal=True))
+
+
 def test_local_mode_of_the_record(rng):
     q, k, v = _qkv(rng)
     result = MCA.apply(q, k, v, mode="local", block=2, causal=True, return_weights=True, return_draws=True)
@@ -316,8 +326,7 @@ def test_bad_input(rng):
     q, k, v = _qkv(rng)
     params = _shared(rng, 3)
     cases = [
-        (dict(), ValueError, "exactly one of rng= .* and params="),
-        (dict(rng=0, params=params), ValueError, "exactly one of rng="),
+        (dict(), ValueError, r"memory_compressed_attention draws its kernels from rng: pass rng= \(or params=\)"),
         (dict(params=params, factor=2), ValueError, "factor=2 but params has c=3 taps"),
         (dict(params=params, channels="full"), ValueError, "channels='full' but params has 'shared' taps"),
         (dict(params=MemoryCompression(np.ones((3, 5, 5)), np.ones((3, 3, 3)))), ValueError,
@@ -347,5 +356,6 @@ def test_bad_input(rng):
         init_memory_compression(0, 3)
     with pytest.raises(ValueError, match="mode must be one of"):
         MCA.apply(q, k, v, rng=0, mode="both")
-    with pytest.raises(ValueError, match="mca draws its kernels from rng"):
+    with pytest.raises(ValueError, match=r"memory_compressed_attention draws its kernels from rng: pass rng= "
+                                         r"\(or params=\)"):
         MCA.apply(q, k, v)

@@ -42,112 +42,19 @@ hash planes, sampled keys) is an option of ``apply``, drawn from ``rng`` when it
 returned with ``return_draws=True``; ``return_weights=True`` scatters the mechanism's effective
 n × m attention matrix back from its prototypes.
 """
-from .clustered import RECORD as CLUSTERED
-from .clustered import (
-    cluster_queries,
-    clustered_attention,
-    draw_hash_planes,
-    draw_initial_centroids,
-    hamming_kmeans,
-    hash_queries,
-    query_centroids,
-)
-from .improved_clustered import RECORD as IMPROVED_CLUSTERED
-from .improved_clustered import improved_clustered_attention
-from .informer import RECORD as INFORMER
-from .informer import draw_sampled_keys, informer_attention, informer_counts, query_sparsity, top_queries
-from .linformer import RECORD as LINFORMER
-from .linformer import draw_projections, linformer_attention
-from .luna import RECORD as LUNA
-from .luna import draw_pack, luna_attention, luna_maps, pack_activation
-from .mca import RECORD as MCA
-from .mca import (
-    MemoryCompression,
-    blockwise_local_attention,
-    compress_memory,
-    compression_matrix,
-    init_memory_compression,
-    memory_compressed_attention,
-)
-from .poolingformer import RECORD as POOLINGFORMER
-from .poolingformer import (
-    PoolingformerParams,
-    init_poolingformer,
-    pooling_matrix,
-    pooling_pattern,
-    poolingformer_attention,
-)
-from .set_transformer import RECORD as SET_TRANSFORMER
-from .set_transformer import (
-    ISABParams,
-    MABParams,
-    PMAParams,
-    draw_inducing_points,
-    induced_attention,
-    induced_maps,
-    init_isab,
-    init_mab,
-    init_pma,
-    isab,
-    mab,
-    pma,
-    sab,
-)
+from ..mechanism import family
+
+# isort: off
+# The family, one line per mechanism module, in catalogue order.
+from .clustered import *  # noqa: F403
+from .improved_clustered import *  # noqa: F403
+from .informer import *  # noqa: F403
+from .mca import *  # noqa: F403
+from .set_transformer import *  # noqa: F403
+from .luna import *  # noqa: F403
+from .linformer import *  # noqa: F403
+from .poolingformer import *  # noqa: F403
+# isort: on
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = (
-    CLUSTERED,
-    IMPROVED_CLUSTERED,
-    INFORMER,
-    MCA,
-    SET_TRANSFORMER,
-    LUNA,
-    LINFORMER,
-    POOLINGFORMER,
-)
-
-__all__ = [
-    "ISABParams",
-    "MABParams",
-    "MemoryCompression",
-    "PMAParams",
-    "PoolingformerParams",
-    "blockwise_local_attention",
-    "cluster_queries",
-    "clustered_attention",
-    "compress_memory",
-    "compression_matrix",
-    "draw_hash_planes",
-    "draw_inducing_points",
-    "draw_initial_centroids",
-    "draw_pack",
-    "draw_projections",
-    "draw_sampled_keys",
-    "hamming_kmeans",
-    "hash_queries",
-    "improved_clustered_attention",
-    "induced_attention",
-    "induced_maps",
-    "informer_attention",
-    "informer_counts",
-    "init_isab",
-    "init_mab",
-    "init_memory_compression",
-    "init_pma",
-    "init_poolingformer",
-    "isab",
-    "linformer_attention",
-    "luna_attention",
-    "luna_maps",
-    "mab",
-    "memory_compressed_attention",
-    "pack_activation",
-    "pma",
-    "pooling_matrix",
-    "pooling_pattern",
-    "poolingformer_attention",
-    "query_centroids",
-    "query_sparsity",
-    "sab",
-    "top_queries",
-]
+RECORDS, __all__ = family(globals())

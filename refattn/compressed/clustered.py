@@ -33,7 +33,9 @@ from ..common.budget import check_fits
 from ..common.checks import as_float, as_rng, broadcast_batch, check_bool, check_qkv, check_scale, default_scale
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..deprecation import none_is_auto
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 from ..papers import VYAS
 from ..sparse.pattern import as_indices
 
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 BITS, ITERATIONS = 63, 10                          # the official builder's defaults (see clustered_attention)
-METHODS = (None, "equation", "blocked", "auto")
+CLUSTERS = 3                                       # C when nothing gives it (the official code has no default)
 
 
 # --- hashing ----------------------------------------------------------------------------------------
@@ -264,8 +266,8 @@ def cluster_queries(
     q : (..., n, d) array_like
         Queries.
     num_clusters : int, optional
-        *C*, the number of clusters (the official ``clusters``); required to draw ``initial``,
-        else ``initial``'s length. Capped at *n*: more clusters than queries start from every
+        *C*, the number of clusters (the official ``clusters``); default ``initial``'s length, or 3
+        when drawing ``initial``. Capped at *n*: more clusters than queries start from every
         query (see Notes).
     bits : int, optional
         *B*, the bits of the hash; default 63, or ``planes``' rows.
@@ -300,7 +302,8 @@ def cluster_queries(
     array([0, 0, 0, 1, 1, 1])
     """
     q = as_float("q", q, min_ndim=2)
-    assignment, _, _ = resolve_clusters(q, num_clusters, bits, iterations, hash_bias, rng, planes, initial, None)
+    assignment, _, _ = resolve_clusters("cluster_queries", q, num_clusters, bits, iterations, hash_bias, rng, planes,
+                                        initial, None)
     return assignment
 
 
@@ -344,44 +347,40 @@ def check_assignment(assignment: ArrayLike, n: int, num_clusters: int | None) ->
     return assignment.astype(np.int64), C
 
 
-def resolve_clusters(q: NDArray, num_clusters, bits, iterations, hash_bias, rng, planes, initial, assignment):
+def resolve_clusters(by: str, q: NDArray, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
+                     assignment):
     """Each query's cluster, and the draws it came from: ``(assignment, planes, initial)``.
 
     An explicit ``assignment`` is checked and used as it is (``planes`` and ``initial`` are then
     None: nothing was hashed); otherwise what is not given is drawn from ``rng`` (planes first, then
-    initial), the queries hashed and clustered. ``num_clusters`` is C (capped at n when drawing).
-    Shared by every clustered mechanism, so that the same options give the same clusters.
+    initial; :func:`~refattn.draws.given_or_drawn`), the queries hashed and clustered.
+    ``num_clusters`` is C (default ``CLUSTERS`` when drawing; capped at n). Shared by every clustered
+    mechanism, so that the same options give the same clusters; ``by`` names the caller in messages.
     """
     n, d = q.shape[-2:]
     iterations = check_positive_int("iterations", iterations)
     hash_bias = check_bool("hash_bias", hash_bias)
     if assignment is not None:
+        if planes is not None or initial is not None:
+            raise ValueError(f"{by}: assignment replaces the clustering; pass no planes or initial with it")
         assignment, _ = check_assignment(assignment, n, num_clusters)
         return assignment, None, None
     if bits is not None:
         bits = check_positive_int("bits", bits)
-    if rng is not None:
-        rng = as_rng(rng)                                          # one generator for both draws
-    if planes is None:
-        if rng is None:
-            raise ValueError("the hash planes are drawn from rng: pass rng= (or planes=, or assignment=)")
-        planes = draw_hash_planes(rng, BITS if bits is None else bits, d, hash_bias=hash_bias)
-    else:
-        planes = check_planes(planes, d)
-        if bits is not None and bits != planes.shape[-2]:
-            raise ValueError(f"bits={bits} but planes has {planes.shape[-2]} rows (shape {planes.shape})")
-    if initial is None:
-        if num_clusters is None:
-            raise ValueError("num_clusters (C) is needed to draw the initial centroids (or pass initial=)")
-        if rng is None:
-            raise ValueError("the initial centroids are drawn from rng: pass rng= (or initial=, or assignment=)")
-        C = min(check_positive_int("num_clusters", num_clusters), n)           # no more clusters than queries
-        initial = draw_initial_centroids(rng, n, C) if n else np.zeros(0, dtype=np.int64)
-    else:
-        initial = check_initial(initial, n)
-        if num_clusters is not None and min(check_positive_int("num_clusters", num_clusters), n) != initial.shape[-1]:
-            raise ValueError(f"num_clusters={num_clusters} (capped at n={n}) but initial names {initial.shape[-1]} "
-                             f"queries (shape {initial.shape})")
+    rng = optional_rng(rng)                                        # one generator for both draws
+    planes = given_or_drawn(by, "planes", planes, rng, what="the hash planes",
+                            draw=lambda r: draw_hash_planes(r, BITS if bits is None else bits, d, hash_bias=hash_bias))
+    planes = check_planes(planes, d)
+    if bits is not None and bits != planes.shape[-2]:
+        raise ValueError(f"bits={bits} but planes has {planes.shape[-2]} rows (shape {planes.shape})")
+    C = None if num_clusters is None else min(check_positive_int("num_clusters", num_clusters), n)   # C <= n
+    drawn = min(CLUSTERS, n) if C is None else C
+    initial = given_or_drawn(by, "initial", initial, rng, what="the initial centroids",
+                             draw=lambda r: draw_initial_centroids(r, n, drawn) if n else np.zeros(0, dtype=np.int64))
+    initial = check_initial(initial, n)
+    if C is not None and C != initial.shape[-1]:
+        raise ValueError(f"num_clusters={num_clusters} (capped at n={n}) but initial names {initial.shape[-1]} "
+                         f"queries (shape {initial.shape})")
     assignment = hamming_kmeans(hash_queries(q, planes), initial, iterations=iterations)
     return assignment, planes, initial
 
@@ -452,7 +451,7 @@ def clustered_attention(
     planes: ArrayLike | None = None,
     initial: ArrayLike | None = None,
     assignment: ArrayLike | None = None,
-    method: str | None = None,
+    method: str = "auto",
     return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Clustered attention: each cluster's centroid attends to all keys; its members take its output.
@@ -472,8 +471,9 @@ def clustered_attention(
     v : (..., m, d_v) array_like
         Values.
     num_clusters : int, optional
-        *C*, the number of clusters (the official ``clusters``, which has no default); required
-        unless ``initial`` or ``assignment`` gives it. Capped at *n* (see :func:`cluster_queries`).
+        *C*, the number of clusters (the official ``clusters``, which has no default); default
+        ``initial``'s length or ``assignment``'s largest cluster + 1, else 3 (a small demonstration
+        size). Capped at *n* (see :func:`cluster_queries`).
     bits : int, optional
         *B*, the bits of the hash; default 63 (the official builder's default; the class's own is
         32), or ``planes``' rows.
@@ -487,8 +487,8 @@ def clustered_attention(
     causal : bool, default False
         Must be False: clustered attention has no causal form (see Notes).
     rng : numpy.random.Generator or int, optional
-        Source of ``planes`` and ``initial`` when they are not given (exactly one of ``rng``,
-        the explicit draws, or ``assignment``).
+        Source of ``planes`` and ``initial`` when they are not given (unused with ``assignment``,
+        which takes neither).
     planes : (B, d_k + 1) or (..., B, d_k + 1) array_like, optional
         Explicit hash hyperplanes (:func:`draw_hash_planes`).
     initial : (C,) or (..., C) array_like of int, optional
@@ -497,10 +497,10 @@ def clustered_attention(
         The cluster of each query, instead of hashing and K-means: :math:`S_{ij} = [\,
         \text{assignment}_i = j\,]`. With ``np.arange(n)`` every query is alone and the result is
         exact softmax attention.
-    method : {None, "equation", "blocked", "auto"}, default None
+    method : {"equation", "blocked", "auto"}, default "auto"
         How the C centroids attend (:func:`refattn.scaled_dot_product_attention`'s ``method``):
-        None and "auto" stream through the blocked kernel when the (..., C, m) scores would not
-        fit the memory budget.
+        "auto" streams through the blocked kernel when the (..., C, m) scores would not fit the
+        memory budget. ``None``, the old default, is read as "auto" with a ``DeprecationWarning``.
     return_weights : bool, default False
         Also return the effective (..., n, m) matrix, row *i* = :math:`A^c_{c(i)}`.
 
@@ -549,6 +549,7 @@ def clustered_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
+    method = none_is_auto("clustered_attention", method)
     q, k, v, assignment = checked_clusters("clustered_attention", q, k, v, causal, num_clusters, bits, iterations,
                                            hash_bias, rng, planes, initial, assignment)
     return attend_clusters(q, k, v, assignment, num_clusters, scale, method, check_bool("return_weights",
@@ -576,35 +577,13 @@ def attend_clusters(q: NDArray, k: NDArray, v: NDArray, assignment: NDArray, num
 
 def checked_clusters(name: str, q, k, v, causal, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
                      assignment) -> tuple[NDArray, NDArray, NDArray, NDArray]:
-    """A natural function's checks and clusters: q, k, v as float64 (checked), and each query's cluster."""
+    """A clustered function's checks and clusters: q, k, v as float64 (checked), and each query's cluster."""
     refuse_causal(causal, name)
     q, k, v = (as_float(label, x) for label, x in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
-    check_draw_source(rng, planes, initial, assignment, name)
-    assignment, _, _ = resolve_clusters(q, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
+    assignment, _, _ = resolve_clusters(name, q, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
                                         assignment)
     return q, k, v, assignment
-
-
-def drawn_clusters(name: str, q, causal, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
-                   assignment) -> tuple[NDArray, dict]:
-    """A registry entry's clusters (C = 3 unless given, for the short registry examples) and its draws."""
-    refuse_causal(causal, name)
-    if assignment is None and initial is None and num_clusters is None:
-        num_clusters = 3
-    assignment, planes, initial = resolve_clusters(q, num_clusters, bits, iterations, hash_bias, rng, planes, initial,
-                                                   assignment)
-    return assignment, {"planes": planes, "initial": initial}
-
-
-def check_draw_source(rng, planes, initial, assignment, name: str) -> None:
-    """A natural function's draws come from exactly one place: ``rng``, the explicit draws, or ``assignment``."""
-    if assignment is not None:
-        if rng is not None or planes is not None or initial is not None:
-            raise ValueError(f"{name}: assignment replaces the clustering; pass no rng, planes or initial with it")
-    elif planes is not None and initial is not None and rng is not None:
-        raise ValueError(f"{name}: planes and initial are both given, so rng has nothing to draw; pass one or "
-                         "the other")
 
 
 def refuse_causal(causal, name: str) -> None:
@@ -613,27 +592,15 @@ def refuse_causal(causal, name: str) -> None:
                          "queries of the whole sequence, so every centroid mixes past and future queries")
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_clusters=None, bits=None,
-           iterations=ITERATIONS, hash_bias=True, planes=None, initial=None, assignment=None, scale=None,
-           method="auto"):
-    """The registry's uniform apply of clustered_attention: C = 3 clusters unless given (for the short registry
-    examples), 63 bits and 10 iterations; the draws not given come from rng."""
-    assignment, draws = drawn_clusters("clustered", q, causal, num_clusters, bits, iterations, hash_bias, rng, planes,
-                                       initial, assignment)
-    result = attend_clusters(q, k, v, assignment, None, scale, method, return_weights)
-    if not return_weights:
-        return AttentionResult(result, draws=draws)
-    return AttentionResult(*result, None, draws)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    clustered_attention, allowed=None,
     id="clustered", title="Clustered attention", family="compressed", section="4.3.1", paper=VYAS,
     equation=r"\hat V_i = \operatorname{softmax}\!\Big(\frac{Q^c_{c(i)} K^\top}{\sqrt{d_k}}\Big) V,\quad "
              r"Q^c_j = \frac{\sum_i S_{ij} Q_i}{\sum_i S_{ij}}",
     time="O(n·C·B·iterations + C·m·d)", memory="O(n·C + C·m), O(n·C + C·d) blocked", kind="attention",
     methods=("equation", "blocked", "auto"),
     examples=({"hash_bias": False}, {"num_clusters": 1}, {"bits": 3, "iterations": 1}),
-    function=clustered_attention, apply=_apply, causal=False,
+    causal=False,
     position_dependent=True,                       # the initial centroids are queries drawn by position
     figure="refattn.figures.clustered:clustered",
     exact_options=lambda n, m: {"assignment": np.arange(n)},

@@ -23,13 +23,12 @@ from ..common.checks import broadcast_batch, check_bool, check_qkv, check_scale,
 from ..common.ints import check_non_negative_int
 from ..common.products import weighted_values
 from ..core.softmax import masked_softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 from ..papers import VYAS
 from .clustered import (
     ITERATIONS,
     check_assignment,
     checked_clusters,
-    drawn_clusters,
     query_centroids,
 )
 
@@ -80,8 +79,8 @@ def improved_clustered_attention(
     v : (..., m, d_v) array_like
         Values.
     num_clusters : int, optional
-        *C* (the official ``clusters``, which has no default); required unless ``initial`` or
-        ``assignment`` gives it. Capped at *n*.
+        *C* (the official ``clusters``, which has no default); default ``initial``'s length or
+        ``assignment``'s largest cluster + 1, else 3 (a small demonstration size). Capped at *n*.
     top_k : int, default 32
         *k*, the keys recomputed for each query (the official ``topk`` and its default); at most
         *m* are taken. ``top_k`` 0 or 1 is clustered attention (one key's softmax is 1: it keeps the
@@ -97,8 +96,8 @@ def improved_clustered_attention(
     causal : bool, default False
         Must be False: the paper defines no causal form (see Notes).
     rng : numpy.random.Generator or int, optional
-        Source of ``planes`` and ``initial`` when they are not given (exactly one of ``rng``, the
-        explicit draws, or ``assignment``).
+        Source of ``planes`` and ``initial`` when they are not given (unused with ``assignment``,
+        which takes neither).
     planes : (B, d_k + 1) or (..., B, d_k + 1) array_like, optional
         Explicit hash hyperplanes (:func:`~refattn.compressed.clustered.draw_hash_planes`).
     initial : (C,) or (..., C) array_like of int, optional
@@ -216,26 +215,15 @@ def _attend(q: NDArray, k: NDArray, v: NDArray, assignment: NDArray, num_cluster
     return out if A is None else (out, A.reshape(*batch, n, m))
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_clusters=None, top_k=2, bits=None,
-           iterations=ITERATIONS, hash_bias=True, planes=None, initial=None, assignment=None, scale=None):
-    """The registry's uniform apply of improved_clustered_attention: C = 3 clusters unless given and top_k = 2
-    (small, for the short registry examples), 63 bits and 10 iterations; the draws not given come from rng."""
-    assignment, draws = drawn_clusters("improved_clustered", q, causal, num_clusters, bits, iterations, hash_bias, rng,
-                                       planes, initial, assignment)
-    result = _attend(q, k, v, assignment, None, top_k, scale, return_weights)
-    if not return_weights:
-        return AttentionResult(result, draws=draws)
-    return AttentionResult(*result, None, draws)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    improved_clustered_attention, defaults={"top_k": 2}, allowed=None,      # top_k = 2 for the short examples
     id="improved_clustered", title="Improved clustered attention", family="compressed", section="4.3.1",
     paper=VYAS,
     equation=r"A^t_{il} = \hat m_{c(i)} \frac{e^{Q_i K_l^\top/\sqrt{d_k}}}{\sum_{r \in T_{c(i)}} "
              r"e^{Q_i K_r^\top/\sqrt{d_k}}} \ (l \in T_{c(i)}),\quad A^c_{c(i) l} \ \text{otherwise}",
     time="O(n·C·B·iterations + C·m·d + n·k·d)", memory="O(n·C + C·m)", kind="attention",
     examples=({"top_k": 0}, {"hash_bias": False}, {"num_clusters": 1, "top_k": 3}),
-    function=improved_clustered_attention, apply=_apply, causal=False,
+    causal=False,
     position_dependent=True,                       # the initial centroids are queries drawn by position
     content_selected=True, figure="refattn.figures.improved_clustered:improved_clustered",
     exact_options=lambda n, m: {"top_k": m}, exact_limit="top_k = m (every key recomputed exactly)",

@@ -46,7 +46,8 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 from ..sparse.pattern import as_indices
 
 __all__ = ["draw_sampled_keys", "informer_attention", "informer_counts", "query_sparsity", "top_queries"]
@@ -360,8 +361,8 @@ def informer_attention(
         *U*, sampled keys per query (>= 1); default from ``factor``, or the columns of
         ``sampled_keys``.
     rng : numpy.random.Generator or int, optional
-        Source of the sample (:func:`draw_sampled_keys`). Exactly one of ``rng`` and
-        ``sampled_keys``.
+        Source of the sample (:func:`draw_sampled_keys`) when ``sampled_keys`` is not given
+        (unused when it is).
     sampled_keys : (n, U) array_like of int, optional
         An explicit sample: row *i* holds the keys query *i*'s measure is evaluated on (repeats
         allowed), in ``[0, m)``; shared by every batch element and head.
@@ -467,19 +468,6 @@ def informer_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
-    if (rng is None) == (sampled_keys is None):
-        raise ValueError("informer_attention needs exactly one of rng= (to draw the sample) and sampled_keys= "
-                         "(an explicit sample)")
-    out, weights, _, _ = _prob_sparse(q, k, v, factor=factor, num_top=num_top, num_samples=num_samples, rng=rng,
-                                      sampled_keys=sampled_keys, causal=causal, counts=counts, measure=measure,
-                                      lazy=lazy, sample_from=sample_from, scale=scale, method=method,
-                                      return_weights=return_weights)
-    return (out, weights) if return_weights else out
-
-
-def _prob_sparse(q, k, v, *, factor, num_top, num_samples, rng, sampled_keys, causal, counts, measure, lazy,
-                 sample_from, scale, method, return_weights):
-    """Check everything, draw or check the sample, attend: ``(out, weights or None, sample, causal)``."""
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
@@ -496,16 +484,17 @@ def _prob_sparse(q, k, v, *, factor, num_top, num_samples, rng, sampled_keys, ca
             raise ValueError(f"num_top={u} is more active queries than there are: q has n={n} (shape {q.shape})")
     if num_samples is not None:
         U = check_positive_int("num_samples", num_samples) if m else 0
-    if sampled_keys is None:
-        sample = draw_sampled_keys(rng, n, m, U, causal=causal, sample_from=sample_from)
-    else:
+    sample = given_or_drawn("informer_attention", "sampled_keys", sampled_keys, optional_rng(rng),
+                            lambda r: draw_sampled_keys(r, n, m, U, causal=causal, sample_from=sample_from),
+                            what="its sampled keys")
+    if sampled_keys is not None:
         sample = _check_sample(sampled_keys, n, m, causal, sample_from)
         if num_samples is not None and sample.shape[1] != num_samples:
             raise ValueError(f"sampled_keys has {sample.shape[1]} keys per query but num_samples={num_samples}")
     if return_weights:
         check_fits("the weights (return_weights=True)", (*batch, n, m))
     out, weights = _attend(q, k, v, batch, u, sample, scale, causal, measure, lazy, method, return_weights)
-    return out, weights, sample, causal
+    return (out, weights) if return_weights else out
 
 
 def _top_left(causal) -> str | None:
@@ -596,32 +585,14 @@ def _lazy_weights(n: int, m: int, causal: bool, lazy: str) -> NDArray:
     return seen.astype(np.float64) if lazy == "official" else seen / np.minimum(np.arange(n) + 1, m)[:, None]
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, factor=1, num_top=None, num_samples=None,
-           sampled_keys=None, counts="paper", measure="paper", lazy="paper", sample_from="all", scale=None,
-           method="auto"):
-    """The registry's uniform apply: :func:`informer_attention` with the demonstration factor c = 1 (c = 5
-    makes every query of a short test sequence active), the sample from ``rng`` unless given; returns it."""
-    if sampled_keys is None and rng is None:
-        raise ValueError("informer draws its sampled keys from rng: pass rng= (or sampled_keys=)")
-    out, weights, sample, causal = _prob_sparse(
-        q, k, v, factor=factor, num_top=num_top, num_samples=num_samples, rng=rng, sampled_keys=sampled_keys,
-        causal=causal, counts=counts, measure=measure, lazy=lazy, sample_from=sample_from, scale=scale,
-        method=method, return_weights=return_weights)
-    allowed = None
-    if return_weights and causal:
-        allowed = np.broadcast_to(np.arange(weights.shape[-1]) <= np.arange(weights.shape[-2])[:, None],
-                                  weights.shape)
-    return AttentionResult(out, weights, allowed, draws={"sampled_keys": sample if sampled_keys is None else
-                                                         sampled_keys})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    informer_attention, defaults={"factor": 1},          # c = 5 makes every query of a short sequence active
     id="informer", title="Informer ProbSparse attention", family="compressed", section="4.3.1", paper=INFORMER,
     equation=r"\mathrm{out}_i = \begin{cases} \operatorname{softmax}(q_i K^\top/\sqrt{d})\,V & i \in "
              r"\operatorname{top}_u \big(\max_t s_{i,K_{it}} - \operatorname{mean}_t s_{i,K_{it}}\big) \\ "
              r"\tfrac{1}{m}\sum_j v_j & \text{otherwise} \end{cases}",
     time="O((n·U + u·m)·d), u, U ≈ c ln n", memory="O(n·U + u·m)", kind="attention",
-    methods=("equation", "blocked", "auto"), function=informer_attention, apply=_apply, causal=True,
+    methods=("equation", "blocked", "auto"), causal=True,
     incremental=False, position_dependent=True, content_selected=True, future_independent=False,
     examples=({"counts": "official", "measure": "official", "lazy": "official"},
               {"counts": "official-v1", "factor": 2}, {"sample_from": "visible", "factor": 3}),

@@ -40,7 +40,8 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 from ..sparse.pattern import no_causal_form
 
 __all__ = ["draw_projections", "linformer_attention"]
@@ -50,6 +51,7 @@ LINFORMER = ('S. Wang, B. Z. Li, M. Khabsa, H. Fang, H. Ma, 2020, "Linformer: Se
 SHARINGS = ("none", "headwise", "kv", "layerwise")
 INITS = ("paper", "official")
 METHODS = ("equation", "blocked", "auto")
+PROJ_DIM = 4                     # k drawn when proj_dim is not given (a demonstration size; the paper's go to 256)
 NO_CAUSAL = ("E K and F V mix all m positions, later ones included, so every projected key and value depends on "
              "the future and no mask on the n × k scores can hide it; lucidrains/linformer issue #4")
 
@@ -177,15 +179,17 @@ def linformer_attention(
         Values.
     E : (..., k, m) array_like, optional
         The key projection; its leading dims broadcast against those of q, k, v (one matrix per
-        head: shape (h, k, m) against inputs (..., h, n, d)). Exactly one of ``E`` and ``rng``.
+        head: shape (h, k, m) against inputs (..., h, n, d)). Drawn with F from ``rng`` when not
+        given.
     F : (..., k, m) array_like, optional
         The value projection, of E's k and m. Default E, which ``sharing`` "kv" and "layerwise"
         require (F must then equal E); "none" and "headwise" need it.
     proj_dim : int, optional
-        *k*, the projected length, for the draw (required with ``rng``); with ``E`` it must be
-        E's number of rows.
+        *k*, the projected length: default 4 (a small demonstration size) when drawing; with ``E``
+        it must be E's number of rows.
     rng : numpy.random.Generator or int, optional
-        Source of E and F (:func:`draw_projections`, one layer).
+        Source of E and F (:func:`draw_projections`, one layer) when ``E`` is not given (unused
+        when it is).
     sharing : {"none", "headwise", "kv", "layerwise"}, default "none"
         §4's sharing (see :func:`draw_projections`). Within one attention call "headwise" is
         "none" drawn once for every head, and "layerwise" is "kv"; the layers' sharing is in the
@@ -254,17 +258,6 @@ def linformer_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
-    if (rng is None) == (E is None):
-        raise ValueError("linformer_attention needs exactly one of rng= (to draw E and F) and E= (explicit "
-                         "projections)")
-    out, weights, _, _ = _linformer(q, k, v, E=E, F=F, proj_dim=proj_dim, rng=rng, sharing=sharing,
-                                    num_heads=num_heads, init=init, causal=causal, scale=scale, method=method,
-                                    return_weights=return_weights)
-    return (out, weights) if return_weights else out
-
-
-def _linformer(q, k, v, *, E, F, proj_dim, rng, sharing, num_heads, init, causal, scale, method, return_weights):
-    """Check everything, draw or check E and F, attend: ``(out, weights or None, E, F)``."""
     no_causal_form(causal, "Linformer", NO_CAUSAL)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
@@ -273,10 +266,13 @@ def _linformer(q, k, v, *, E, F, proj_dim, rng, sharing, num_heads, init, causal
     check_choice("init", init, INITS)
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
-    if E is None:
-        E, F = _drawn(rng, m, proj_dim, sharing, num_heads, init)
+    if E is None:                                                  # drawn together (F is E where shared)
+        E, F = given_or_drawn("linformer_attention", "E", None, optional_rng(rng), what="E and F",
+                              draw=lambda r: _drawn(r, m, proj_dim, sharing, num_heads, init))
     else:
         E, F = _given(E, F, m, proj_dim, sharing)
+    for name, value in (("E", E), ("F", F)):
+        given_or_drawn("linformer_attention", name, value, None, draw=None)   # the call's draws: E and F
     batch = broadcast_batch({"q, k, v": batch, "E": E.shape[:-2], "F": F.shape[:-2]})
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     n = q.shape[-2]
@@ -292,13 +288,12 @@ def _linformer(q, k, v, *, E, F, proj_dim, rng, sharing, num_heads, init, causal
         weights = P @ F                                            # (..., n, m)  W = P̄ F
     if method != "equation" or not return_weights:
         out = scaled_dot_product_attention(q, K_bar, V_bar, scale=scale, method=method)   # (..., n, d_v)  P̄ (F V)
-    return out, weights, E, F
+    return (out, weights) if return_weights else out
 
 
 def _drawn(rng, m: int, proj_dim, sharing: str, num_heads, init: str) -> tuple[NDArray, NDArray]:
     """One layer's E and F from :func:`draw_projections`: (k, m), or (h, k, m) with ``num_heads``."""
-    if proj_dim is None:
-        raise ValueError("drawing E and F needs proj_dim= (k, the projected length)")
+    proj_dim = PROJ_DIM if proj_dim is None else proj_dim
     h = 1 if num_heads is None else check_positive_int("num_heads", num_heads)
     E, F = draw_projections(rng, m, proj_dim, sharing=sharing, num_heads=h, init=init)
     index = 0 if num_heads is not None else (0, 0)
@@ -327,26 +322,13 @@ def _given(E, F, m: int, proj_dim, sharing: str) -> tuple[NDArray, NDArray]:
     return E, F
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, proj_dim=None, E=None, F=None,
-           sharing="none", num_heads=None, init="paper", scale=None, method="auto"):
-    """The registry's uniform apply of :func:`linformer_attention`: k = 4 projected rows unless given, E and F
-    from ``rng`` unless given; returns them."""
-    if E is None:
-        if rng is None:
-            raise ValueError("linformer draws E and F from rng: pass rng= (or E= and F=)")
-        proj_dim = 4 if proj_dim is None else proj_dim
-    out, weights, E, F = _linformer(q, k, v, E=E, F=F, proj_dim=proj_dim, rng=rng if E is None else None,
-                                    sharing=sharing, num_heads=num_heads, init=init, causal=causal, scale=scale,
-                                    method=method, return_weights=return_weights)
-    return AttentionResult(out, weights, None, draws={"E": E, "F": F})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    linformer_attention, allowed=None,
     id="linformer", title="Linformer", family="compressed", section="4.3.2", paper=LINFORMER,
     equation=r"\operatorname{softmax}\!\Big(\frac{Q (E K)^\top}{\sqrt{d_k}}\Big) F V,\quad "
              r"E, F \in \mathbb{R}^{k \times m}",
     time="O((n + m)·k·d)", memory="O(n·k + k·d), O(k·d) blocked", kind="attention",
-    methods=("equation", "blocked", "auto"), function=linformer_attention, apply=_apply, causal=False,
+    methods=("equation", "blocked", "auto"), causal=False,
     normalized=False, nonnegative=False,
     examples=({"sharing": "kv"}, {"init": "official", "proj_dim": 9}),
     figure="refattn.figures.linformer:linformer",

@@ -45,13 +45,12 @@ from ..common.budget import check_fits
 from ..common.checks import as_rng, broadcast_batch, causal_alignment, check_bool
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.softmax import softmax
-from ..mechanism import AttentionResult, Mechanism
-from .set_transformer import check_induced, induced_path
+from ..mechanism import Mechanism
+from .set_transformer import check_induced, given_points, induced_path
 
 __all__ = ["draw_pack", "luna_attention", "luna_maps", "pack_activation"]
 
 LUNA = ('X. Ma et al., 2021, "Luna: Linear Unified Nested Attention", arXiv:2106.01540')
-DEFAULT_PACK_LENGTH = 4                                            # l of the registry's apply
 BETA = np.log(2.0)                                                 # the official softplus's beta
 
 
@@ -164,8 +163,10 @@ def luna_attention(
     q: ArrayLike,
     k: ArrayLike,
     v: ArrayLike,
-    pack: ArrayLike,
+    pack: ArrayLike | None = None,
     *,
+    pack_length: int | None = None,
+    rng: np.random.Generator | int | None = None,
     pack_keys: ArrayLike | None = None,
     causal: bool | str = False,
     scale: float | None = None,
@@ -196,8 +197,13 @@ def luna_attention(
         module's notes for how Luna's projections map onto k and v).
     v : (..., m, d_v) array_like
         The context's values: the packed values are :math:`A_\mathrm{pack} V`.
-    pack : (..., l, d_k) array_like
-        The pack queries :math:`P_Q = P W^Q_P` (:func:`draw_pack`).
+    pack : (..., l, d_k) array_like, optional
+        The pack queries :math:`P_Q = P W^Q_P`; drawn from ``rng`` (:func:`draw_pack`) when not given.
+    pack_length : int, optional
+        *l*, when drawing ``pack``: default 4 (a small demonstration size); when it is given, its
+        rows (and ``pack_length``, if given too, must agree).
+    rng : numpy.random.Generator or int, optional
+        Source of ``pack`` when it is not given (unused when it is).
     pack_keys : (..., m, d_k) array_like, optional
         :math:`K_P`, the keys the pack tokens read; default ``k`` (the registry's ``apply``).
     causal : {False, True, "top-left", "bottom-right"}, default False
@@ -254,6 +260,8 @@ def luna_attention(
     """
     alignment = causal_alignment(causal)
     return_weights = check_bool("return_weights", return_weights)
+    pack = given_points("luna_attention", ("pack", "pack_length"), pack, pack_length, rng, q, draw=draw_pack,
+                        what="pack queries")
     q, k, v, pack, pack_keys, scale = check_induced(q, k, v, pack, pack_keys, scale, names=("pack", "pack_keys"))
     batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2], "pack": pack.shape[:-2],
                              "pack_keys": pack_keys.shape[:-2]})
@@ -299,33 +307,13 @@ def _causal(q, k, v, pack, pack_keys, scale, alignment):
     return out, A_unpack, np.broadcast_to(F, (*batch, m, l)), count
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, pack_length=None, pack=None, scale=None):
-    """:func:`luna_attention` with the pack reading ``k`` (``pack_keys=None``), l = ``pack_length`` (4 by default)
-    pack queries drawn from ``rng`` unless given; returns them."""
-    if pack is None:
-        if rng is None:
-            raise ValueError("luna draws its pack queries from rng: pass rng= (or pack=)")
-        drawn = draw_pack(rng, DEFAULT_PACK_LENGTH if pack_length is None else pack_length, q.shape[-1])
-    else:
-        drawn = pack
-        if pack_length is not None and np.shape(pack)[-2:-1] != (check_positive_int("pack_length", pack_length),):
-            raise ValueError(f"pack has shape {np.shape(pack)} but pack_length={pack_length}")
-    result = luna_attention(q, k, v, drawn, causal=causal, scale=scale, return_weights=return_weights)
-    out, weights = result if return_weights else (result, None)
-    allowed = None
-    if return_weights and causal_alignment(causal) is not None:
-        n, m = weights.shape[-2:]
-        delta = m - n if causal == "bottom-right" else 0
-        allowed = np.broadcast_to(np.arange(m) <= np.arange(n)[:, None] + delta, weights.shape)
-    return AttentionResult(out, weights, allowed, draws={"pack": drawn})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    luna_attention,
     id="luna", title="Luna pack and unpack attention", family="compressed", section="4.3.2", paper=LUNA,
     equation=r"\operatorname{softmax}\!\big(Q (A_P K)^\top/\sqrt{d}\big)\, A_P V,\ "
              r"A_P = \operatorname{softmax}(P K^\top/\sqrt{d})",
-    time="O((n + m)·l·d)", memory="O((n + m)·l), causal O(m·l·d)", kind="attention", function=luna_attention,
-    apply=_apply, causal=True, normalized=False,
+    time="O((n + m)·l·d)", memory="O((n + m)·l), causal O(m·l·d)", kind="attention",
+    causal=True, normalized=False,
     examples=({"pack_length": 1}, {"pack_length": 9}, {"scale": 2.0}),
     figure="refattn.figures.luna:luna", exact_options=None,
     exact_limit="none: the queries attend l packed tokens, each a positive mixture of every key, so W = "

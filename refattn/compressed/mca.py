@@ -47,6 +47,7 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
+from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.attention import attend_pattern
 from ..sparse.block_local import block_local_pattern
@@ -272,6 +273,8 @@ def memory_compressed_attention(
     causal: bool | str = False,
     scale: float | None = None,
     method: str = "auto",
+    mode: str = "compressed",
+    block: int = 256,
     return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Memory-compressed attention: the queries attend to keys and values shortened by a strided convolution.
@@ -294,9 +297,10 @@ def memory_compressed_attention(
         *c*, the kernel size and stride: 3 (the paper's) when drawing, ``params.factor`` when
         given (and then it must agree).
     params : MemoryCompression, optional
-        The kernels W^K, W^V. Exactly one of ``params`` and ``rng``.
+        The kernels W^K, W^V; drawn from ``rng`` when not given.
     rng : numpy.random.Generator or int, optional
-        Source of the kernels (:func:`init_memory_compression`).
+        Source of the kernels (:func:`init_memory_compression`) when ``params`` is not given
+        (unused when it is).
     channels : {"full", "shared"}, optional
         The kernels' kind: d × d taps mixing the channels ("full", the default when drawing) or
         scalar taps shared by the channels ("shared"); with ``params``, theirs (and it must agree).
@@ -318,6 +322,12 @@ def memory_compressed_attention(
         chunks of query rows whose scores fit a quarter of the memory budget, each against the
         blocks its last row sees). The weights, when asked
         for, come from "equation" whatever the method.
+    mode : {"compressed", "local"}, default "compressed"
+        Which of T-DMCA's two attention layers: this one, or its local attention within blocks of
+        ``block`` tokens (:func:`blockwise_local_attention`, which takes ``causal`` and ``method``
+        and none of the compression's options: ``scale`` is refused, the others unused).
+    block : int, default 256
+        *b*, tokens per block of ``mode="local"`` (the paper's 256).
     return_weights : bool, default False
         Also return the effective (..., n, m) matrix :math:`W = P C^V` (plus :math:`P_{i0}` on
         column 0 for the first token of "tensor2tensor"), ``out = W @ v``; scalar taps only.
@@ -396,28 +406,31 @@ def memory_compressed_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v, causal=True)))
     True
     """
-    if (rng is None) == (params is None):
-        raise ValueError("memory_compressed_attention needs exactly one of rng= (to draw the kernels) and params= "
-                         "(explicit kernels)")
-    out, weights, _, _ = _mca(q, k, v, factor=factor, params=params, rng=rng, channels=channels or "full",
-                              channels_given=channels is not None, memory=memory, remainder=remainder, causal=causal,
-                              scale=scale, method=method, return_weights=return_weights)
-    return (out, weights) if return_weights else out
-
-
-def _mca(q, k, v, *, factor, params, rng, channels, channels_given, memory, remainder, causal, scale, method,
-         return_weights):
-    """Check everything, draw or check the kernels, attend: ``(out, weights or None, allowed or None, params)``."""
+    check_choice("mode", mode, MODES)
+    if mode == "local":                                            # no kernels: params noted as given, None or not
+        if scale is not None:
+            raise ValueError("scale is an option of mode='compressed'; the local blocks use 1/sqrt(d_k)")
+        given_or_drawn("memory_compressed_attention", "params", params, 0, draw=lambda _: None)
+        result = _local(q, k, v, block=block, causal=causal, method=method, return_weights=return_weights)
+        if not return_weights:
+            return result.output
+        note_allowed(result.allowed)
+        return result.output, result.weights
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     (n, d_k), (m, d_v) = q.shape[-2:], v.shape[-2:]
     alignment = causal_alignment(causal)
+    channels_given, channels = channels is not None, channels or "full"
     for name, value, choices in (("channels", channels, CHANNELS), ("memory", memory, MEMORIES),
                                  ("remainder", remainder, REMAINDERS), ("method", method, METHODS)):
         check_choice(name, value, choices)
     return_weights = check_bool("return_weights", return_weights)
     scale = default_scale(d_k) if scale is None else check_scale(scale)
-    params = _resolve_params(params, rng, factor, channels, channels_given, d_k, d_v)
+    params = given_or_drawn("memory_compressed_attention", "params", params, optional_rng(rng), what="its kernels",
+                            draw=lambda r: init_memory_compression(r, 3 if factor is None else
+                                                                   check_positive_int("factor", factor),
+                                                                   d_k=d_k, d_v=d_v, channels=channels))
+    params = _check_params(params, factor, channels, channels_given, d_k, d_v)
     if return_weights and params.channels == "full":
         raise ValueError("return_weights=True needs channels='shared' (scalar taps): with d × d taps the output "
                          "Σ_r P_ir Σ_t v_{rc+t} W_t mixes the values' channels, and no n × m matrix gives it")
@@ -432,16 +445,14 @@ def _mca(q, k, v, *, factor, params, rng, channels, channels_given, memory, rema
     visible = _visible(n, m, c, alignment, memory, remainder)
     out, P = _attend_memory(q, K_mem, V_mem, visible, scale, method, return_weights)
     if not return_weights:
-        return out, None, None, params
+        return out
     weights = _effective(P, m, c, remainder, params.w_v, first)
-    return out, weights, _allowed(n, m, c, remainder, visible, first, weights.shape), params
+    note_allowed(lambda: _allowed(n, m, c, remainder, visible, first, weights.shape))
+    return out, weights
 
 
-def _resolve_params(params, rng, factor, channels, channels_given, d_k, d_v) -> MemoryCompression:
-    """The kernels: drawn (c = 3 unless ``factor``) or given, checked against ``factor``, ``channels`` and d."""
-    if params is None:
-        c = 3 if factor is None else check_positive_int("factor", factor)
-        return init_memory_compression(rng, c, d_k=d_k, d_v=d_v, channels=channels)
+def _check_params(params, factor, channels, channels_given, d_k, d_v) -> MemoryCompression:
+    """The kernels (drawn or given), checked against ``factor``, ``channels`` and d."""
     if not isinstance(params, MemoryCompression):
         raise TypeError(f"params must be a MemoryCompression, got {type(params).__name__}")
     if factor is not None and check_positive_int("factor", factor) != params.factor:
@@ -599,32 +610,14 @@ def _local(q, k, v, *, block, causal, method, return_weights) -> AttentionResult
     return attend_pattern(q, k, v, pattern, method=LOCAL_METHODS[method], return_weights=return_weights)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, mode="compressed", factor=None, params=None,
-           channels=None, memory="paper", remainder="drop", block=3, scale=None, method="auto"):
-    """The registry's uniform apply: memory-compressed attention with c = 3 and scalar taps (so that the effective
-    matrix exists) unless given, the kernels from ``rng`` unless given; ``mode="local"``: blocks of b = 3 (the
-    compression's options are not used, and ``params`` comes back as given)."""
-    check_choice("mode", mode, MODES)
-    if mode == "local":
-        if scale is not None:
-            raise ValueError("scale is an option of mode='compressed'; the local blocks use 1/sqrt(d_k)")
-        result = _local(q, k, v, block=block, causal=causal, method=method, return_weights=return_weights)
-        return result._replace(draws={"params": params})
-    if params is None and rng is None:
-        raise ValueError("mca draws its kernels from rng: pass rng= (or params=)")
-    out, weights, allowed, params = _mca(
-        q, k, v, factor=factor, params=params, rng=rng if params is None else None, channels=channels or "shared",
-        channels_given=channels is not None, memory=memory, remainder=remainder, causal=causal, scale=scale,
-        method=method, return_weights=return_weights)
-    return AttentionResult(out, weights, allowed, draws={"params": params})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    memory_compressed_attention,                   # scalar taps, so that the effective matrix exists; short blocks
+    defaults={"channels": "shared", "block": 3},
     id="mca", title="Memory-compressed attention", family="compressed", section="4.3.2", paper=LIU,
     equation=r"\operatorname{softmax}\!\Big(\frac{Q \tilde K^\top}{\sqrt{d_k}}\Big) \tilde V,\quad "
              r"\tilde K_r = \sum_{t<c} K_{rc+t} W^K_t,\ \tilde V_r = \sum_{t<c} V_{rc+t} W^V_t",
     time="O(n·(m/c)·d + m·d²)", memory="O(n·m/c), O((n + m)·d) blocked", kind="attention",
-    methods=("equation", "blocked", "auto"), function=memory_compressed_attention, apply=_apply, causal=True,
+    methods=("equation", "blocked", "auto"), causal=True,
     position_dependent=True, normalized=False, nonnegative=False,
     examples=({"memory": "tensor2tensor"}, {"remainder": "pad", "factor": 2}, {"mode": "local"},
               {"mode": "local", "block": 2}),

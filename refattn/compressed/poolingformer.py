@@ -50,7 +50,8 @@ from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..common.products import weighted_values
 from ..core.softmax import softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..mechanism import Mechanism
 from ..sparse.attention import METHODS, check_weights_fit, sparse_attention
 from ..sparse.band import band_pattern
 from ..sparse.pattern import SparsePattern, no_causal_form
@@ -276,10 +277,10 @@ def poolingformer_attention(
         "conv": the lightweight dynamic convolution (LDConv) of the paper; "mean" and "max": its
         other pooling operations. "max" has no ``return_weights``.
     params : PoolingformerParams, optional
-        The second level's :math:`W_Q, W_K, W_\delta` (:func:`init_poolingformer`). Exactly one of
-        ``params`` and ``rng``.
+        The second level's :math:`W_Q, W_K, W_\delta` (:func:`init_poolingformer`); drawn from
+        ``rng`` when not given.
     rng : numpy.random.Generator or int, optional
-        Draws ``params`` with :func:`init_poolingformer`.
+        Draws ``params`` with :func:`init_poolingformer` when it is not given (unused when it is).
     residual : bool, default True
         Add the first level's output to the second's (the paper's connection between the levels).
     causal : False
@@ -347,28 +348,6 @@ def poolingformer_attention(
     >>> bool(np.allclose(out, W @ v)), bool(np.allclose(W.sum(axis=-1), 2.0))
     (True, True)
     """
-    if (rng is None) == (params is None):
-        raise ValueError("poolingformer_attention needs exactly one of rng= (to draw params) and params=")
-    result = _poolingformer(q, k, v, window=window, pool_window=pool_window, kernel_size=kernel_size, stride=stride,
-                            pooling=pooling, params=params, rng=rng, residual=residual, causal=causal, scale=scale,
-                            method=method, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _check_geometry(pool_window, kernel_size, stride) -> tuple[int, int, int]:
-    """w₂ >= 0, κ >= 1, ξ >= 1 and κ <= 2w₂ + 1 (a segment fits in the window)."""
-    pool_window = check_non_negative_int("pool_window", pool_window)
-    kernel_size = check_positive_int("kernel_size", kernel_size)
-    stride = check_positive_int("stride", stride)
-    if kernel_size > 2 * pool_window + 1:
-        raise ValueError(f"kernel_size={kernel_size} does not fit in the second level's window of 2·pool_window + 1 "
-                         f"= {2 * pool_window + 1} positions (pool_window={pool_window})")
-    return pool_window, kernel_size, stride
-
-
-def _poolingformer(q, k, v, *, window, pool_window, kernel_size, stride, pooling, params, rng, residual, causal,
-                   scale, method, return_weights) -> AttentionResult:
-    """Checked Poolingformer attention; ``draws`` holds the parameters used."""
     check_choice("method", method, METHODS)
     check_choice("pooling", pooling, POOLINGS)
     residual = check_bool("residual", residual)
@@ -383,24 +362,40 @@ def _poolingformer(q, k, v, *, window, pool_window, kernel_size, stride, pooling
     if return_weights and pooling == "max":
         raise ValueError("pooling='max' has no effective matrix (each channel takes its maximum at its own position, "
                          "so out = W v holds for no single W): pass return_weights=False, or pooling='mean'/'conv'")
-    params = init_poolingformer(rng, d_v, d_k, kernel_size) if params is None else \
-        _check_params(params, d_v, d_k, kernel_size)
+    params = given_or_drawn("poolingformer_attention", "params", params, optional_rng(rng), what="its parameters",
+                            draw=lambda r: init_poolingformer(r, d_v, d_k, kernel_size))
+    params = _check_params(params, d_v, d_k, kernel_size)
     if return_weights:
         check_weights_fit(batch, n, m)
         check_fits("the second level's dense weights (return_weights=True)", (*batch, n, n + kernel_size - 1))
         check_fits("the pooled first-level weights (return_weights=True)", (*batch, n + kernel_size - 1, m))
     if n == 0:                                                     # no query: nothing to pool or attend
-        return AttentionResult(np.zeros((*batch, 0, d_v)), np.zeros((*batch, 0, m)) if return_weights else None,
-                               np.zeros((*batch, 0, m), dtype=bool) if return_weights else None, {"params": params})
+        out = np.zeros((*batch, 0, d_v))
+        if not return_weights:
+            return out
+        note_allowed(np.zeros((*batch, 0, m), dtype=bool))
+        return out, np.zeros((*batch, 0, m))
     first = band_pattern(n, window, m=m)                           # (n, m)  |i − j| ≤ w₁
     second = pooling_pattern(n, pool_window, kernel_size, stride)  # (n, n + κ − 1)  the segment starts
     levels = (q, k, v, params, first, second, pooling, residual, scale)
     if not return_weights:
-        return AttentionResult(_levels(*levels, method=method)[0], draws={"params": params})
+        return _levels(*levels, method=method)[0]
     out, W, allowed = _levels(*levels, method="equation", weights=True)
     if method == "csr":
         out = _levels(*levels, method="csr")[0]
-    return AttentionResult(out, W, allowed, {"params": params})
+    note_allowed(allowed)                                          # the pairs of the two levels' patterns
+    return out, W
+
+
+def _check_geometry(pool_window, kernel_size, stride) -> tuple[int, int, int]:
+    """w₂ >= 0, κ >= 1, ξ >= 1 and κ <= 2w₂ + 1 (a segment fits in the window)."""
+    pool_window = check_non_negative_int("pool_window", pool_window)
+    kernel_size = check_positive_int("kernel_size", kernel_size)
+    stride = check_positive_int("stride", stride)
+    if kernel_size > 2 * pool_window + 1:
+        raise ValueError(f"kernel_size={kernel_size} does not fit in the second level's window of 2·pool_window + 1 "
+                         f"= {2 * pool_window + 1} positions (pool_window={pool_window})")
+    return pool_window, kernel_size, stride
 
 
 def _check_params(params, d_v: int, d_k: int, kernel_size: int) -> PoolingformerParams:
@@ -491,18 +486,9 @@ def _max_pool(x: NDArray, kappa: int) -> NDArray:
     return out
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", window=1, pool_window=3,
-           kernel_size=3, stride=2, pooling="conv", residual=True, params=None, scale=None):
-    """The registry's uniform apply: w₁ = 1, w₂ = 3, κ = 3, ξ = 2 (three segments per query at a short test
-    length), LDConv pooling, the parameters drawn from rng unless given; returns them."""
-    if params is None and rng is None:
-        raise ValueError("poolingformer draws its parameters from rng: pass rng= (or params=)")
-    return _poolingformer(q, k, v, window=window, pool_window=pool_window, kernel_size=kernel_size, stride=stride,
-                          pooling=pooling, params=params, rng=rng if params is None else None, residual=residual,
-                          causal=causal, scale=scale, method=method, return_weights=return_weights)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    poolingformer_attention,                       # three segments per query at a short test length:
+    defaults={"window": 1, "pool_window": 3, "kernel_size": 3, "stride": 2},
     id="poolingformer", title="Poolingformer two-level pooling attention", family="compressed", section="4.3.2",
     paper=POOLINGFORMER,
     equation=r"y_i = \sum_{|i-j| \le w_1} \operatorname{softmax}_j(q_i k_j^\top/\sqrt d)\, v_j, \quad "
@@ -510,7 +496,7 @@ RECORD = Mechanism(
              r"/\sqrt d\big)\, \tilde y_{s_{i,t}}, \quad \tilde y_s = \operatorname{Pool}_\kappa(y_s, \dots, "
              r"y_{s+\kappa-1})",
     time="O(n·(w₁ + w₂/ξ + κ)·d)", memory="O(n·(w₁ + w₂/ξ) + n·d)", kind="attention",
-    methods=("equation", "csr", "auto"), function=poolingformer_attention, apply=_apply, causal=False,
+    methods=("equation", "csr", "auto"), causal=False,
     position_dependent=True, normalized=False,
     examples=({"pooling": "mean"}, {"residual": False, "pool_window": 2, "kernel_size": 2, "stride": 1}),
     figure="refattn.figures.poolingformer:poolingformer",

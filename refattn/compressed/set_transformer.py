@@ -58,7 +58,8 @@ from ..core.layer_norm import LayerNormParams, init_layer_norm
 from ..core.layer_norm import layer_norm as normalise
 from ..core.multi_head import MultiHeadParams, init_multi_head, multi_head_attention
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 
 __all__ = [
     "ISABParams",
@@ -80,7 +81,7 @@ SET_TRANSFORMER = ('J. Lee et al., 2019, "Set Transformer: A Framework for Atten
                    'Neural Networks", arXiv:1810.00825')
 FORMS = ("paper", "official")
 SCALE_BY = ("head", "model")
-DEFAULT_INDUCING = 4                                               # ℓ of the registry's apply
+INDUCING = 4                                                       # ℓ drawn when not given (a demonstration size)
 
 
 # --- the inducing-point attention path (the registry's apply) -------------------------------------
@@ -157,8 +158,10 @@ def induced_attention(
     q: ArrayLike,
     k: ArrayLike,
     v: ArrayLike,
-    inducing: ArrayLike,
+    inducing: ArrayLike | None = None,
     *,
+    num_inducing: int | None = None,
+    rng: np.random.Generator | int | None = None,
     inducing_keys: ArrayLike | None = None,
     causal: bool = False,
     scale: float | None = None,
@@ -180,8 +183,14 @@ def induced_attention(
         Keys; the memory's keys are their mixtures :math:`H_K = A_{IK} K`.
     v : (..., m, d_v) array_like
         Values; the memory's values are :math:`H_V = A_{IK} V`.
-    inducing : (..., ℓ, d_k) array_like
-        The inducing points :math:`I`, as queries of the first attention (:func:`draw_inducing_points`).
+    inducing : (..., ℓ, d_k) array_like, optional
+        The inducing points :math:`I`, as queries of the first attention; drawn from ``rng``
+        (:func:`draw_inducing_points`) when not given.
+    num_inducing : int, optional
+        ℓ, when drawing ``inducing``: default 4 (a small demonstration size); when it is given, its
+        rows (and ``num_inducing``, if given too, must agree).
+    rng : numpy.random.Generator or int, optional
+        Source of ``inducing`` when it is not given (unused when it is).
     inducing_keys : (..., m, d_k) array_like, optional
         :math:`K_I`, the keys the inducing points read; default ``k`` (see Notes).
     causal : bool, default False
@@ -231,6 +240,7 @@ def induced_attention(
         raise ValueError(f"induced_attention has no causal form (causal must be False, got {causal!r}): the inducing "
                          "points attend every element of the set, and a set has no order")
     return_weights = check_bool("return_weights", return_weights)
+    inducing = given_points("induced_attention", ("inducing", "num_inducing"), inducing, num_inducing, rng, q)
     q, k, v, inducing, inducing_keys, scale = check_induced(q, k, v, inducing, inducing_keys, scale)
     if return_weights:
         check_fits("the weights (return_weights=True)", (*broadcast_batch(
@@ -238,6 +248,21 @@ def induced_attention(
             q.shape[-2], k.shape[-2]))
     out, A_QH, A_IK = induced_path(q, k, v, inducing, inducing_keys, scale)
     return (out, A_QH @ A_IK) if return_weights else out
+
+
+def given_points(by: str, names: tuple[str, str], points, count, rng, q, draw=None,
+                 what: str = "inducing points") -> ArrayLike:
+    """The inducing points (Luna: the pack) ``points``, or ``count`` of them (``INDUCING`` by default) drawn from
+    ``rng`` at q's width by ``draw(rng, count, d)`` (default :func:`draw_inducing_points`), through
+    :func:`~refattn.draws.given_or_drawn`; ``names`` are the points' and the count's options."""
+    if count is not None:
+        count = check_positive_int(names[1], count)
+        if points is not None and np.shape(points)[-2:-1] != (count,):
+            raise ValueError(f"{names[0]} has shape {np.shape(points)} but {names[1]}={count}")
+    draw = draw or draw_inducing_points
+    return given_or_drawn(by, names[0], points, optional_rng(rng), what=f"its {what}",
+                          draw=lambda r: draw(r, INDUCING if count is None else count,
+                                              as_float("q", q, min_ndim=2).shape[-1]))
 
 
 def check_induced(q, k, v, inducing, inducing_keys, scale, names: tuple[str, str] = ("inducing", "inducing_keys")):
@@ -623,32 +648,13 @@ def pma(z: ArrayLike, params: PMAParams, *, num_heads: int, form: str = "paper",
                layer_norm=layer_norm, eps=eps)                     # (..., k, d)  MAB(S, rFF(Z))
 
 
-# --- the registry's uniform apply -----------------------------------------------------------------
-
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_inducing=None, inducing=None,
-           scale=None):
-    """The inducing-point attention path (:func:`induced_attention`, its keys ``k`` read by the inducing points
-    too), ℓ = ``num_inducing`` (4 by default) inducing points drawn from ``rng`` unless given; returns them."""
-    if inducing is None:
-        if rng is None:
-            raise ValueError("set_transformer draws its inducing points from rng: pass rng= (or inducing=)")
-        drawn = draw_inducing_points(rng, DEFAULT_INDUCING if num_inducing is None else num_inducing, q.shape[-1])
-    else:
-        drawn = inducing
-        if num_inducing is not None and np.shape(inducing)[-2:-1] != (check_positive_int("num_inducing",
-                                                                                           num_inducing),):
-            raise ValueError(f"inducing has shape {np.shape(inducing)} but num_inducing={num_inducing}")
-    result = induced_attention(q, k, v, drawn, causal=causal, scale=scale, return_weights=return_weights)
-    out, weights = result if return_weights else (result, None)
-    return AttentionResult(out, weights, None, draws={"inducing": drawn})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    induced_attention, allowed=None,
     id="set_transformer", title="Set Transformer inducing-point attention (ISAB)", family="compressed",
     section="4.3.2", paper=SET_TRANSFORMER,
     equation=r"\operatorname{softmax}\!\big(Q (A_{IK}K)^\top/\sqrt{d}\big)\, A_{IK} V,\ "
              r"A_{IK} = \operatorname{softmax}(I K^\top/\sqrt{d})",
-    time="O((n + m)·ℓ·d)", memory="O((n + m)·ℓ)", kind="attention", function=induced_attention, apply=_apply,
+    time="O((n + m)·ℓ·d)", memory="O((n + m)·ℓ)", kind="attention",
     causal=False, examples=({"num_inducing": 1}, {"num_inducing": 9}, {"scale": 2.0}),
     figure="refattn.figures.set_transformer:set_transformer", exact_options=None,
     exact_limit="none: each of the ℓ memory slots is a softmax mixture of every key, so W = A_QH·A_IK has rank "
