@@ -34,9 +34,10 @@ ACROSS_METHODS = {"rtol": 1e-11, "atol": 1e-10}
 
 
 def _argument_names(mech) -> set[str]:
-    """Names an error may cite: the shared ones, and every option of the mechanism's own apply."""
-    own = inspect.signature(mech.apply.__wrapped__).parameters
-    return SHARED_NAMES | set(own)
+    """Names an error may cite: the shared ones, every option of the mechanism's own apply, and its door's inputs."""
+    own = set(inspect.signature(mech.apply.__wrapped__).parameters)
+    door = getattr(mech.apply, "door", None)                       # Mechanism.of: a layer door says x_q, x_kv, x_v
+    return SHARED_NAMES | own | (set(inspect.signature(door).parameters) if door else set())
 
 
 def _names_an_argument(message: str, names: set[str]) -> bool:
