@@ -291,8 +291,10 @@ def talking_heads_attention(
     U = np.einsum("...hnm,hv->...vnm", W, params.P_w)              # (..., h_v, n, m)    U = W P_w
     O = weighted_values(U, V, allowed, empty[..., :1, :, :], fully_masked)   # (..., h_v, n, d_v)  O = U V
     out = combine_heads(O, p.w_o, p.b_o)                           # (..., n, d_model)   Y = O P_o
+    if not return_weights:
+        return out
     note_allowed(lambda: allowed_pairs(head_shared(mask), causal, U.shape, fully_masked))
-    return (out, U) if return_weights else out
+    return out, U
 
 
 def _talking_heads_params(params, d_model: int, num_heads, key_heads, value_heads, rng) -> TalkingHeadsParams:
