@@ -54,6 +54,7 @@ from ..masks import allowed_pairs, check_mask_shape
 from ..core.multi_head import MultiHeadParams, combine_heads, head_shared, layer_inputs, project_heads, split_heads
 from ..core.sdpa import scaled_dot_product_attention
 from ..mechanism import Mechanism
+from ._layer import drawn_width
 
 __all__ = [
     "CPDecomposition",
@@ -277,7 +278,7 @@ def collaborative_attention(
     True
     """
     x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
-    params = _collaborative_params(params, x_q.shape[-1], num_heads, shared_dim, rng)
+    params = _collaborative_params(params, x_q, num_heads, shared_dim, rng)
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model)
     h, n, m = params.num_heads, x_q.shape[-2], x_kv.shape[-2]
     scale = math.sqrt(h / params.shared_dim) if scale is None else check_scale(scale)
@@ -487,18 +488,18 @@ def collaborative_from_multi_head(params: MultiHeadParams, num_heads: int, share
     return CollaborativeParams(w_q, w_k, mixing, params.w_v, params.w_o, content_bias, params.b_v, params.b_o)
 
 
-def _collaborative_params(params, d_model: int, num_heads, shared_dim, rng) -> CollaborativeParams:
+def _collaborative_params(params, x_q: NDArray, num_heads, shared_dim, rng) -> CollaborativeParams:
     """``params`` as given, drawn from ``rng`` with ``num_heads`` and ``shared_dim``, or ``"identity"``."""
     if params is None and num_heads is None:
         raise ValueError("collaborative_heads needs num_heads= to draw params from rng (or params=)")
     params = given_or_drawn("collaborative_heads", "params", params, optional_rng(rng), lambda r: init_collaborative(
-        r, d_model, num_heads, shared_dim=shared_dim), what="its parameters")
+        r, drawn_width(x_q), num_heads, shared_dim=shared_dim), what="its parameters")
     if isinstance(params, str):
-        if params != "identity" or num_heads not in (None, 1) or shared_dim not in (None, d_model):
+        if params != "identity" or num_heads not in (None, 1) or shared_dim not in (None, x_q.shape[-1]):
             raise ValueError(f"params must be CollaborativeParams, None or 'identity' (with num_heads=1), got "
                              f"{params!r} with num_heads={num_heads}, shared_dim={shared_dim}")
-        eye = np.eye(d_model)
-        return CollaborativeParams(eye, eye, np.ones((1, d_model)), eye, eye)
+        eye = np.eye(x_q.shape[-1])
+        return CollaborativeParams(eye, eye, np.ones((1, x_q.shape[-1])), eye, eye)
     if not isinstance(params, CollaborativeParams):
         raise TypeError(f"params must be CollaborativeParams (see init_collaborative), None or 'identity', got "
                         f"{type(params).__name__}")

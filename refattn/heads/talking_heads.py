@@ -56,6 +56,7 @@ from ..core.multi_head import (
 )
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from ..mechanism import Mechanism
+from ._layer import drawn_width
 
 __all__ = ["TalkingHeadsParams", "init_talking_heads", "talking_heads_attention"]
 
@@ -269,7 +270,7 @@ def talking_heads_attention(
     """
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
-    params = _talking_heads_params(params, x_q.shape[-1], num_heads, key_heads, value_heads, rng)
+    params = _talking_heads_params(params, x_q, num_heads, key_heads, value_heads, rng)
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.projections.d_model)
     p = params.projections
     h_k, h, h_v = params.key_heads, params.num_heads, params.value_heads
@@ -297,18 +298,18 @@ def talking_heads_attention(
     return out, U
 
 
-def _talking_heads_params(params, d_model: int, num_heads, key_heads, value_heads, rng) -> TalkingHeadsParams:
+def _talking_heads_params(params, x_q: NDArray, num_heads, key_heads, value_heads, rng) -> TalkingHeadsParams:
     """``params`` as given, drawn from ``rng`` with the head counts given, or ``"identity"``."""
     if params is None and num_heads is None:
         raise ValueError("talking_heads needs num_heads= to draw params from rng (or params=)")
     params = given_or_drawn("talking_heads", "params", params, optional_rng(rng), lambda r: init_talking_heads(
-        r, d_model, num_heads, key_heads=key_heads, value_heads=value_heads), what="its parameters")
+        r, drawn_width(x_q), num_heads, key_heads=key_heads, value_heads=value_heads), what="its parameters")
     if isinstance(params, str):
         if params != "identity" or (num_heads, key_heads or 1, value_heads or 1) != (1, 1, 1):
             raise ValueError(f"params must be TalkingHeadsParams, None or 'identity' (with one head of each kind), "
                              f"got {params!r} with num_heads={num_heads}, key_heads={key_heads}, "
                              f"value_heads={value_heads}")
-        eye = np.eye(d_model)
+        eye = np.eye(x_q.shape[-1])
         return TalkingHeadsParams(MultiHeadParams(eye, eye, eye, eye), np.ones((1, 1)), np.ones((1, 1)))
     if not isinstance(params, TalkingHeadsParams):
         raise TypeError(f"params must be TalkingHeadsParams (see init_talking_heads), None or 'identity', got "
