@@ -31,7 +31,14 @@ from ..common.checks import as_float, check_scale, default_scale
 from ..common.ints import check_positive_int
 from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..masks import allowed_pairs
-from ..core.multi_head import MultiHeadParams, head_shared, init_multi_head, multi_head_attention, project_heads
+from ..core.multi_head import (
+    MultiHeadParams,
+    head_shared,
+    init_multi_head,
+    multi_head_attention,
+    project_heads,
+    resolve_params,
+)
 from ..mechanism import Mechanism
 from ._layer import drawn_width
 
@@ -141,12 +148,7 @@ def head_size_attention(
     x_q, x_kv = as_float("x_q", x_q, min_ndim=2), as_float("x_kv", x_kv, min_ndim=2)   # they size drawn params
     params = given_or_drawn("head_size", "params", params, optional_rng(rng),
                             lambda r: _draw_params(r, x_q, x_kv, num_heads, head_size), what="its parameters")
-    if isinstance(params, str):
-        if params != "identity" or num_heads != 1:
-            raise ValueError(f"params must be MultiHeadParams, None or 'identity' (with num_heads=1), got "
-                             f"{params!r} with num_heads={num_heads}")
-        eye = np.eye(x_q.shape[-1])
-        params = MultiHeadParams(eye, eye, eye, eye)
+    params = resolve_params(params, x_q.shape[-1], num_heads, None)   # "identity": one head, identity projections
     _check_head_size(params, num_heads, head_size)
     result = multi_head_attention(x_q, x_kv, params, num_heads=num_heads, mask=mask, causal=causal, scale=scale,
                                   fully_masked=fully_masked, x_v=x_v, return_weights=return_weights)
