@@ -305,7 +305,7 @@ def _talking_heads_params(params, x_q: NDArray, num_heads, key_heads, value_head
     params = given_or_drawn("talking_heads", "params", params, optional_rng(rng), lambda r: init_talking_heads(
         r, drawn_width(x_q), num_heads, key_heads=key_heads, value_heads=value_heads), what="its parameters")
     if isinstance(params, str):
-        if params != "identity" or (num_heads, key_heads or 1, value_heads or 1) != (1, 1, 1):
+        if params != "identity" or any(c not in (None, 1) for c in (num_heads, key_heads, value_heads)):
             raise ValueError(f"params must be TalkingHeadsParams, None or 'identity' (with one head of each kind), "
                              f"got {params!r} with num_heads={num_heads}, key_heads={key_heads}, "
                              f"value_heads={value_heads}")
