@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from refattn import MultiHeadParams, init_multi_head, multi_head_attention, registry, scaled_dot_product_attention, softmax
+from refattn import (
+    MultiHeadParams,
+    init_multi_head,
+    multi_head_attention,
+    registry,
+    scaled_dot_product_attention,
+    softmax,
+)
 from refattn.heads import head_scores, head_size_attention, represent_attention
 
 from .naive import naive_head_size, random_params

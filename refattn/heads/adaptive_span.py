@@ -53,7 +53,14 @@ from ..common.checks import (
 )
 from ..common.ints import check_positive_int
 from ..common.products import scores, weighted_values
-from ..core.multi_head import MultiHeadParams, combine_heads, init_multi_head, layer_inputs, project_heads, resolve_params
+from ..core.multi_head import (
+    MultiHeadParams,
+    combine_heads,
+    init_multi_head,
+    layer_inputs,
+    project_heads,
+    resolve_params,
+)
 from ..core.softmax import masked_softmax
 from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..mechanism import Mechanism, PerShape
@@ -226,7 +233,7 @@ def adaptive_span_heads(
     q, k, v, z, max_span, ramp, scale, eps = _check_heads(q, k, v, z, max_span, ramp, scale, eps)
     check_bool("include_current", include_current)
     check_bool("return_weights", return_weights)
-    S = scores(q, k, scale)                                           # (..., h, n, m)
+    S = scores(q, k, scale)                                        # (..., h, n, m)
     A, _, _, allowed, empty, _ = _span_weights(S, z, max_span, ramp, causal, include_current, eps)
     out = weighted_values(A, v, allowed, empty, "zero")            # (..., h, n, d_v)  Σ_r a_tr v_r
     if not return_weights:
@@ -315,7 +322,7 @@ def adaptive_span_grad_z(
     expected = np.broadcast_shapes(q.shape[:-1], k.shape[:-2] + (q.shape[-2],)) + (v.shape[-1],)
     if d_out.shape != expected:
         raise ValueError(f"d_out has shape {d_out.shape}; expected the output's shape {expected}")
-    S = scores(q, k, scale)    
+    S = scores(q, k, scale)
     A, M, p, _, _, x = _span_weights(S, z, max_span, ramp, causal, include_current, eps)
     on_ramp = (M > 0) & (x > z[:, None, None]) & (x < z[:, None, None] + ramp)   # (h, n, m)  z < x < z + R
     total = (M * p).sum(axis=-1, keepdims=True) + eps             # (..., h, n, 1)  T_t
@@ -484,7 +491,8 @@ RECORD = Mechanism.of(
     id="adaptive_span", title="Adaptive attention span", family="heads", section="4.6", paper=SUKHBAATAR,
     equation=r"a_{tr} = \frac{m_z(t-r)\, e^{s_{tr}}}{\sum_q m_z(t-q)\, e^{s_{tq}}},\ "
     r"m_z(x) = \min\!\big(\max\!\big(\tfrac{R + z - x}{R}, 0\big), 1\big)",
-    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", noncausal=False, causal=True, position_dependent=True,
+    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", noncausal=False, causal=True,
+    position_dependent=True,
     examples=({"include_current": False}, {"eps": 1e-8}, {"num_heads": 4, "ramp": 1.5, "max_span": 4}),
     figure="refattn.figures.adaptive_span:adaptive_span",
     exact_options=lambda n, m: {"num_heads": 1, "params": "identity", "max_span": max(n, m, 1),

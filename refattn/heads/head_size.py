@@ -29,8 +29,6 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, check_scale, default_scale
 from ..common.ints import check_positive_int
-from ..draws import given_or_drawn, note_allowed, optional_rng
-from ..masks import allowed_pairs
 from ..core.multi_head import (
     MultiHeadParams,
     head_shared,
@@ -39,6 +37,8 @@ from ..core.multi_head import (
     project_heads,
     resolve_params,
 )
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..masks import allowed_pairs
 from ..mechanism import Mechanism
 from ._layer import drawn_width
 

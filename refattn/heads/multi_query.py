@@ -35,7 +35,6 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.checks import as_float, as_rng, broadcast_batch, check_choice
 from ..common.init import glorot
 from ..common.ints import check_positive_int
-from ..masks import allowed_pairs, check_mask_shape
 from ..core.multi_head import (
     MultiHeadParams,
     check_biases,
@@ -47,6 +46,7 @@ from ..core.multi_head import (
 from ..core.sdpa import scaled_dot_product_attention
 from ..deprecation import none_is_auto
 from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..masks import allowed_pairs, check_mask_shape
 from ..mechanism import Mechanism
 from ._layer import drawn_width
 

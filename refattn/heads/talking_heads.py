@@ -44,8 +44,6 @@ from ..common.budget import check_fits
 from ..common.checks import as_float, as_rng, check_choice, check_scale, default_scale
 from ..common.ints import check_positive_int
 from ..common.products import scores, weighted_values
-from ..draws import given_or_drawn, note_allowed, optional_rng
-from ..masks import allowed_pairs, attention_mask
 from ..core.multi_head import (
     MultiHeadParams,
     combine_heads,
@@ -55,6 +53,8 @@ from ..core.multi_head import (
     project_heads,
 )
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..masks import allowed_pairs, attention_mask
 from ..mechanism import Mechanism
 from ._layer import drawn_width
 
