@@ -181,6 +181,8 @@ def test_the_function_draws_or_takes_identity_params_as_the_registry_does(rng):
                                scaled_dot_product_attention(x, mem, mem, causal="bottom-right"), **TIGHT)
     with pytest.raises(ValueError, match=r"^talking_heads draws its parameters from rng: pass rng= \(or params=\)$"):
         talking_heads_attention(x, mem, num_heads=2)
+    with pytest.raises(ValueError, match=r"^talking_heads draws its parameters from rng"):    # rng first
+        talking_heads_attention(x, mem)
     with pytest.raises(ValueError, match=r"^talking_heads needs num_heads= to draw params from rng \(or params=\)$"):
         talking_heads_attention(x, mem, rng=7)
     with pytest.raises(ValueError, match="'identity' \\(with one head of each kind\\)"):

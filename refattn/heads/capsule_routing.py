@@ -468,7 +468,7 @@ def capsule_routing_attention(
     ((5, 8), (2, 5, 5), (5, 3, 2, 2))
     """
     x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
-    if params is None and num_heads is None:
+    if params is None and rng is not None and num_heads is None:   # rng missing too: given_or_drawn says so
         raise ValueError("capsule_routing needs num_heads= to draw params from rng (or params=)")
     params = given_or_drawn("capsule_routing", "params", params, optional_rng(rng),
                             lambda r: init_capsule_routing(r, drawn_width(x_q), num_heads), what="its parameters")

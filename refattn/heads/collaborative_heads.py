@@ -490,7 +490,7 @@ def collaborative_from_multi_head(params: MultiHeadParams, num_heads: int, share
 
 def _collaborative_params(params, x_q: NDArray, num_heads, shared_dim, rng) -> CollaborativeParams:
     """``params`` as given, drawn from ``rng`` with ``num_heads`` and ``shared_dim``, or ``"identity"``."""
-    if params is None and num_heads is None:
+    if params is None and rng is not None and num_heads is None:   # rng missing too: given_or_drawn says so
         raise ValueError("collaborative_heads needs num_heads= to draw params from rng (or params=)")
     params = given_or_drawn("collaborative_heads", "params", params, optional_rng(rng), lambda r: init_collaborative(
         r, drawn_width(x_q), num_heads, shared_dim=shared_dim), what="its parameters")

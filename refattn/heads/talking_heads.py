@@ -300,7 +300,7 @@ def talking_heads_attention(
 
 def _talking_heads_params(params, x_q: NDArray, num_heads, key_heads, value_heads, rng) -> TalkingHeadsParams:
     """``params`` as given, drawn from ``rng`` with the head counts given, or ``"identity"``."""
-    if params is None and num_heads is None:
+    if params is None and rng is not None and num_heads is None:   # rng missing too: given_or_drawn says so
         raise ValueError("talking_heads needs num_heads= to draw params from rng (or params=)")
     params = given_or_drawn("talking_heads", "params", params, optional_rng(rng), lambda r: init_talking_heads(
         r, drawn_width(x_q), num_heads, key_heads=key_heads, value_heads=value_heads), what="its parameters")
