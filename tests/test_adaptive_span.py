@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from refattn import multi_head_attention, scaled_dot_product_attention
+from refattn import multi_head_attention, registry, scaled_dot_product_attention
 from refattn.heads import (
     adaptive_span_attention,
     adaptive_span_grad_z,
@@ -249,9 +249,24 @@ def test_span_loss_names_a_non_finite_coefficient():
 
 def test_a_ramp_beyond_float64_or_not_finite_is_named():
     """ramp=10**400 failed in np.isfinite ("ufunc 'isfinite' not supported"), naming nothing."""
-    from refattn import registry
-
     q = np.ones((4, 2))
     for ramp in (10**400, float("nan")):
         with pytest.raises(ValueError, match=r"^ramp must be finite, got "):
             registry.get("adaptive_span").apply(q, q, q, rng=0, ramp=ramp)
+
+
+def test_the_function_draws_or_takes_identity_params_as_the_registry_does(rng):
+    from refattn import registry
+
+    x, mem = rng.standard_normal((4, 8)), rng.standard_normal((6, 8))
+    result = registry.get("adaptive_span").apply(x, mem, mem, causal="bottom-right", rng=7, num_heads=2,
+                                                 return_draws=True)
+    options = {"num_heads": 2, "max_span": 6, "ramp": 2, "causal": "bottom-right"}   # the record's max(n, m), R
+    np.testing.assert_array_equal(adaptive_span_attention(x, mem, rng=7, **options), result.output)
+    np.testing.assert_array_equal(adaptive_span_attention(x, mem, result.draws["params"], z=[0.5, 2.5],
+                                                          **options), result.output)     # z_i = 0.5 + 2i
+    np.testing.assert_allclose(adaptive_span_attention(x, mem, "identity", num_heads=1, z=[6.0], max_span=6,
+                                                       causal="bottom-right"),
+                               scaled_dot_product_attention(x, mem, mem, causal="bottom-right"), **TIGHT)
+    with pytest.raises(ValueError, match=r"^adaptive_span draws its parameters from rng: pass rng= \(or params=\)$"):
+        adaptive_span_attention(x, mem, num_heads=2, max_span=6)

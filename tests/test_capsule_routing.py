@@ -206,6 +206,8 @@ def test_apply_reproduces_the_natural_function():
     np.testing.assert_array_equal(result.output, out)
     np.testing.assert_array_equal(result.weights, A)
     assert result.draws["params"].num_capsules == 4 and result.draws["params"].w_o.shape == (8, 8)
+    np.testing.assert_array_equal(capsule_routing_attention(q, k, num_heads=4, rng=1, routing="em", iterations=2,
+                                                            x_v=v), out)   # the function draws as the registry
 
 
 def _params(h=2, d_model=4):
@@ -234,7 +236,11 @@ def _params(h=2, d_model=4):
     (lambda: registry.get("capsule_routing").apply(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4)),
                                                    params=_params(h=2), num_heads=4), ValueError, "num_heads=4"),
     (lambda: registry.get("capsule_routing").apply(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4))),
-     ValueError, "rng"),
+     ValueError, r"^capsule_routing draws its parameters from rng: pass rng= \(or params=\)$"),
+    (lambda: capsule_routing_attention(np.ones((3, 4)), np.ones((3, 4)), rng=0), ValueError,
+     r"^capsule_routing needs num_heads= to draw params from rng \(or params=\)$"),
+    (lambda: capsule_routing_attention(np.ones((3, 4)), np.ones((3, 4)), _params(h=2), num_heads=4), ValueError,
+     r"params have h=2 heads .* but num_heads=4"),
 ])
 def test_bad_input_is_named(call, error, match):
     with pytest.raises(error, match=match):

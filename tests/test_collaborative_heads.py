@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from refattn import MultiHeadParams, init_multi_head, multi_head_attention, registry
+from refattn import MultiHeadParams, init_multi_head, multi_head_attention, registry, scaled_dot_product_attention
 from refattn.heads import (
     CollaborativeParams,
     block_mixing,
@@ -174,3 +174,19 @@ def test_bad_input_is_refused(rng):
                             np.ones((8, 3)))
     with pytest.raises(TypeError, match="params must be CollaborativeParams"):
         collaborative_attention(np.ones((2, 8)), np.ones((2, 8)), mh)
+
+
+def test_the_function_draws_or_takes_identity_params_as_the_registry_does(rng):
+    x, mem = rng.standard_normal((4, 8)), rng.standard_normal((6, 8))
+    result = registry.get("collaborative_heads").apply(x, mem, mem, rng=7, num_heads=4, shared_dim=2,
+                                                       return_draws=True)
+    np.testing.assert_array_equal(collaborative_attention(x, mem, num_heads=4, shared_dim=2, rng=7), result.output)
+    np.testing.assert_array_equal(collaborative_attention(x, mem, result.draws["params"]), result.output)
+    np.testing.assert_allclose(collaborative_attention(x, mem, "identity", causal="bottom-right"),
+                               scaled_dot_product_attention(x, mem, mem, causal="bottom-right"), **TIGHT)
+    with pytest.raises(ValueError, match=r"^collaborative_heads draws its parameters from rng: pass rng= \(or par"):
+        collaborative_attention(x, mem, num_heads=2)
+    with pytest.raises(ValueError, match=r"^collaborative_heads needs num_heads= to draw params from rng"):
+        collaborative_attention(x, mem, rng=7)
+    with pytest.raises(ValueError, match="got 'identity' with num_heads=None, shared_dim=4"):
+        collaborative_attention(x, mem, "identity", shared_dim=4)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from refattn import MultiHeadParams, init_multi_head, multi_head_attention, registry, softmax
+from refattn import (
+    MultiHeadParams,
+    init_multi_head,
+    multi_head_attention,
+    registry,
+    scaled_dot_product_attention,
+    softmax,
+)
 from refattn.heads import head_scores, head_size_attention, represent_attention
 
 from .naive import naive_head_size, random_params
@@ -132,9 +139,22 @@ def test_head_size_must_agree_with_the_params(rng):
     with pytest.raises(ValueError, match="num_heads=5 does not divide the projection width h·d_p = 12"):
         head_scores(x, x, params, num_heads=5)
     with pytest.raises(TypeError, match="params must be MultiHeadParams"):
-        head_size_attention(x, x, "identity", num_heads=1)
+        head_size_attention(x, x, {"w_q": params.w_q}, num_heads=3)
+    with pytest.raises(ValueError, match=r"'identity' \(with num_heads=1\), got 'identity' with num_heads=3"):
+        head_size_attention(x, x, "identity", num_heads=3)
     with pytest.raises(ValueError, match=r"x_kv has d_model=5 \(shape \(5, 5\)\)"):
         head_scores(x, x[:, :5], params, num_heads=3)
+
+
+def test_the_function_draws_or_takes_identity_params_as_the_registry_does(rng):
+    q, k = rng.standard_normal((4, 6)), rng.standard_normal((9, 6))
+    result = registry.get("head_size").apply(q, k, k, rng=5, num_heads=3, head_size=2, return_draws=True)
+    np.testing.assert_array_equal(head_size_attention(q, k, num_heads=3, head_size=2, rng=5), result.output)
+    np.testing.assert_array_equal(head_size_attention(q, k, result.draws["params"], num_heads=3), result.output)
+    np.testing.assert_allclose(head_size_attention(q, k, "identity", num_heads=1, causal="bottom-right"),
+                               scaled_dot_product_attention(q, k, k, causal="bottom-right"), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"^head_size draws its parameters from rng: pass rng= \(or params=\)$"):
+        head_size_attention(q, k, num_heads=3)
 
 
 def test_apply_default_head_size_is_the_key_count(rng):

@@ -131,6 +131,23 @@ def test_natural_function_equals_the_naive_loop_over_batch_and_mask(rng):
                                                              mask=mask[b]), **TIGHT)
 
 
+def test_method_none_is_the_deprecated_spelling_of_auto(rng):
+    params = init_multi_query(rng, D_MODEL, num_heads=2, num_kv_heads=1)
+    x = _x(rng, 5)
+    with pytest.warns(DeprecationWarning, match='multi_query_attention: method=None is method="auto"'):
+        old = multi_query_attention(x, x, params, num_heads=2, method=None)
+    np.testing.assert_array_equal(old, multi_query_attention(x, x, params, num_heads=2, method="auto"))
+
+
+def test_the_function_draws_its_params_as_the_registry_does(rng):
+    x = _x(rng, 5)
+    result = registry.get("multi_query").apply(x, x, x, rng=3, num_heads=2, num_kv_heads=1, return_draws=True)
+    np.testing.assert_array_equal(multi_query_attention(x, x, num_heads=2, num_kv_heads=1, rng=3), result.output)
+    np.testing.assert_array_equal(multi_query_attention(x, x, result.draws["params"], num_heads=2), result.output)
+    with pytest.raises(ValueError, match=r"^multi_query draws its parameters from rng: pass rng= \(or params=\)$"):
+        multi_query_attention(x, x, num_heads=2)
+
+
 def test_blocked_method_agrees_with_the_equation_path(rng):
     params = random_gqa_params(rng, D_MODEL, 4, 2, d_k=3, d_v=2)
     x = _x(rng, 2, 9)
@@ -305,7 +322,7 @@ def test_apply_options_are_checked(rng):
         apply(q, q, q, params=params, num_kv_heads=2)
     with pytest.raises(ValueError, match="'identity' \\(with num_heads=1\\)"):
         apply(q, q, q, params="identity")
-    with pytest.raises(ValueError, match="needs params= or rng="):
+    with pytest.raises(ValueError, match=r"^multi_query draws its parameters from rng: pass rng= \(or params=\)$"):
         apply(q, q, q)
-    with pytest.raises(ValueError, match="q has width d_model = 0"):
+    with pytest.raises(ValueError, match="x_q has width d_model = 0"):
         apply(np.zeros((3, 0)), np.zeros((3, 0)), q, rng=0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from refattn import multi_head_attention
+from refattn import multi_head_attention, registry, scaled_dot_product_attention
 from refattn.core.multi_head import project_heads
 from refattn.heads import layer_windows, multi_scale_attention, multi_scale_mask
 from refattn.sparse import band_pattern, sparse_attention
@@ -104,3 +104,17 @@ def test_window_masks_beyond_the_memory_budget_are_refused_before_allocating():
 
     with temporary_memory_budget(2**20), pytest.raises(MemoryBudgetError, match="window masks"):
         multi_scale_mask([1, 2], 65536)                            # 2 × 65536² entries: far beyond 1 MiB
+
+
+def test_the_function_draws_or_takes_identity_params_as_the_registry_does(rng):
+    x, mem = rng.standard_normal((4, 8)), rng.standard_normal((6, 8))
+    result = registry.get("multi_scale").apply(x, mem, mem, rng=7, num_heads=2, return_draws=True)
+    np.testing.assert_array_equal(multi_scale_attention(x, mem, num_heads=2, rng=7), result.output)
+    np.testing.assert_array_equal(multi_scale_attention(x, mem, result.draws["params"], num_heads=2,
+                                                        windows=[1, 3]), result.output)   # ω_i = 2i + 1
+    np.testing.assert_allclose(multi_scale_attention(x, mem, "identity", num_heads=1, windows=[6]),
+                               scaled_dot_product_attention(x, mem, mem), **TIGHT)
+    with pytest.raises(ValueError, match=r"^multi_scale draws its parameters from rng: pass rng= \(or params=\)$"):
+        multi_scale_attention(x, mem, num_heads=2)
+    with pytest.raises(ValueError, match="'identity' \\(with num_heads=1\\)"):
+        multi_scale_attention(x, mem, "identity", num_heads=2)

@@ -169,3 +169,21 @@ def test_a_head_count_that_does_not_divide_d_model_is_named_as_given():
         init_talking_heads(0, 8, 3)
     with pytest.raises(ValueError, match=r"^d_model=8 is not divisible by value_heads=3; pass d_v explicitly$"):
         init_talking_heads(0, 8, 2, value_heads=3)
+
+
+def test_the_function_draws_or_takes_identity_params_as_the_registry_does(rng):
+    x, mem = rng.standard_normal((4, 8)), rng.standard_normal((6, 8))
+    options = {"num_heads": 4, "key_heads": 2, "value_heads": 1}
+    result = registry.get("talking_heads").apply(x, mem, mem, rng=7, return_draws=True, **options)
+    np.testing.assert_array_equal(talking_heads_attention(x, mem, rng=7, **options), result.output)
+    np.testing.assert_array_equal(talking_heads_attention(x, mem, result.draws["params"]), result.output)
+    np.testing.assert_allclose(talking_heads_attention(x, mem, "identity", causal="bottom-right"),
+                               scaled_dot_product_attention(x, mem, mem, causal="bottom-right"), **TIGHT)
+    with pytest.raises(ValueError, match=r"^talking_heads draws its parameters from rng: pass rng= \(or params=\)$"):
+        talking_heads_attention(x, mem, num_heads=2)
+    with pytest.raises(ValueError, match=r"^talking_heads draws its parameters from rng"):    # rng first
+        talking_heads_attention(x, mem)
+    with pytest.raises(ValueError, match=r"^talking_heads needs num_heads= to draw params from rng \(or params=\)$"):
+        talking_heads_attention(x, mem, rng=7)
+    with pytest.raises(ValueError, match="'identity' \\(with one head of each kind\\)"):
+        talking_heads_attention(x, mem, "identity", key_heads=2)

@@ -278,14 +278,8 @@ def multi_head_attention(
     """
     check_positive_int("num_heads", num_heads)
     method = none_is_auto("multi_head_attention", method)
-    if params is None or isinstance(params, str):                  # drawn, or the identity: sized by x_q
-        params = resolve_params(params, as_float("x_q", x_q, dtype, min_ndim=2).shape[-1], num_heads,
-                                optional_rng(rng))
-    elif not isinstance(params, MultiHeadParams):
-        raise TypeError(f"params must be MultiHeadParams (see init_multi_head), None or 'identity', got "
-                        f"{type(params).__name__}")
-    else:
-        given_or_drawn("multi_head_attention", "params", params, None, None)
+    width = as_float("x_q", x_q, dtype, min_ndim=2).shape[-1] if params is None or isinstance(params, str) else 0
+    params = resolve_params(params, width, num_heads, optional_rng(rng))   # drawn, the identity, or as given
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model, dtype,
                                   kdim=params.w_k.shape[0], vdim=params.w_v.shape[0])
     mask = head_mask(mask, x_q, x_kv, x_v, num_heads)              # (..., h or 1, n, m) or None
@@ -440,6 +434,9 @@ def resolve_params(params, d_model: int, num_heads: int, rng) -> MultiHeadParams
         params = MultiHeadParams(eye, eye, eye, eye)
     elif params is None and rng is not None and d_model == 0:
         raise ValueError("x_q has width d_model = 0: there are no projections to draw")
+    elif params is not None and not isinstance(params, MultiHeadParams):
+        raise TypeError(f"params must be MultiHeadParams (see init_multi_head), None or 'identity', got "
+                        f"{type(params).__name__}")
     return given_or_drawn("multi_head_attention", "params", params, rng,
                           lambda r: init_multi_head(r, d_model, num_heads), what="its projections")
 

@@ -52,10 +52,19 @@ from ..common.checks import (
     default_scale,
 )
 from ..common.ints import check_positive_int
-from ..common.products import weighted_values
-from ..core.multi_head import MultiHeadParams, combine_heads, layer_inputs, project_heads, resolve_params
+from ..common.products import scores, weighted_values
+from ..core.multi_head import (
+    MultiHeadParams,
+    combine_heads,
+    init_multi_head,
+    layer_inputs,
+    project_heads,
+    resolve_params,
+)
 from ..core.softmax import masked_softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..mechanism import Mechanism, PerShape
+from ._layer import drawn_width
 
 __all__ = ["adaptive_span_attention", "adaptive_span_grad_z", "adaptive_span_heads", "adaptive_span_mask",
            "span_cache_length", "span_loss"]
@@ -224,10 +233,13 @@ def adaptive_span_heads(
     q, k, v, z, max_span, ramp, scale, eps = _check_heads(q, k, v, z, max_span, ramp, scale, eps)
     check_bool("include_current", include_current)
     check_bool("return_weights", return_weights)
-    S = _scores(q, k, scale)                                       # (..., h, n, m)
+    S = scores(q, k, scale)                                        # (..., h, n, m)
     A, _, _, allowed, empty, _ = _span_weights(S, z, max_span, ramp, causal, include_current, eps)
     out = weighted_values(A, v, allowed, empty, "zero")            # (..., h, n, d_v)  Σ_r a_tr v_r
-    return (out, A) if return_weights else out
+    if not return_weights:
+        return out
+    note_allowed(allowed)
+    return out, A
 
 
 def _check_heads(q, k, v, z, max_span, ramp, scale, eps):
@@ -255,14 +267,6 @@ def _check_eps(eps) -> float:
     if not (np.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
     return float(eps)
-
-
-def _scores(q: NDArray, k: NDArray, scale: float) -> NDArray:
-    """s_tr = q_t · k_r · scale, with NaN where a non-finite input makes it undefined."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., h, n, m)
-    S[~np.isfinite(S)] = np.nan
-    return S
 
 
 def adaptive_span_grad_z(
@@ -318,7 +322,7 @@ def adaptive_span_grad_z(
     expected = np.broadcast_shapes(q.shape[:-1], k.shape[:-2] + (q.shape[-2],)) + (v.shape[-1],)
     if d_out.shape != expected:
         raise ValueError(f"d_out has shape {d_out.shape}; expected the output's shape {expected}")
-    S = _scores(q, k, scale)
+    S = scores(q, k, scale)
     A, M, p, _, _, x = _span_weights(S, z, max_span, ramp, causal, include_current, eps)
     on_ramp = (M > 0) & (x > z[:, None, None]) & (x < z[:, None, None] + ramp)   # (h, n, m)  z < x < z + R
     total = (M * p).sum(axis=-1, keepdims=True) + eps             # (..., h, n, 1)  T_t
@@ -394,9 +398,10 @@ def span_cache_length(z: ArrayLike, *, max_span: int, ramp: float = OFFICIAL_RAM
 
 
 def adaptive_span_attention(
-    x_q: ArrayLike, x_kv: ArrayLike, params: MultiHeadParams, *, num_heads: int, z: ArrayLike, max_span: int,
-    ramp: float = OFFICIAL_RAMP, causal=True, x_v: ArrayLike | None = None, scale: float | None = None,
-    include_current: bool = True, eps: float = 0.0, return_weights: bool = False,
+    x_q: ArrayLike, x_kv: ArrayLike, params: MultiHeadParams | str | None = None, *, num_heads: int,
+    z: ArrayLike | None = None, max_span: int, ramp: float = OFFICIAL_RAMP, causal=True, x_v: ArrayLike | None = None,
+    scale: float | None = None, include_current: bool = True, eps: float = 0.0, rng=None,
+    return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Multi-head attention whose head i sees its past through the soft span mask of z_i.
 
@@ -413,12 +418,15 @@ def adaptive_span_attention(
         Query-side input.
     x_kv : (..., m, d_model) array_like
         Key-side input (and value-side unless ``x_v``).
-    params : MultiHeadParams
-        Projections, as in :func:`~refattn.multi_head_attention`.
+    params : MultiHeadParams, "identity" or None
+        Projections, as in :func:`~refattn.multi_head_attention`. ``None``: drawn from ``rng``
+        (:func:`~refattn.init_multi_head`, d_model = the width of ``x_q``). ``"identity"``: one head whose
+        projections are the identity.
     num_heads : int
         *h*.
-    z : (h,) array_like of float
-        Spans :math:`z_i \ge 0`.
+    z : (h,) array_like of float, optional
+        Spans :math:`z_i \ge 0`. Default :math:`z_i = 0.5 + 2i` (head 0 looks one step back, each next head two
+        more), a demonstration: a trained model learns them.
     max_span : int
         *S*.
     ramp : float, default 32
@@ -429,7 +437,11 @@ def adaptive_span_attention(
         Value-side input.
     scale : float, optional
         Default :math:`1/\sqrt{d_k}` with the per-head width.
-    include_current, eps, return_weights
+    include_current, eps
+        As in :func:`adaptive_span_heads`.
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when it is omitted.
+    return_weights : bool, default False
         As in :func:`adaptive_span_heads`.
 
     Returns
@@ -453,8 +465,11 @@ def adaptive_span_attention(
     True
     """
     check_positive_int("num_heads", num_heads)
-    if not isinstance(params, MultiHeadParams):
-        raise TypeError(f"params must be MultiHeadParams (see init_multi_head), got {type(params).__name__}")
+    x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
+    params = given_or_drawn("adaptive_span", "params", params, optional_rng(rng),
+                            lambda r: init_multi_head(r, drawn_width(x_q), num_heads), what="its parameters")
+    params = resolve_params(params, x_q.shape[-1], num_heads, None)   # "identity": one head, identity projections
+    z = default_spans(num_heads) if z is None else z
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model)
     Q = project_heads(x_q, params.w_q, params.b_q, num_heads)      # (..., h, n, d_k)  Q W_iᵠ
     K = project_heads(x_kv, params.w_k, params.b_k, num_heads)     # (..., h, m, d_k)  K W_iᴷ
@@ -466,38 +481,18 @@ def adaptive_span_attention(
 
 
 def default_spans(num_heads: int) -> NDArray:
-    """apply's demonstration spans: z_i = 0.5 + 2i (head 0 looks one step back, each next head two more)."""
+    """The demonstration spans z_i = 0.5 + 2i (head 0 looks one step back, each next head two more)."""
     return 0.5 + 2.0 * np.arange(num_heads)
 
 
-def _apply(q, k, v, *, causal=True, rng=None, return_weights=False, num_heads=2, params=None, z=None,
-           max_span=None, ramp=2, include_current=True, eps=0.0, scale=None):
-    """Adaptive-span multi-head attention with small demonstration defaults: z_i = 0.5 + 2i, R = 2, S = every
-    position (max(n, m)); ``params`` drawn from ``rng`` when omitted (see
-    :func:`~refattn.core.multi_head.resolve_params`, ``"identity"`` with one head)."""
-    q = as_float("q", q, min_ndim=2)
-    params = resolve_params(params, q.shape[-1], num_heads, rng)
-    z = default_spans(num_heads) if z is None else z
-    max_span = max(q.shape[-2], k.shape[-2], 1) if max_span is None else max_span
-    out, A = adaptive_span_attention(q, k, params, num_heads=num_heads, z=z, max_span=max_span, ramp=ramp,
-                                     causal=causal, x_v=v, scale=scale, include_current=include_current, eps=eps,
-                                     return_weights=True)
-    draws = {"params": params}
-    if not return_weights:
-        return AttentionResult(out, draws=draws)
-    z, max_span, ramp = _check_span(z, max_span, ramp)
-    x, causal_pairs = _distances(q.shape[-2], k.shape[-2], causal, include_current)
-    window = causal_pairs & (x < max_span)
-    allowed = window if _check_eps(eps) else _soft_mask(z, x, window, ramp) > 0    # (n, m) or (h, n, m)
-    return AttentionResult(out, A, np.broadcast_to(allowed, A.shape), draws)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    adaptive_span_attention, inputs=("x_q", "x_kv", "x_v"),
+    defaults={"num_heads": 2, "max_span": PerShape(lambda n, m: max(n, m, 1)), "ramp": 2},
     id="adaptive_span", title="Adaptive attention span", family="heads", section="4.6", paper=SUKHBAATAR,
     equation=r"a_{tr} = \frac{m_z(t-r)\, e^{s_{tr}}}{\sum_q m_z(t-q)\, e^{s_{tq}}},\ "
     r"m_z(x) = \min\!\big(\max\!\big(\tfrac{R + z - x}{R}, 0\big), 1\big)",
-    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", function=adaptive_span_attention,
-    apply=_apply, noncausal=False, causal=True, position_dependent=True,
+    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", noncausal=False, causal=True,
+    position_dependent=True,
     examples=({"include_current": False}, {"eps": 1e-8}, {"num_heads": 4, "ramp": 1.5, "max_span": 4}),
     figure="refattn.figures.adaptive_span:adaptive_span",
     exact_options=lambda n, m: {"num_heads": 1, "params": "identity", "max_span": max(n, m, 1),

@@ -61,11 +61,13 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.checks import as_float, as_rng, check_choice
 from ..common.init import glorot
 from ..common.ints import check_positive_int
-from ..masks import allowed_pairs, check_mask_shape
 from ..core.multi_head import combine_heads, head_shared, layer_inputs, project_heads
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..masks import allowed_pairs, check_mask_shape
+from ..mechanism import Mechanism
+from ._layer import drawn_width
 
 __all__ = [
     "CapsuleRoutingParams", "capsule_routing_attention", "dynamic_routing", "em_routing", "head_votes",
@@ -386,8 +388,10 @@ def em_routing(
 def capsule_routing_attention(
     x_q: ArrayLike,
     x_kv: ArrayLike,
-    params: CapsuleRoutingParams,
+    params: CapsuleRoutingParams | None = None,
     *,
+    num_heads: int | None = None,
+    rng=None,
     routing: str = "dynamic",
     iterations: int = 3,
     inverse_temperature: float | Sequence[float] = 1.0,
@@ -412,8 +416,13 @@ def capsule_routing_attention(
         Query-side input.
     x_kv : (..., m, d_model) array_like
         Key-side input (and value-side unless ``x_v`` is given).
-    params : CapsuleRoutingParams
-        From :func:`init_capsule_routing`; its ``w_votes`` fixes h and N.
+    params : CapsuleRoutingParams, optional
+        From :func:`init_capsule_routing`; its ``w_votes`` fixes h and N. Drawn from ``rng`` when omitted
+        (:func:`init_capsule_routing`, d_model = the width of ``x_q``, h = ``num_heads``, N = h).
+    num_heads : int, optional
+        *h*: of the parameters drawn from ``rng`` (then required), or checked against those of ``params``.
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when it is omitted.
     routing : {"dynamic", "em"}, default "dynamic"
         Dynamic routing (:func:`dynamic_routing`) or EM routing (:func:`em_routing`).
     iterations : int, default 3
@@ -458,8 +467,16 @@ def capsule_routing_attention(
     >>> out.shape, A.shape, C.shape
     ((5, 8), (2, 5, 5), (5, 3, 2, 2))
     """
+    x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
+    if params is None and rng is not None and num_heads is None:   # rng missing too: given_or_drawn says so
+        raise ValueError("capsule_routing needs num_heads= to draw params from rng (or params=)")
+    params = given_or_drawn("capsule_routing", "params", params, optional_rng(rng),
+                            lambda r: init_capsule_routing(r, drawn_width(x_q), num_heads), what="its parameters")
     if not isinstance(params, CapsuleRoutingParams):
         raise TypeError(f"params must be CapsuleRoutingParams (see init_capsule_routing), got {type(params).__name__}")
+    if num_heads is not None and params.num_heads != num_heads:
+        raise ValueError(f"params have h={params.num_heads} heads (w_votes {params.w_votes.shape}) but "
+                         f"num_heads={num_heads}")
     check_choice("routing", routing, ROUTINGS)
     check_positive_int("iterations", iterations)
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model)
@@ -481,37 +498,19 @@ def capsule_routing_attention(
     out = combine_heads(np.swapaxes(capsules, -2, -3), params.w_o, params.b_o)   # (..., n, d_model)  Concat(Ω^out) Wᴼ
     if not (return_weights or return_coupling):
         return out
+    if return_weights:
+        note_allowed(lambda: allowed_pairs(head_shared(mask), causal, A.shape))
     return (out,) + ((A,) if return_weights else ()) + ((coupling,) if return_coupling else ())
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, params=None, routing="dynamic",
-           iterations=3, mask=None):
-    """Routing-by-agreement of multi-head attention's heads, ``params`` drawn from ``rng``
-    (:func:`init_capsule_routing`, d_model = q's width, N = h) when omitted."""
-    if params is None:
-        if rng is None:
-            raise ValueError("capsule routing needs params= or rng= to draw them")
-        params = init_capsule_routing(rng, q.shape[-1], num_heads)
-    elif not isinstance(params, CapsuleRoutingParams):
-        raise TypeError(f"params must be CapsuleRoutingParams or None, got {type(params).__name__}")
-    elif params.num_heads != num_heads:
-        raise ValueError(f"params have h={params.num_heads} heads (w_votes {params.w_votes.shape}) but "
-                         f"num_heads={num_heads}")
-    draws = {"params": params}
-    if not return_weights:
-        return AttentionResult(capsule_routing_attention(q, k, params, routing=routing, iterations=iterations,
-                                                         mask=mask, causal=causal, x_v=v), draws=draws)
-    out, A = capsule_routing_attention(q, k, params, routing=routing, iterations=iterations, mask=mask,
-                                       causal=causal, x_v=v, return_weights=True)
-    return AttentionResult(out, A, allowed_pairs(head_shared(mask), causal, A.shape), draws)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    capsule_routing_attention, inputs=("x_q", "x_kv", "x_v"), defaults={"num_heads": 2},
+    fixed={"return_coupling": False},
     id="capsule_routing", title="Routing-by-agreement of heads", family="heads", section="4.6.3",
     paper=LI_ROUTING,
     equation=r"\hat u_{j|i} = \mathrm{head}_i W_{ij},\ \operatorname{Concat}(\operatorname{Routing}(\hat u, T))W^O",
     time="O(n·m·d + n·h·N·d²·T)", memory="O(h·n·m + n·h·N·d)", kind="attention",
-    function=capsule_routing_attention, apply=_apply, causal=True,
+    causal=True,
     figure="refattn.figures.capsule_routing:capsule_routing",
     examples=({"routing": "em"}, {"iterations": 1}, {"num_heads": 4, "routing": "em"}),
     exact_options=None,

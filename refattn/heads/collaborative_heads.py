@@ -49,10 +49,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..common.checks import as_float, as_rng, check_scale
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..masks import allowed_pairs, check_mask_shape
 from ..core.multi_head import MultiHeadParams, combine_heads, head_shared, layer_inputs, project_heads, split_heads
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..masks import allowed_pairs, check_mask_shape
+from ..mechanism import Mechanism
+from ._layer import drawn_width
 
 __all__ = [
     "CPDecomposition",
@@ -194,8 +196,11 @@ def init_collaborative(rng, d_model: int, num_heads: int, *, shared_dim: int | N
 def collaborative_attention(
     x_q: ArrayLike,
     x_kv: ArrayLike,
-    params: CollaborativeParams,
+    params: CollaborativeParams | str | None = None,
     *,
+    num_heads: int | None = None,
+    shared_dim: int | None = None,
+    rng=None,
     mask: ArrayLike | None = None,
     causal: bool | str = False,
     scale: float | None = None,
@@ -217,8 +222,15 @@ def collaborative_attention(
         Query-side input X.
     x_kv : (..., m, d_model) array_like
         Key-side input Y (and value-side unless ``x_v`` is given).
-    params : CollaborativeParams
-        The shared projections, the mixing vectors and the per-head values.
+    params : CollaborativeParams, "identity" or None
+        The shared projections, the mixing vectors and the per-head values. ``None``: drawn from ``rng``
+        (:func:`init_collaborative`, d_model = the width of ``x_q``). ``"identity"``: one head, identity
+        projections, m_1 = 1 and no biases, which is scaled dot-product attention itself.
+    num_heads, shared_dim : int, optional
+        *h* and D̃_k of the parameters drawn from ``rng`` (``num_heads`` is then required; D̃_k defaults to
+        d_model); ``"identity"`` takes h = 1 and D̃_k = d_model. Unused with given ``params``.
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when it is omitted.
     mask : (..., n, m) array_like of bool or float, optional
         As in :func:`~refattn.scaled_dot_product_attention`, shared by all heads; a float mask is added to the
         scaled scores.
@@ -265,13 +277,14 @@ def collaborative_attention(
     ...                  rtol=1e-12, atol=1e-12))
     True
     """
-    if not isinstance(params, CollaborativeParams):
-        raise TypeError(f"params must be CollaborativeParams (see init_collaborative), got {type(params).__name__}")
+    x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
+    params = _collaborative_params(params, x_q, num_heads, shared_dim, rng)
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model)
     h, n, m = params.num_heads, x_q.shape[-2], x_kv.shape[-2]
     scale = math.sqrt(h / params.shared_dim) if scale is None else check_scale(scale)
     if mask is not None:
         mask = head_shared(check_mask_shape(mask, n, m))           # (..., 1, n, m): every head
+    given_mask = mask                                              # the pairs it lets through (before the bias)
     if params.content_bias is not None:
         with np.errstate(invalid="ignore", over="ignore"):
             c = np.swapaxes(x_kv @ params.content_bias, -1, -2)[..., None, :] * scale   # (..., h, 1, m)  y_j·c_i
@@ -290,7 +303,10 @@ def collaborative_attention(
                                           return_weights=return_weights)
     heads, A = result if return_weights else (result, None)       # (..., h, n, d_v) [, (..., h, n, m)]
     out = combine_heads(heads, params.w_o, params.b_o)             # (..., n, d_model)   Concat(head_i) W_O
-    return (out, A) if return_weights else out
+    if not return_weights:
+        return out
+    note_allowed(lambda: allowed_pairs(given_mask, causal, A.shape, fully_masked))
+    return out, A
 
 
 def block_mixing(num_heads: int, d_k: int) -> NDArray:
@@ -472,37 +488,32 @@ def collaborative_from_multi_head(params: MultiHeadParams, num_heads: int, share
     return CollaborativeParams(w_q, w_k, mixing, params.w_v, params.w_o, content_bias, params.b_v, params.b_o)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, shared_dim=None, params=None,
-           mask=None):
-    """Collaborative heads with ``params``: a :class:`CollaborativeParams`, drawn from ``rng``
-    (:func:`init_collaborative`, d_model = q's width, D̃_k = ``shared_dim``) when omitted, or ``"identity"``: one
-    head, identity projections, m_1 = 1 and no biases, which is scaled dot-product attention itself."""
-    if params is None:
-        if rng is None:
-            raise ValueError("collaborative attention needs params= or rng= to draw them")
-        params = init_collaborative(rng, q.shape[-1], num_heads, shared_dim=shared_dim)
-    elif isinstance(params, str):
-        if params != "identity" or num_heads != 1 or shared_dim not in (None, q.shape[-1]):
+def _collaborative_params(params, x_q: NDArray, num_heads, shared_dim, rng) -> CollaborativeParams:
+    """``params`` as given, drawn from ``rng`` with ``num_heads`` and ``shared_dim``, or ``"identity"``."""
+    if params is None and rng is not None and num_heads is None:   # rng missing too: given_or_drawn says so
+        raise ValueError("collaborative_heads needs num_heads= to draw params from rng (or params=)")
+    params = given_or_drawn("collaborative_heads", "params", params, optional_rng(rng), lambda r: init_collaborative(
+        r, drawn_width(x_q), num_heads, shared_dim=shared_dim), what="its parameters")
+    if isinstance(params, str):
+        if params != "identity" or num_heads not in (None, 1) or shared_dim not in (None, x_q.shape[-1]):
             raise ValueError(f"params must be CollaborativeParams, None or 'identity' (with num_heads=1), got "
                              f"{params!r} with num_heads={num_heads}, shared_dim={shared_dim}")
-        eye = np.eye(q.shape[-1])
-        params = CollaborativeParams(eye, eye, np.ones((1, q.shape[-1])), eye, eye)
-    elif not isinstance(params, CollaborativeParams):
-        raise TypeError(f"params must be CollaborativeParams, None or 'identity', got {type(params).__name__}")
-    draws = {"params": params}
-    if not return_weights:
-        return AttentionResult(collaborative_attention(q, k, params, mask=mask, causal=causal, x_v=v), draws=draws)
-    out, A = collaborative_attention(q, k, params, mask=mask, causal=causal, x_v=v, return_weights=True)
-    return AttentionResult(out, A, allowed_pairs(head_shared(mask), causal, A.shape), draws)
+        eye = np.eye(x_q.shape[-1])
+        return CollaborativeParams(eye, eye, np.ones((1, x_q.shape[-1])), eye, eye)
+    if not isinstance(params, CollaborativeParams):
+        raise TypeError(f"params must be CollaborativeParams (see init_collaborative), None or 'identity', got "
+                        f"{type(params).__name__}")
+    return params
 
 
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    collaborative_attention, inputs=("x_q", "x_kv", "x_v"), defaults={"num_heads": 2},
     id="collaborative_heads", title="Collaborative multi-head attention", family="heads", section="4.6.1",
     paper=COLLABORATIVE,
     equation=r"\mathrm{head}_i = \operatorname{softmax}\big(X \tilde W_Q \operatorname{diag}(m_i) \tilde W_K^\top "
     r"Y^\top / \sqrt{\tilde D_k / h}\big)\, Y W_V^i",
     time="O((n+m)·d·D̃_k + h·n·m·(D̃_k + d_v))", memory="O(h·n·m)", kind="attention",
-    function=collaborative_attention, apply=_apply, causal=True,
+    causal=True,
     examples=({"num_heads": 4, "shared_dim": 2}, {"num_heads": 1, "shared_dim": 8}),
     figure="refattn.figures.collaborative_heads:collaborative_heads",
     exact_options={"num_heads": 1, "params": "identity"},

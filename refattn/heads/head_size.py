@@ -29,9 +29,18 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, check_scale, default_scale
 from ..common.ints import check_positive_int
+from ..core.multi_head import (
+    MultiHeadParams,
+    head_shared,
+    init_multi_head,
+    multi_head_attention,
+    project_heads,
+    resolve_params,
+)
+from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..masks import allowed_pairs
-from ..core.multi_head import MultiHeadParams, head_shared, init_multi_head, multi_head_attention, project_heads
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
+from ._layer import drawn_width
 
 __all__ = ["head_scores", "head_size_attention", "represent_attention"]
 
@@ -57,10 +66,11 @@ def _check_head_size(params, num_heads: int, head_size: int | None) -> int:
 def head_size_attention(
     x_q: ArrayLike,
     x_kv: ArrayLike,
-    params: MultiHeadParams,
+    params: MultiHeadParams | str | None = None,
     *,
     num_heads: int,
     head_size: int | None = None,
+    rng=None,
     mask: ArrayLike | None = None,
     causal: bool | str = False,
     scale: float | None = None,
@@ -82,12 +92,17 @@ def head_size_attention(
         Query-side input.
     x_kv : (..., m, d_model) array_like
         Key-side input (and value-side unless ``x_v`` is given).
-    params : MultiHeadParams
-        Projections of width h·d_p (``refattn.init_multi_head(rng, d_model, h, d_k=d_p)``).
+    params : MultiHeadParams, "identity" or None
+        Projections of width h·d_p (``refattn.init_multi_head(rng, d_model, h, d_k=d_p)``). ``None``: drawn
+        from ``rng`` so (d_model = the width of ``x_q``). ``"identity"``: one head whose projections are the
+        identity (d_p = d_model), which is scaled dot-product attention itself.
     num_heads : int
         h.
     head_size : int, optional
-        d_p; checked against ``params`` when given (the paper's choice: the sequence length n).
+        d_p; checked against ``params`` when given (the paper's choice: the sequence length n). Drawn
+        parameters have heads of ``head_size``, default the key count m (at least 1).
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when it is omitted.
     mask : (..., n, m) array_like of bool or float, optional
         As in :func:`~refattn.scaled_dot_product_attention`, shared by all heads.
     causal : {False, True, "top-left", "bottom-right"}, default False
@@ -130,9 +145,28 @@ def head_size_attention(
     >>> head_size_attention(x, x, fixed, num_heads=8, head_size=12).shape
     (12, 16)
     """
+    x_q, x_kv = as_float("x_q", x_q, min_ndim=2), as_float("x_kv", x_kv, min_ndim=2)   # they size drawn params
+    params = given_or_drawn("head_size", "params", params, optional_rng(rng),
+                            lambda r: _draw_params(r, x_q, x_kv, num_heads, head_size), what="its parameters")
+    params = resolve_params(params, x_q.shape[-1], num_heads, None)   # "identity": one head, identity projections
     _check_head_size(params, num_heads, head_size)
-    return multi_head_attention(x_q, x_kv, params, num_heads=num_heads, mask=mask, causal=causal, scale=scale,
-                                fully_masked=fully_masked, x_v=x_v, return_weights=return_weights)
+    result = multi_head_attention(x_q, x_kv, params, num_heads=num_heads, mask=mask, causal=causal, scale=scale,
+                                  fully_masked=fully_masked, x_v=x_v, return_weights=return_weights)
+    if return_weights:
+        note_allowed(lambda: allowed_pairs(head_shared(mask), causal, result[1].shape, fully_masked))
+    return result
+
+
+def _draw_params(rng: np.random.Generator, x_q: NDArray, x_kv: NDArray, num_heads: int,
+                 head_size: int | None) -> MultiHeadParams:
+    """``init_multi_head(rng, d_model, h, d_k=d_p)`` with d_p = ``head_size`` or m, once the layer fits the budget."""
+    d_model = drawn_width(x_q)
+    d_p = max(x_kv.shape[-2], 1) if head_size is None else check_positive_int("head_size", head_size)
+    h = check_positive_int("num_heads", num_heads)
+    n, m = x_q.shape[-2], x_kv.shape[-2]                           # d_p = m makes the heads grow as n·m
+    check_fits(f"the projections of head_size={d_p} (d_model = {d_model}, h = {h})", (4, d_model, h * d_p))
+    check_fits(f"the projected queries, keys and values of head_size={d_p} (h = {h})", (h, n + 2 * m, d_p))
+    return init_multi_head(rng, d_model, h, d_k=d_p)
 
 
 def head_scores(
@@ -242,47 +276,15 @@ def represent_attention(x: ArrayLike, weights: ArrayLike, head_size: int) -> tup
     return x_pinv @ factor_q, x_pinv @ factor_k                    # X W^Q = U Σ, X W^K = V
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, head_size=None, params=None,
-           mask=None):
-    """Multi-head attention of the layer inputs q, k, v (width d_model) with heads of size ``head_size``
-    (default: the key count m, the paper's choice, at least 1) and ``params``: drawn from ``rng``
-    (``init_multi_head(rng, d_model, num_heads, d_k=head_size)``) when omitted, or ``"identity"``: one head
-    whose projections are the identity (d_p = d_model), which is scaled dot-product attention itself."""
-    q = as_float("q", q, min_ndim=2)                               # its width sizes the drawn parameters
-    if params is None:
-        if rng is None:
-            raise ValueError("head-size attention needs params= or rng= to draw them")
-        if q.shape[-1] == 0:
-            raise ValueError(f"q has width d_model = 0 (shape {q.shape}): there are no projections to draw")
-        d_p = max(np.shape(k)[-2], 1) if head_size is None else check_positive_int("head_size", head_size)
-        h = check_positive_int("num_heads", num_heads)
-        n, m = q.shape[-2], np.shape(k)[-2]                        # d_p = m makes the heads grow as n·m
-        check_fits(f"the projections of head_size={d_p} (d_model = {q.shape[-1]}, h = {h})", (4, q.shape[-1], h * d_p))
-        check_fits(f"the projected queries, keys and values of head_size={d_p} (h = {h})", (h, n + 2 * m, d_p))
-        params = init_multi_head(rng, q.shape[-1], h, d_k=d_p)
-    elif isinstance(params, str):
-        if params != "identity" or num_heads != 1:
-            raise ValueError(f"params must be MultiHeadParams, None or 'identity' (with num_heads=1), got "
-                             f"{params!r} with num_heads={num_heads}")
-        eye = np.eye(q.shape[-1])
-        params = MultiHeadParams(eye, eye, eye, eye)
-    draws = {"params": params}                                     # drawn from rng, or as given
-    result = head_size_attention(q, k, params, num_heads=num_heads, head_size=head_size, x_v=v, mask=mask,
-                                 causal=causal, return_weights=return_weights)
-    if not return_weights:
-        return AttentionResult(result, draws=draws)
-    out, A = result
-    return AttentionResult(out, A, allowed_pairs(head_shared(mask), causal, A.shape), draws)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    head_size_attention, inputs=("x_q", "x_kv", "x_v"), defaults={"num_heads": 2},
     id="head_size", title="Head size independent of the head count", family="heads",
     section="4.6", paper=BHOJANAPALLI,
     equation=r"\operatorname{Concat}_i\Big(\operatorname{softmax}\big(XW_i^Q (XW_i^K)^\top/\sqrt{d_p}\big) "
     r"XW_i^V\Big) W^O,\ W_i \in \mathbb{R}^{d \times d_p}",
     time="O(h·n·m·d_p + (n+m)·d·h·d_p)", memory="O(h·n·m)", kind="attention",
     examples=({"num_heads": 2, "head_size": 1}, {"num_heads": 4, "head_size": 8}),
-    function=head_size_attention, apply=_apply, causal=True, figure="refattn.figures.head_size:head_size",
+    causal=True, figure="refattn.figures.head_size:head_size",
     exact_options={"num_heads": 1, "params": "identity"},
     exact_limit="one head, identity projections (d_p = d_model); d_p = d_model / h is multi-head attention",
     draws=("params",),

@@ -35,7 +35,6 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.checks import as_float, as_rng, broadcast_batch, check_choice
 from ..common.init import glorot
 from ..common.ints import check_positive_int
-from ..masks import allowed_pairs, check_mask_shape
 from ..core.multi_head import (
     MultiHeadParams,
     check_biases,
@@ -45,7 +44,11 @@ from ..core.multi_head import (
     project_heads,
 )
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..deprecation import none_is_auto
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..masks import allowed_pairs, check_mask_shape
+from ..mechanism import Mechanism
+from ._layer import drawn_width
 
 __all__ = [
     "KVCache",
@@ -191,16 +194,18 @@ def init_multi_query(
 def multi_query_attention(
     x_q: ArrayLike,
     x_kv: ArrayLike,
-    params: MultiQueryParams | MultiHeadParams,
+    params: MultiQueryParams | MultiHeadParams | str | None = None,
     *,
     num_heads: int,
+    num_kv_heads: int | None = None,
+    rng=None,
     mask: ArrayLike | None = None,
     causal: bool | str = False,
     scale: float | None = None,
     fully_masked: str = "zero",
     x_v: ArrayLike | None = None,
     return_weights: bool = False,
-    method: str | None = None,
+    method: str = "auto",
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Grouped-query attention: h query heads over g shared key/value heads (g = 1: multi-query).
 
@@ -216,10 +221,18 @@ def multi_query_attention(
         Query-side input.
     x_kv : (..., m, d_model) array_like
         Key-side input (and value-side unless ``x_v`` is given).
-    params : MultiQueryParams or MultiHeadParams
-        Projections (:func:`init_multi_query`); multi-head parameters are the case g = h.
+    params : MultiQueryParams, MultiHeadParams, "identity" or None
+        Projections (:func:`init_multi_query`); multi-head parameters are the case g = h. ``None``: drawn from
+        ``rng`` (:func:`init_multi_query`, d_model = the width of ``x_q``, g = ``num_kv_heads``).
+        ``"identity"``: one head whose projections are the identity (no bias), which is scaled dot-product
+        attention itself.
     num_heads : int
         h, the query heads; g follows from the widths of ``params`` (``w_k`` has g·d_k columns).
+    num_kv_heads : int, optional
+        g, the key/value heads: of the parameters drawn from ``rng`` (default 1, multi-query), or checked
+        against those of ``params``.
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when it is omitted.
     mask : (..., n, m) array_like of bool or float, optional
         As in :func:`~refattn.scaled_dot_product_attention`, shared by all heads.
     causal : {False, True, "top-left", "bottom-right"}, default False
@@ -232,8 +245,9 @@ def multi_query_attention(
         Value-side input when it differs from ``x_kv``.
     return_weights : bool, default False
         Also return every query head's attention matrix.
-    method : {None, "equation", "blocked", "auto"}, default None
-        How each head's attention is computed, as in :func:`~refattn.scaled_dot_product_attention`.
+    method : {"equation", "blocked", "auto"}, default "auto"
+        How each head's attention is computed, as in :func:`~refattn.scaled_dot_product_attention`
+        (``None``, the old default, is "auto" with a ``DeprecationWarning``).
 
     Returns
     -------
@@ -266,10 +280,11 @@ def multi_query_attention(
     ...                  rtol=1e-12, atol=1e-12))
     True
     """
-    params = _check_params(params)
+    method = none_is_auto("multi_query_attention", method)
+    x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
+    params = _multi_query_params(params, x_q, num_heads, num_kv_heads, rng)
     g, d_k, d_v = _head_counts(params, num_heads)
     h, r = num_heads, num_heads // g
-    x_q = as_float("x_q", x_q, min_ndim=2)
     x_kv = as_float("x_kv", x_kv, min_ndim=2)
     x_v = x_kv if x_v is None else as_float("x_v", x_v, min_ndim=2)
     _check_inputs(params.d_model, x_q=x_q, x_kv=x_kv, x_v=x_v)
@@ -283,7 +298,31 @@ def multi_query_attention(
     heads, A = _grouped_attention(Q, K, V, mask=mask, causal=causal, scale=scale, fully_masked=fully_masked,
                                   return_weights=return_weights, method=method, r=r)
     out = combine_heads(heads, params.w_o, params.b_o)             # (..., n, d_model)   Concat(head_i) Wᴼ
-    return (out, A) if return_weights else out
+    if not return_weights:
+        return out
+    note_allowed(lambda: allowed_pairs(head_shared(mask), causal, A.shape, fully_masked))
+    return out, A
+
+
+def _multi_query_params(params, x_q: NDArray, num_heads: int, num_kv_heads, rng) -> MultiQueryParams | MultiHeadParams:
+    """``params`` as given (g checked against ``num_kv_heads``), drawn from ``rng``, or ``"identity"``."""
+    check_positive_int("num_heads", num_heads)
+    params = given_or_drawn("multi_query", "params", params, optional_rng(rng), lambda r: init_multi_query(
+        r, drawn_width(x_q), num_heads, 1 if num_kv_heads is None else num_kv_heads), what="its parameters")
+    if isinstance(params, str):
+        if params != "identity" or num_heads != 1:
+            raise ValueError(f"params must be MultiQueryParams, None or 'identity' (with num_heads=1), got "
+                             f"{params!r} with num_heads={num_heads}")
+        eye = np.eye(x_q.shape[-1])
+        params = MultiQueryParams(eye, eye, eye, eye)
+    elif not isinstance(params, (MultiQueryParams, MultiHeadParams)):
+        raise TypeError(f"params must be MultiQueryParams (see init_multi_query), MultiHeadParams (g = h), None or "
+                        f"'identity', got {type(params).__name__}")
+    g = _head_counts(params, num_heads)[0]
+    if num_kv_heads is not None and num_kv_heads != g:
+        raise ValueError(f"num_kv_heads={num_kv_heads} but params have g = {g} key/value heads (w_k "
+                         f"{params.w_k.shape}, w_q {params.w_q.shape}, num_heads={num_heads})")
+    return params
 
 
 def _grouped_attention(Q, K, V, *, mask, causal, scale, fully_masked, return_weights, method, r):
@@ -409,7 +448,7 @@ def multi_query_step(
     V = np.concatenate([cache.v, project_heads(x_new, params.w_v, params.b_v, g)], axis=-2)   # (..., g, t₀+t, d_v)
     Q = project_heads(x_new, params.w_q, params.b_q, num_heads)                               # (..., h, t, d_k)
     heads, A = _grouped_attention(Q, K, V, mask=None, causal="bottom-right", scale=None, fully_masked="zero",
-                                  return_weights=return_weights, method=None, r=num_heads // g)
+                                  return_weights=return_weights, method="auto", r=num_heads // g)
     out = combine_heads(heads, params.w_o, params.b_o)                                        # (..., t, d_model)
     return (out, KVCache(K, V), A) if return_weights else (out, KVCache(K, V))
 
@@ -605,49 +644,15 @@ def convert_multi_head(
 
 # --- the registry entry ------------------------------------------------------------------------------
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, num_kv_heads=None, params=None,
-           mask=None):
-    """Grouped-query attention of the layer inputs q, k, v (width d_model) with ``params``: a
-    :class:`MultiQueryParams` (or :class:`~refattn.MultiHeadParams`, g = h), drawn from ``rng``
-    (:func:`init_multi_query`, ``num_kv_heads`` default 1: multi-query) when omitted, or ``"identity"``: one
-    head whose projections are the identity (no bias), which is scaled dot-product attention itself."""
-    q = as_float("q", q, min_ndim=2)                               # its width sizes the drawn parameters
-    if params is None:
-        if rng is None:
-            raise ValueError("multi-query attention needs params= or rng= to draw them")
-        if q.shape[-1] == 0:
-            raise ValueError(f"q has width d_model = 0 (shape {q.shape}): there are no projections to draw")
-        params = init_multi_query(rng, q.shape[-1], num_heads, 1 if num_kv_heads is None else num_kv_heads)
-    elif isinstance(params, str):
-        if params != "identity" or num_heads != 1:
-            raise ValueError(f"params must be MultiQueryParams, None or 'identity' (with num_heads=1), got "
-                             f"{params!r} with num_heads={num_heads}")
-        eye = np.eye(q.shape[-1])
-        params = MultiQueryParams(eye, eye, eye, eye)
-    elif not isinstance(params, (MultiQueryParams, MultiHeadParams)):
-        raise TypeError(f"params must be MultiQueryParams, MultiHeadParams (g = h), None or 'identity', got "
-                        f"{type(params).__name__}")
-    g = _head_counts(params, num_heads)[0]
-    if num_kv_heads is not None and num_kv_heads != g:
-        raise ValueError(f"num_kv_heads={num_kv_heads} but params have g = {g} key/value heads (w_k "
-                         f"{params.w_k.shape}, w_q {params.w_q.shape}, num_heads={num_heads})")
-    draws = {"params": params}                                     # drawn from rng, or as given
-    if not return_weights:
-        return AttentionResult(multi_query_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask,
-                                                     causal=causal), draws=draws)
-    out, A = multi_query_attention(q, k, params, num_heads=num_heads, x_v=v, mask=mask, causal=causal,
-                                   return_weights=True)
-    return AttentionResult(out, A, allowed_pairs(head_shared(mask), causal, A.shape), draws)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    multi_query_attention, inputs=("x_q", "x_kv", "x_v"), defaults={"num_heads": 2},
     id="multi_query", title="Multi-query and grouped-query attention", family="heads",
     section="4.6", paper=f"{SHAZEER}; {AINSLIE}",
     equation=r"\operatorname{Concat}_i\big(\operatorname{Attention}(QW_i^Q, KW_{\lfloor i/r\rfloor}^K, "
     r"VW_{\lfloor i/r\rfloor}^V)\big) W^O,\ r = h/g",
     time="O(n·m·h·d_k + (n+m)·d·(h+g)·d_k)", memory="O(h·n·m); cache O(g·m·d_k)", kind="attention",
     examples=({"num_heads": 4, "num_kv_heads": 2}, {"num_heads": 4, "num_kv_heads": 4}),
-    function=multi_query_attention, apply=_apply, causal=True, figure="refattn.figures.multi_query:multi_query",
+    causal=True, figure="refattn.figures.multi_query:multi_query",
     exact_options={"num_heads": 1, "params": "identity"},
     exact_limit="one head, identity projections (g = h = 1); g = h is multi-head attention", draws=("params",),
     layer_inputs=True,

@@ -31,9 +31,18 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, causal_alignment, check_sizes
 from ..common.ints import check_positive_int
-from ..core.multi_head import MultiHeadParams, combine_heads, layer_inputs, project_heads, resolve_params
+from ..core.multi_head import (
+    MultiHeadParams,
+    combine_heads,
+    init_multi_head,
+    layer_inputs,
+    project_heads,
+    resolve_params,
+)
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..mechanism import Mechanism
+from ._layer import drawn_width
 
 __all__ = ["layer_windows", "multi_scale_attention", "multi_scale_mask"]
 
@@ -93,8 +102,9 @@ def multi_scale_mask(windows: ArrayLike, n: int, m: int | None = None, *, causal
 
 
 def multi_scale_attention(
-    x_q: ArrayLike, x_kv: ArrayLike, params: MultiHeadParams, *, num_heads: int, windows: ArrayLike, causal=False,
-    x_v: ArrayLike | None = None, scale: float | None = None, return_weights: bool = False,
+    x_q: ArrayLike, x_kv: ArrayLike, params: MultiHeadParams | str | None = None, *, num_heads: int,
+    windows: ArrayLike | None = None, causal=False, x_v: ArrayLike | None = None, scale: float | None = None,
+    rng=None, return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Multi-scale multi-head self-attention: head i attends within ω_i positions of its query.
 
@@ -110,18 +120,23 @@ def multi_scale_attention(
         Query-side input.
     x_kv : (..., m, d_model) array_like
         Key-side input (and value-side unless ``x_v``).
-    params : MultiHeadParams
-        Projections, as in :func:`~refattn.multi_head_attention`.
+    params : MultiHeadParams, "identity" or None
+        Projections, as in :func:`~refattn.multi_head_attention`. ``None``: drawn from ``rng``
+        (:func:`~refattn.init_multi_head`, d_model = the width of ``x_q``). ``"identity"``: one head whose
+        projections are the identity.
     num_heads : int
         *h*.
-    windows : (h,) sequence of int
-        Ω: the scale ω_i of each head.
+    windows : (h,) sequence of int, optional
+        Ω: the scale ω_i of each head, the half-width of its window (it sees 2ω_i + 1 positions). Default
+        ω_i = 2i + 1 (1, 3, 5, …), a demonstration.
     causal : {False, True, "top-left", "bottom-right"}, default False
         As in :func:`multi_scale_mask` (the paper's heads are not causal).
     x_v : (..., m, d_model) array_like, optional
         Value-side input.
     scale : float, optional
         Default :math:`1/\sqrt{d_k}` with the per-head width.
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when it is omitted.
     return_weights : bool, default False
         Also return every head's weights.
 
@@ -149,9 +164,11 @@ def multi_scale_attention(
     True
     """
     check_positive_int("num_heads", num_heads)
-    if not isinstance(params, MultiHeadParams):
-        raise TypeError(f"params must be MultiHeadParams (see init_multi_head), got {type(params).__name__}")
-    windows = _check_windows(windows)
+    x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
+    params = given_or_drawn("multi_scale", "params", params, optional_rng(rng),
+                            lambda r: init_multi_head(r, drawn_width(x_q), num_heads), what="its parameters")
+    params = resolve_params(params, x_q.shape[-1], num_heads, None)   # "identity": one head, identity projections
+    windows = _check_windows(default_windows(num_heads) if windows is None else windows)
     if windows.size != num_heads:
         raise ValueError(f"windows has {windows.size} scales but num_heads={num_heads}")
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model)
@@ -163,7 +180,10 @@ def multi_scale_attention(
                                           return_weights=return_weights)
     heads, A = result if return_weights else (result, None)
     out = combine_heads(heads, params.w_o, params.b_o)             # (..., n, d_model)  Concat(·) Wᴼ
-    return (out, A) if return_weights else out
+    if not return_weights:
+        return out
+    note_allowed(lambda: np.broadcast_to(mask, A.shape))
+    return out, A
 
 
 def layer_windows(num_layers: int, num_heads: int, scales: ArrayLike) -> NDArray:
@@ -214,33 +234,16 @@ def _round_half_up(x: float) -> int:
 
 
 def default_windows(num_heads: int) -> NDArray:
-    """apply's demonstration scales: ω_i = 2i + 1 (1, 3, 5, …)."""
+    """The demonstration scales ω_i = 2i + 1 (1, 3, 5, …)."""
     return 2 * np.arange(num_heads) + 1
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, params=None, windows=None,
-           scale=None):
-    """Multi-scale multi-head attention with the demonstration scales ω_i = 2i + 1 unless ``windows`` is given;
-    ``params`` drawn from ``rng`` when omitted (see :func:`~refattn.core.multi_head.resolve_params`)."""
-    q = as_float("q", q, min_ndim=2)
-    params = resolve_params(params, q.shape[-1], num_heads, rng)
-    windows = default_windows(num_heads) if windows is None else windows
-    draws = {"params": params}
-    if not return_weights:
-        return AttentionResult(multi_scale_attention(q, k, params, num_heads=num_heads, windows=windows,
-                                                     causal=causal, x_v=v, scale=scale), draws=draws)
-    out, A = multi_scale_attention(q, k, params, num_heads=num_heads, windows=windows, causal=causal, x_v=v,
-                                   scale=scale, return_weights=True)
-    allowed = multi_scale_mask(windows, q.shape[-2], k.shape[-2], causal=causal)
-    return AttentionResult(out, A, np.broadcast_to(allowed, A.shape), draws)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    multi_scale_attention, inputs=("x_q", "x_kv", "x_v"), defaults={"num_heads": 2},
     id="multi_scale", title="Multi-scale multi-head self-attention", family="heads", section="4.6", paper=GUO,
     equation=r"\mathrm{head}_i = \operatorname{softmax}\!\Big(\frac{q_t\, C(K W_i^K, \omega_i)^\top}{\sqrt{d_k}}\Big)"
     r" C(V W_i^V, \omega_i),\ C(x_t, \omega) = [x_{t-\omega}, \dots, x_{t+\omega}]",
-    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", function=multi_scale_attention,
-    apply=_apply, causal=True, position_dependent=True,
+    time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention", causal=True, position_dependent=True,
     examples=({"windows": [0, 2]}, {"num_heads": 4, "windows": [0, 1, 2, 100]}),
     figure="refattn.figures.multi_scale:multi_scale",
     exact_options=lambda n, m: {"num_heads": 1, "params": "identity", "windows": [max(n, m)]},

@@ -43,8 +43,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, as_rng, check_choice, check_scale, default_scale
 from ..common.ints import check_positive_int
-from ..common.products import weighted_values
-from ..masks import allowed_pairs, attention_mask
+from ..common.products import scores, weighted_values
 from ..core.multi_head import (
     MultiHeadParams,
     combine_heads,
@@ -54,7 +53,10 @@ from ..core.multi_head import (
     project_heads,
 )
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..masks import allowed_pairs, attention_mask
+from ..mechanism import Mechanism
+from ._layer import drawn_width
 
 __all__ = ["TalkingHeadsParams", "init_talking_heads", "talking_heads_attention"]
 
@@ -182,8 +184,12 @@ def _truncated_normal(rng: np.random.Generator, shape: tuple[int, int], std: flo
 def talking_heads_attention(
     x_q: ArrayLike,
     x_kv: ArrayLike,
-    params: TalkingHeadsParams,
+    params: TalkingHeadsParams | str | None = None,
     *,
+    num_heads: int | None = None,
+    key_heads: int | None = None,
+    value_heads: int | None = None,
+    rng=None,
     mask: ArrayLike | None = None,
     causal: bool | str = False,
     scale: float | None = None,
@@ -207,8 +213,16 @@ def talking_heads_attention(
         Query-side input X.
     x_kv : (..., m, d_model) array_like
         Key-side input M (and value-side unless ``x_v`` is given).
-    params : TalkingHeadsParams
-        Projections and the two talking-heads maps; h_k, h, h_v are read from P_l and P_w.
+    params : TalkingHeadsParams, "identity" or None
+        Projections and the two talking-heads maps; h_k, h, h_v are read from P_l and P_w. ``None``: drawn
+        from ``rng`` (:func:`init_talking_heads`, d_model = the width of ``x_q``, h = ``num_heads``,
+        h_k = ``key_heads``, h_v = ``value_heads``). ``"identity"``: one head of each kind, identity
+        projections and P_l = P_w = [[1]], which is scaled dot-product attention itself.
+    num_heads, key_heads, value_heads : int, optional
+        *h*, *h_k*, *h_v* of the parameters drawn from ``rng`` (``num_heads`` is then required; h_k and h_v
+        default to it); ``"identity"`` takes one of each. Unused with given ``params`` (P_l and P_w fix them).
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when it is omitted.
     mask : (..., n, m) array_like of bool or float, optional
         As in :func:`~refattn.scaled_dot_product_attention`, shared by all heads, applied to the logits L
         (after P_l): a float mask is added to L, ``False`` and ``-inf`` entries are left out of every softmax head.
@@ -254,9 +268,9 @@ def talking_heads_attention(
     >>> bool(np.all(np.triu(U, 1) == 0))              # masked after P_l: no weight on the future
     True
     """
-    if not isinstance(params, TalkingHeadsParams):
-        raise TypeError(f"params must be TalkingHeadsParams (see init_talking_heads), got {type(params).__name__}")
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
+    x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
+    params = _talking_heads_params(params, x_q, num_heads, key_heads, value_heads, rng)
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.projections.d_model)
     p = params.projections
     h_k, h, h_v = params.key_heads, params.num_heads, params.value_heads
@@ -269,9 +283,8 @@ def talking_heads_attention(
     Q = project_heads(x_q, p.w_q, p.b_q, h_k)                      # (..., h_k, n, d_k)  Q[n, d_k, h_k]
     K = project_heads(x_kv, p.w_k, p.b_k, h_k)                     # (..., h_k, m, d_k)  K[m, d_k, h_k]
     V = project_heads(x_v, p.w_v, p.b_v, h_v)                      # (..., h_v, m, d_v)  V[m, d_v, h_v]
-    with np.errstate(invalid="ignore", over="ignore"):             # masked-out garbage may be inf − inf
-        J = (Q @ np.swapaxes(K, -1, -2)) * scale                   # (..., h_k, n, m)    J = scale·Q Kᵀ
-        J[~np.isfinite(J)] = np.nan                                # Inf/NaN in q_i, k_j or overflow: undefined
+    J = scores(Q, K, scale)                                        # (..., h_k, n, m)    J = scale·Q Kᵀ
+    with np.errstate(invalid="ignore", over="ignore"):             # a sum of overflowed products may be inf − inf
         L = np.einsum("...knm,kh->...hnm", J, params.P_l)          # (..., h, n, m)      L = J P_l
     if bias is not None:
         L = L + bias                                               # (..., h, n, m)      L + B (after P_l)
@@ -279,40 +292,38 @@ def talking_heads_attention(
     U = np.einsum("...hnm,hv->...vnm", W, params.P_w)              # (..., h_v, n, m)    U = W P_w
     O = weighted_values(U, V, allowed, empty[..., :1, :, :], fully_masked)   # (..., h_v, n, d_v)  O = U V
     out = combine_heads(O, p.w_o, p.b_o)                           # (..., n, d_model)   Y = O P_o
-    return (out, U) if return_weights else out
-
-
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_heads=2, key_heads=None, value_heads=None,
-           params=None, mask=None):
-    """Talking heads with ``params``: a :class:`TalkingHeadsParams`, drawn from ``rng``
-    (:func:`init_talking_heads`, d_model = q's width, h = ``num_heads``, h_k = ``key_heads``, h_v =
-    ``value_heads``) when omitted, or ``"identity"``: one head of each kind, identity projections and
-    P_l = P_w = [[1]], which is scaled dot-product attention itself."""
-    if params is None:
-        if rng is None:
-            raise ValueError("talking-heads attention needs params= or rng= to draw them")
-        params = init_talking_heads(rng, q.shape[-1], num_heads, key_heads=key_heads, value_heads=value_heads)
-    elif isinstance(params, str):
-        if params != "identity" or (num_heads, key_heads or 1, value_heads or 1) != (1, 1, 1):
-            raise ValueError(f"params must be TalkingHeadsParams, None or 'identity' (with num_heads=1), got "
-                             f"{params!r} with num_heads={num_heads}, key_heads={key_heads}, value_heads={value_heads}")
-        eye = np.eye(q.shape[-1])
-        params = TalkingHeadsParams(MultiHeadParams(eye, eye, eye, eye), np.ones((1, 1)), np.ones((1, 1)))
-    elif not isinstance(params, TalkingHeadsParams):
-        raise TypeError(f"params must be TalkingHeadsParams, None or 'identity', got {type(params).__name__}")
-    draws = {"params": params}
     if not return_weights:
-        return AttentionResult(talking_heads_attention(q, k, params, mask=mask, causal=causal, x_v=v), draws=draws)
-    out, U = talking_heads_attention(q, k, params, mask=mask, causal=causal, x_v=v, return_weights=True)
-    return AttentionResult(out, U, allowed_pairs(head_shared(mask), causal, U.shape), draws)
+        return out
+    note_allowed(lambda: allowed_pairs(head_shared(mask), causal, U.shape, fully_masked))
+    return out, U
 
 
-RECORD = Mechanism(
+def _talking_heads_params(params, x_q: NDArray, num_heads, key_heads, value_heads, rng) -> TalkingHeadsParams:
+    """``params`` as given, drawn from ``rng`` with the head counts given, or ``"identity"``."""
+    if params is None and rng is not None and num_heads is None:   # rng missing too: given_or_drawn says so
+        raise ValueError("talking_heads needs num_heads= to draw params from rng (or params=)")
+    params = given_or_drawn("talking_heads", "params", params, optional_rng(rng), lambda r: init_talking_heads(
+        r, drawn_width(x_q), num_heads, key_heads=key_heads, value_heads=value_heads), what="its parameters")
+    if isinstance(params, str):
+        if params != "identity" or any(c not in (None, 1) for c in (num_heads, key_heads, value_heads)):
+            raise ValueError(f"params must be TalkingHeadsParams, None or 'identity' (with one head of each kind), "
+                             f"got {params!r} with num_heads={num_heads}, key_heads={key_heads}, "
+                             f"value_heads={value_heads}")
+        eye = np.eye(x_q.shape[-1])
+        return TalkingHeadsParams(MultiHeadParams(eye, eye, eye, eye), np.ones((1, 1)), np.ones((1, 1)))
+    if not isinstance(params, TalkingHeadsParams):
+        raise TypeError(f"params must be TalkingHeadsParams (see init_talking_heads), None or 'identity', got "
+                        f"{type(params).__name__}")
+    return params
+
+
+RECORD = Mechanism.of(
+    talking_heads_attention, inputs=("x_q", "x_kv", "x_v"), defaults={"num_heads": 2},
     id="talking_heads", title="Talking-heads attention", family="heads", section="4.6.1", paper=TALKING_HEADS,
     equation=r"L_h = \sum_k P_l[k,h]\, \tfrac{Q_k K_k^\top}{\sqrt{d_k}},\ W_h = \operatorname{softmax}(L_h),\ "
     r"U_v = \sum_h P_w[h,v]\, W_h,\ Y = \operatorname{Concat}_v(U_v V_v) P_o",
     time="O(n·m·(h_k·d_k + h_k·h + h·h_v + h_v·d_v))", memory="O(max(h_k, h, h_v)·n·m)", kind="attention",
-    function=talking_heads_attention, apply=_apply, causal=True, normalized=False, nonnegative=False,
+    causal=True, normalized=False, nonnegative=False,
     examples=({"num_heads": 4, "key_heads": 2, "value_heads": 1}, {"num_heads": 1, "key_heads": 4}),
     figure="refattn.figures.talking_heads:talking_heads", exact_options={"num_heads": 1, "params": "identity"},
     exact_limit="one head of each kind, identity projections, P_l = P_w = [[1]]; with h_k = h = h_v and "
