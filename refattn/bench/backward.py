@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from ..cli import non_negative_int, positive_int
+from ..argtypes import non_negative_int, positive_int
 from ..oracle.vjp import VJP_ARRAYS, sdpa_vjp
 from ._measure import best_times, check_memory, extra_target, gemm_rate, mib, peak_memory
 

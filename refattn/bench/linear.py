@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from ..cli import non_negative_int, positive_int
+from ..argtypes import non_negative_int, positive_int
 from ..linear import elu_feature_map, linear_attention
 from ..linear.chunk import DEFAULT_CHUNK_SIZE
 from ._measure import best_time, best_times, check_memory, extra_target, gemm_rate, mib, peak_memory
