@@ -429,7 +429,7 @@ def _vectors(args) -> int:
 
 
 def _check(args) -> int:
-    from .oracle.fixtures import FixtureError, check_file
+    from .oracle.checkfile import FixtureError, check_file
 
     rule = args.rule or ("table" if args.table else "ulp" if args.max_ulps is not None else "ratio")
     budget = {} if args.memory_budget is None else {"memory_budget": max(1, int(args.memory_budget * 2**30))}
