@@ -43,8 +43,7 @@ import sys
 from pathlib import Path
 
 from . import registry
-from .argtypes import (non_negative_float, non_negative_int, output_file, output_folder, positive_float,
-                       positive_int)
+from .argtypes import non_negative_float, non_negative_int, output_file, output_folder, positive_float, positive_int
 
 __all__ = ["SIGPIPE_EXIT", "checkout", "default_figures_folder", "main", "non_negative_float", "non_negative_int",
            "output_file", "output_folder", "positive_float", "positive_int"]
@@ -226,9 +225,9 @@ def _task_names() -> tuple[str, ...]:
 
 def _train(args) -> int:
     from .training.loop import History, compare_params, pretrained, save_params, train
-    from .training.model import leaf_names
     from .training.record import record_training, save_record
     from .training.tasks import EVAL_SEED, evaluate, get_task
+    from .training.tree import leaf_names
 
     task = get_task(args.task)
     check = args.check or args.strict

@@ -12,7 +12,8 @@ from refattn import training
 from refattn.cli import main
 from refattn.core.transformer import greedy_decode
 from refattn.training import scores, tasks
-from refattn.training.model import decoder_logits, flatten, leaf_names, seq2seq_logits, unflatten
+from refattn.training.model import decoder_logits, seq2seq_logits
+from refattn.training.tree import flatten, leaf_names, unflatten
 from refattn.training.tasks import BOS, EOS, PAD, induction_batch, reverse_batch
 
 # ------------------------------------------------------------------------------------------ generators
