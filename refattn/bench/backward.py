@@ -62,8 +62,8 @@ def check_arguments(args: argparse.Namespace) -> None:
 def measure(n: int, heads: int, d: int, causal: bool, repeat: int, equation_max: int, torch) -> dict:
     """Times (seconds) of each available backward on one seeded (heads, n, d) problem."""
     from ..core.sdpa import scaled_dot_product_attention
-    from ..kernels.tiles import blocked_inputs, default_block_size
     from ..kernels.blocked_bwd import blocked_attention_vjp
+    from ..kernels.tiles import blocked_inputs, default_block_size
 
     rng = np.random.default_rng(n)
     q, k, v, d_out = (rng.standard_normal((heads, n, d)) for _ in range(4))

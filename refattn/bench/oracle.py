@@ -29,8 +29,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..argtypes import positive_int
-from ..masks import attention_mask
 from ..core.sdpa import scaled_dot_product_attention
+from ..masks import attention_mask
 from ..oracle.check import check
 from ..oracle.precision import BFLOAT16, round_bfloat16
 

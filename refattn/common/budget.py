@@ -5,7 +5,6 @@ import math
 import os
 from contextlib import contextmanager
 
-
 from .ints import check_positive_int
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "MEMORY_BUDGET_ENV", "MemoryBudgetError", "check_fits", "memory_budget", "set_memory_budget", "temporary_memory_budget"]

@@ -100,7 +100,8 @@ def decode_vector(path, arrays: dict) -> dict:
 
 
 def decode_tree(node, arrays: dict):
-    """The option value a JSON ``node`` of the trees of :mod:`refattn.oracle.vectors` stands for, its arrays taken from ``arrays``."""
+    """The option value a JSON ``node`` of the trees of :mod:`refattn.oracle.vectors` stands for, its arrays taken
+    from ``arrays``."""
     if isinstance(node, list):
         return [decode_tree(x, arrays) for x in node]
     if not isinstance(node, dict):
@@ -116,7 +117,7 @@ def decode_tree(node, arrays: dict):
         if not module.startswith("refattn."):
             raise ValueError(f"dataclass {node['dataclass']!r} is not refattn's")
         cls = getattr(importlib.import_module(module), name)
-        if not dataclasses.is_dataclass(cls):
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
             raise ValueError(f"{node['dataclass']!r} is not a dataclass")
         return cls(**{key: decode_tree(value, arrays) for key, value in node["fields"].items()})
     raise ValueError(f"unknown tree node {node!r}")

@@ -69,8 +69,8 @@ from ..common.npz import write_npz
 from .npz import VECTOR_CAUSAL, decode_tree, decode_vector, read_npz, representable
 from .vjp import GRADIENT_IDS, record_vjp
 
-__all__ = ["CASE_NAMES", "FORMAT", "decode_tree", "decode_vector", "export_vector", "load_vector", "make_vector", "replay",
-           "vector_cases", "vector_ids", "write_npz", "write_suite"]
+__all__ = ["CASE_NAMES", "FORMAT", "decode_tree", "decode_vector", "export_vector", "load_vector", "make_vector",
+           "replay", "vector_cases", "vector_ids", "write_npz", "write_suite"]
 
 FORMAT = "refattn-vectors-1"
 CASE_NAMES = ("default", "causal", "bottom_right")
@@ -195,8 +195,11 @@ def load_vector(path: str | Path) -> dict:
 def replay(vector: dict):
     """Rerun the mechanism of a decoded vector (:func:`load_vector`) with its inputs, options and draws, no rng;
     return its ``AttentionResult``."""
-    return registry.get(vector["mechanism"]).apply(vector["q"], vector["k"], vector["v"], causal=vector["causal"],
-                                                   return_weights=True, **vector["options"], **vector["draws"])
+    apply = registry.get(vector["mechanism"]).apply
+    if apply is None:
+        raise ValueError(f"{vector['mechanism']!r} has no uniform apply, so no test vector")
+    return apply(vector["q"], vector["k"], vector["v"], causal=vector["causal"], return_weights=True,
+                 **vector["options"], **vector["draws"])
 
 
 def _encode(value, name: str, arrays: dict):

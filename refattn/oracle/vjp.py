@@ -43,7 +43,6 @@ from ..common.checks import (
 )
 from ..common.groups import grouped_kv, sum_over_groups
 from ..common.products import weighted_values
-from ..masks import attention_mask, check_key_lengths, check_mask_shape
 from ..core.multi_head import RECORD as MULTI_HEAD
 from ..core.multi_head import (
     MultiHeadParams,
@@ -59,6 +58,7 @@ from ..core.sdpa import AUTO_BLOCKED_ENTRIES, scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from ..kernels import kernel_rows
 from ..kernels.tiles import blocked_inputs, check_block_size
+from ..masks import attention_mask, check_key_lengths, check_mask_shape
 from .shapes import as_upstream_gradient, sum_to_shape
 
 __all__ = ["GRADIENT_IDS", "MultiHeadGrads", "SdpaGrads", "multi_head_vjp", "record_vjp", "sdpa_vjp", "softmax_vjp",
