@@ -28,7 +28,6 @@
 # structured and unstructured input · (i) exercises
 
 # %%
-import matplotlib as mpl
 import numpy as np
 
 import refattn

@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import sys
 from pathlib import Path
 
 from . import registry
+from .argtypes import non_negative_float, non_negative_int, output_file, output_folder, positive_float, positive_int
 
 __all__ = ["SIGPIPE_EXIT", "checkout", "default_figures_folder", "main", "non_negative_float", "non_negative_int",
            "output_file", "output_folder", "positive_float", "positive_int"]
@@ -225,9 +225,9 @@ def _task_names() -> tuple[str, ...]:
 
 def _train(args) -> int:
     from .training.loop import History, compare_params, pretrained, save_params, train
-    from .training.model import leaf_names
     from .training.record import record_training, save_record
     from .training.tasks import EVAL_SEED, evaluate, get_task
+    from .training.tree import leaf_names
 
     task = get_task(args.task)
     check = args.check or args.strict
@@ -428,7 +428,7 @@ def _vectors(args) -> int:
 
 
 def _check(args) -> int:
-    from .oracle.fixtures import FixtureError, check_file
+    from .oracle.checkfile import FixtureError, check_file
 
     rule = args.rule or ("table" if args.table else "ulp" if args.max_ulps is not None else "ratio")
     budget = {} if args.memory_budget is None else {"memory_budget": max(1, int(args.memory_budget * 2**30))}
@@ -443,75 +443,3 @@ def _check(args) -> int:
         return 2
     print(report)
     return 0 if report.passed else 1
-
-
-# ---------------------------------------------------------------------------------------- argument types
-# argparse turns an ArgumentTypeError into "usage ... error: argument --name: <message>" and exit 2.
-
-
-def _number(text: str, kind: type, low: float, strict: bool):
-    """``text`` as ``kind``, finite and >= ``low`` (> with ``strict``), or an ``ArgumentTypeError``."""
-    what = "an integer" if kind is int else "a number"
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if not math.isfinite(value) or value < low or (strict and value == low):
-        finite = "" if kind is int else "a finite number "
-        raise argparse.ArgumentTypeError(f"must be {finite}{'>' if strict else '>='} {low:g}, got {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """An argparse ``type``: an integer >= 1."""
-    return _number(text, int, 1, False)
-
-
-def non_negative_int(text: str) -> int:
-    """An argparse ``type``: an integer >= 0."""
-    return _number(text, int, 0, False)
-
-
-def positive_float(text: str) -> float:
-    """An argparse ``type``: a finite number > 0."""
-    return _number(text, float, 0.0, True)
-
-
-def non_negative_float(text: str) -> float:
-    """An argparse ``type``: a finite number >= 0."""
-    return _number(text, float, 0.0, False)
-
-
-def _existing_file_above(path: Path) -> Path | None:
-    """The first of ``path``'s parents that exists as something other than a folder, if any."""
-    for parent in path.parents:
-        if parent.exists():
-            return None if parent.is_dir() else parent
-    return None
-
-
-def output_folder(text: str) -> Path:
-    """An argparse ``type``: a folder that exists or can be created (no part of it is an existing file)."""
-    path = Path(text)
-    blocker = path if path.exists() and not path.is_dir() else _existing_file_above(path)
-    if blocker is not None:
-        raise argparse.ArgumentTypeError(f"{text!r} cannot be a folder: {str(blocker)!r} is an existing file")
-    return path
-
-
-def output_file(text: str) -> Path | None:
-    """An argparse ``type``: a file path in an existing folder, not itself a folder; '' is None.
-
-    Refused at once, so that a command refuses before it works rather than when it writes.
-    """
-    if not text:
-        return None
-    path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is an existing folder, not a file name")
-    blocker = _existing_file_above(path)
-    if blocker is not None:
-        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {str(blocker)!r} is an existing file")
-    if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: the folder {str(path.parent)!r} does not exist")
-    return path

@@ -85,7 +85,7 @@ def test_ci_runs_the_readme_test_command_and_the_main_job_installs_only_the_core
     block = re.search(r"## Set up, in two commands.*?```bash\n(.*?)```", readme, re.S)[1]
     commands = [line for line in block.splitlines() if line and not line.startswith("#")]
     assert commands == ["pip install -e . && python -m refattn figures",
-                        'pip install -e ".[test]" && python -m pytest']
+                        'pip install -e ".[test]" && ruff check && mypy && python -m pytest']
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert commands[1] in ci
 

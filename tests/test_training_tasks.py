@@ -12,8 +12,9 @@ from refattn import training
 from refattn.cli import main
 from refattn.core.transformer import greedy_decode
 from refattn.training import scores, tasks
-from refattn.training.model import decoder_logits, flatten, leaf_names, seq2seq_logits, unflatten
+from refattn.training.model import decoder_logits, seq2seq_logits
 from refattn.training.tasks import BOS, EOS, PAD, induction_batch, reverse_batch
+from refattn.training.tree import flatten, leaf_names, unflatten
 
 # ------------------------------------------------------------------------------------------ generators
 

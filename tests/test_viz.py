@@ -104,7 +104,7 @@ def test_weights_scale_is_one_sided_square_root_from_zero(weights):
 
 def test_weights_scale_bottom_colour_is_light():
     bottom = matplotlib.colors.to_rgba(viz.plot_attention(np.eye(3)).axes[0].images[0].get_cmap()(0.0))
-    assert viz._luminance(bottom) > 0.9                          # not near-black, as viridis' start is
+    assert viz.draw._luminance(bottom) > 0.9                          # not near-black, as viridis' start is
 
 
 def test_own_cmap_is_linear_unless_gamma_given(weights):
@@ -198,7 +198,7 @@ def test_small_panels_print_every_value_with_contrasting_text():
     assert [tuple(t.get_position()) for t in ax.texts[:4]] == [(0, 0), (1, 0), (2, 0), (0, 1)]   # (column j, row i)
     image = ax.images[0]
     for text, value in zip(ax.texts, A.ravel(), strict=True):           # white on dark cells, black on light
-        dark = viz._luminance(image.cmap(image.norm(value))) < 0.179
+        dark = viz.draw._luminance(image.cmap(image.norm(value))) < 0.179
         assert matplotlib.colors.to_hex(text.get_color()) == ("#ffffff" if dark else "#000000"), value
     assert {t.get_color() for t in ax.texts[:2]} == {"white", "black"}   # 1.0 is navy, 0.0 pale
 
@@ -295,7 +295,7 @@ def test_step_through_widget_redraws_on_slider(weights):
 def test_step_through_frames_rewrite_values_and_keep_allowed():
     frames = np.stack([np.full((3, 3), t / 10) for t in range(1, 4)])
     causal = np.tril(np.ones((3, 3), dtype=bool))
-    fig, show = viz._frame_player(frames, None, "attention", {"allowed": causal})
+    fig, show = viz.player._frame_player(frames, None, "attention", {"allowed": causal})
     ax = fig.axes[0]
     show(2)
     assert [t.get_text() for t in ax.texts] == ["0.30", "", "", "0.30", "0.30", "", "0.30", "0.30", "0.30"]
@@ -336,12 +336,12 @@ def test_save_figure_is_byte_stable(tmp_path, weights):
 
 def test_rounding_to_significant_digits():
     x = np.array([0.123456789, -1.0e-17, 1.0e-17, 0.0, np.nan, np.inf])
-    np.testing.assert_array_equal(viz._rounded(x), [0.123457, 0.0, 0.0, 0.0, np.nan, np.inf])
-    assert not np.signbit(viz._rounded(x)[1])                              # noise around 0 becomes +0.0
-    np.testing.assert_array_equal(viz._rounded([1234.5678, 0.00123456789]), [1234.57, 0.0])   # step 1e-2
-    np.testing.assert_array_equal(viz._rounded([1234.5678, 0.00123456789], relative=True), [1234.57, 0.00123457])
+    np.testing.assert_array_equal(viz.stable._rounded(x), [0.123457, 0.0, 0.0, 0.0, np.nan, np.inf])
+    assert not np.signbit(viz.stable._rounded(x)[1])                              # noise around 0 becomes +0.0
+    np.testing.assert_array_equal(viz.stable._rounded([1234.5678, 0.00123456789]), [1234.57, 0.0])   # step 1e-2
+    np.testing.assert_array_equal(viz.stable._rounded([1234.5678, 0.00123456789], relative=True), [1234.57, 0.00123457])
     # the step follows the largest value as rounded (999999.7 → 1.00000e6: step 10), so that keeps 6 digits
-    np.testing.assert_array_equal(viz._rounded([999999.7, 12.34]), [1000000.0, 10.0])
+    np.testing.assert_array_equal(viz.stable._rounded([999999.7, 12.34]), [1000000.0, 10.0])
     assert viz.SIGNIFICANT_DIGITS == 6
 
 
@@ -369,7 +369,7 @@ def test_last_bit_differences_in_a_line_plot_draw_identical_png_bytes():
         ax.plot(2.0 ** np.arange(2, 11), y, "--")
         ax.set(xscale="log", yscale="log")
         buffer = io.BytesIO()
-        viz._savefig(fig, buffer, "png")
+        viz.stable._savefig(fig, buffer, "png")
         return buffer.getvalue()
 
     y = 1.3 / 2.0 ** np.arange(2, 11)
@@ -499,7 +499,7 @@ def test_round_off_drawn_through_roundoff_gives_identical_png_bytes():
         ax = fig.add_subplot()
         ax.semilogy([1.0, 2.0], [0.3, error], "o-")
         buffer = io.BytesIO()
-        viz._savefig(fig, buffer, "png")
+        viz.stable._savefig(fig, buffer, "png")
         return buffer.getvalue()
 
     skylake, haswell = 7.98056e-15, 1.04535e-14

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from ..cli import non_negative_int, positive_int
+from ..argtypes import non_negative_int, positive_int
 from ..oracle.vjp import VJP_ARRAYS, sdpa_vjp
 from ._measure import best_times, check_memory, extra_target, gemm_rate, mib, peak_memory
 
@@ -62,8 +62,8 @@ def check_arguments(args: argparse.Namespace) -> None:
 def measure(n: int, heads: int, d: int, causal: bool, repeat: int, equation_max: int, torch) -> dict:
     """Times (seconds) of each available backward on one seeded (heads, n, d) problem."""
     from ..core.sdpa import scaled_dot_product_attention
-    from ..kernels.tiles import blocked_inputs, default_block_size
     from ..kernels.blocked_bwd import blocked_attention_vjp
+    from ..kernels.tiles import blocked_inputs, default_block_size
 
     rng = np.random.default_rng(n)
     q, k, v, d_out = (rng.standard_normal((heads, n, d)) for _ in range(4))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import positive_int
+from ..argtypes import positive_int
 from ._measure import check_memory, growth_table, mib
 
 __all__ = ["CASES", "add_arguments", "check_arguments", "run"]

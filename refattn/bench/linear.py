@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from ..cli import non_negative_int, positive_int
+from ..argtypes import non_negative_int, positive_int
 from ..linear import elu_feature_map, linear_attention
 from ..linear.chunk import DEFAULT_CHUNK_SIZE
 from ._measure import best_time, best_times, check_memory, extra_target, gemm_rate, mib, peak_memory
@@ -89,7 +89,7 @@ def _identity(x):
 def _kernel_calls(phi_q, phi_k, v, size):
     """The scan and chunk kernels on (n, F) features and (n, d_v) values (one head, ε = 0), as
     ``linear_attention`` calls them, each writing into outputs of its own allocated here, once."""
-    from ..kernels.chunk import chunk_linear                       # Numba loads with the bench, not the CLI
+    from ..kernels.chunk import chunk_linear  # Numba loads with the bench, not the CLI
     from ..kernels.scan import causal_linear_scan
     phi_q, phi_k, v = phi_q[None], phi_k[None], v[None]
     n, F, d_v = v.shape[1], phi_q.shape[2], v.shape[2]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import positive_int
+from ..argtypes import positive_int
 from ._measure import check_memory, growth_table
 
 __all__ = ["CASES", "add_arguments", "check_arguments", "run"]

@@ -28,8 +28,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..masks import attention_mask
+from ..argtypes import positive_int
 from ..core.sdpa import scaled_dot_product_attention
+from ..masks import attention_mask
 from ..oracle.check import check
 from ..oracle.precision import BFLOAT16, round_bfloat16
 
@@ -259,8 +260,6 @@ def _shares(c) -> tuple[float, float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import positive_int
-
     parser.add_argument("--problems", type=positive_int, default=1000, help="random problems (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the problem generator (default 0)")
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cli import non_negative_int, output_file, positive_int
+from ..argtypes import non_negative_int, output_file, positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ._measure import (
     PATTERN_BYTES_PER_ROW,

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from ..cli import non_negative_int, positive_int
+from ..argtypes import non_negative_int, positive_int
 from ..sparse import SparsePattern, band_pattern, sparse_attention
 from ._measure import PATTERN_BYTES_PER_ROW, best_time, best_times, check_memory, gemm_rate, mib, peak_memory
 

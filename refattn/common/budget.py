@@ -5,7 +5,6 @@ import math
 import os
 from contextlib import contextmanager
 
-
 from .ints import check_positive_int
 
 __all__ = [

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .budget import MemoryBudgetError, check_fits
-from .ints import MAX_SIZE, below_max_size, is_int, check_non_negative_int, check_positive_int
+from .budget import check_fits
+from .ints import check_non_negative_int, check_positive_int, is_int
 
 __all__ = [
     "ALIGNMENTS",

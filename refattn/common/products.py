@@ -4,8 +4,6 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from .checks import check_scale, default_scale
-
 __all__ = ["scores", "split_scale", "weighted_values"]
 
 

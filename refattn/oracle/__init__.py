@@ -19,7 +19,8 @@ Note: ``refattn.oracle.check`` is the function; its module is ``refattn.oracle.c
 ``from refattn.oracle.check import ...``.
 """
 from .check import assert_close, check, check_mechanism
-from .fixtures import CASES, check_file, export_case, make_case
+from .checkfile import check_file
+from .fixtures import CASES, export_case, make_case
 from .linear_vjp import linear_attention_vjp
 from .merge import merge_attention
 from .report import Comparison, Report

@@ -584,7 +584,7 @@ def _mechanism_arrays(mech, q, k, v, d_out, causal, options, draws, grads: bool,
     """``{"out", ["dq", "dk", "dv"]}`` of ``mech`` in float64, on its arguments rounded to ``dtype`` first (and the
     results after) unless ``dtype`` is float64."""
     if dtype != np.float64:
-        from ..training.model import tree_map  # frozen dataclasses and tuples of arrays
+        from ..training.tree import tree_map  # frozen dataclasses and tuples of arrays
 
         def rounded(x):
             return x.astype(dtype).astype(np.float64) if isinstance(x, np.ndarray) and x.dtype.kind == "f" else x

@@ -24,8 +24,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..common.checks import default_scale
-from ..masks import attention_mask
 from ..core.softmax import FULLY_MASKED_POLICIES
+from ..masks import attention_mask
 from .evaluate import Conventions, Evaluation, Problem
 from .report import Comparison
 from .shapes import LAYOUT_SHAPES, kv_groups, other_layout, repeat_over_groups, swap_heads

@@ -27,8 +27,8 @@ from numpy.typing import NDArray
 
 from .. import common
 from ..common.checks import broadcast_batch, check_qkv
-from ..masks import attention_mask, check_mask_shape
 from ..core.sdpa import scaled_dot_product_attention
+from ..masks import attention_mask, check_mask_shape
 from .precision import BFLOAT16, sdpa_bfloat16
 from .shapes import kv_groups, repeat_over_groups, sum_over_groups, sum_to_shape, swap_heads
 from .tolerances import forward_noise, gradient_noise

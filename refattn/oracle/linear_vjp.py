@@ -16,9 +16,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..common.checks import as_float, causal_alignment, check_choice, check_qkv
 from ..common.products import weighted_values
-from ..masks import attention_mask
 from ..linear import elu_feature_map, linear_attention
 from ..linear._common import last_keys
+from ..masks import attention_mask
 from .shapes import as_upstream_gradient, sum_to_shape
 
 __all__ = ["linear_attention_vjp"]

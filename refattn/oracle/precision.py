@@ -27,8 +27,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.products import weighted_values
-from ..masks import attention_mask
 from ..core.softmax import masked_softmax
+from ..masks import attention_mask
 
 __all__ = ["BFLOAT16", "FORMATS", "Format", "bfloat16_values", "host_array", "number_format", "round_bfloat16",
            "sdpa_bfloat16", "spacing"]

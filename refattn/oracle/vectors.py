@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import inspect
 import json
 import math
@@ -68,15 +67,14 @@ from .. import registry
 from ..common.checks import default_scale
 from ..common.npz import write_npz
 from ..mechanism import PerShape
-from .fixtures import FixtureError, _representable
+from .npz import VECTOR_CAUSAL, decode_tree, decode_vector, read_npz, representable
 from .vjp import GRADIENT_IDS, record_vjp
 
-__all__ = ["CASE_NAMES", "FORMAT", "decode_tree", "export_vector", "load_vector", "make_vector", "replay",
-           "vector_cases", "vector_ids", "write_npz", "write_suite"]
+__all__ = ["CASE_NAMES", "FORMAT", "decode_tree", "decode_vector", "export_vector", "load_vector", "make_vector",
+           "replay", "vector_cases", "vector_ids", "write_npz", "write_suite"]
 
 FORMAT = "refattn-vectors-1"
 CASE_NAMES = ("default", "causal", "bottom_right")
-CAUSAL_NAMES = {False: "none", True: "top-left", "bottom-right": "bottom-right"}
 
 
 def vector_ids() -> list[str]:
@@ -125,14 +123,14 @@ def make_vector(id: str, case: str = "default") -> dict:  # noqa: A002 - the reg
         n = 3                                                      # 3 new queries, the last 3 of m positions
     seed = zlib.crc32(f"{id}:{case}".encode())                     # the same numbers on every machine
     rng = np.random.default_rng(seed)
-    q = _representable(rng.standard_normal((2, n, 4)))
-    k = q[:, -m:].copy() if mech.shared_qk else _representable(rng.standard_normal((2, m, 4)))
-    v = _representable(rng.standard_normal((2, m, 4)))
+    q = representable(rng.standard_normal((2, n, 4)))
+    k = q[:, -m:].copy() if mech.shared_qk else representable(rng.standard_normal((2, m, 4)))
+    v = representable(rng.standard_normal((2, m, 4)))
     result = mech.apply(q, k, v, causal=causal, rng=rng, return_weights=True, return_draws=True)
     arrays = {"format": np.array(FORMAT), "mechanism": np.array(id), "case": np.array(case),
-              "description": np.array(f"{mech.title}: {case}, causal={CAUSAL_NAMES[causal]}, b=2, n={n}, m={m}, "
+              "description": np.array(f"{mech.title}: {case}, causal={VECTOR_CAUSAL[causal]}, b=2, n={n}, m={m}, "
                                       "d=4"),
-              "q": q, "k": k, "v": v, "causal": np.array(CAUSAL_NAMES[causal])}
+              "q": q, "k": k, "v": v, "causal": np.array(VECTOR_CAUSAL[causal])}
     draws = {name: _encode(value, f"draw.{name}", arrays) for name, value in result.draws.items()}
     arrays["options"] = np.array(json.dumps({}))
     arrays["defaults"] = np.array(json.dumps(_defaults(mech, arrays)))
@@ -143,7 +141,7 @@ def make_vector(id: str, case: str = "default") -> dict:  # noqa: A002 - the reg
     if result.allowed is not None:
         arrays["allowed"] = np.asarray(result.allowed, dtype=bool)
     if id in GRADIENT_IDS:
-        d_out = _representable(rng.standard_normal(result.output.shape))
+        d_out = representable(rng.standard_normal(result.output.shape))
         arrays["d_out"] = d_out
         arrays["dq"], arrays["dk"], arrays["dv"], dparams = record_vjp(id, q, k, v, d_out, causal=causal,
                                                                        draws=result.draws)
@@ -192,69 +190,17 @@ def write_suite(folder: str | Path, ids: list[str] | None = None, *, progress: b
 def load_vector(path: str | Path) -> dict:
     """A vector's members, with ``options`` and ``draws`` decoded into apply's values and ``causal`` as apply takes
     it (False, True or "bottom-right"); ``FixtureError`` for a file that is not a readable vector."""
-    path = Path(path)
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except FileNotFoundError:
-        raise FixtureError(f"{path}: no such file") from None
-    except Exception as error:  # noqa: BLE001 - NumPy's parsers raise many kinds on junk
-        raise FixtureError(f"{path}: not an npz archive readable without pickle ({error})") from None
-    return decode_vector(path, arrays)
-
-
-def decode_vector(path, arrays: dict) -> dict:
-    """The members ``arrays`` of vector ``path`` with ``options``, ``draws`` and ``causal`` decoded (see
-    :func:`load_vector`)."""
-    for key in ("mechanism", "q", "k", "v", "causal", "options", "draws"):
-        if key not in arrays:
-            raise FixtureError(f"{path}: a vector needs {key!r} (has: {', '.join(sorted(arrays))})")
-    decoded = dict(arrays)
-    for key in ("options", "draws"):
-        try:
-            tree = json.loads(str(arrays[key]))
-            if not isinstance(tree, dict):
-                raise ValueError("not a JSON object")
-            decoded[key] = {name: decode_tree(node, arrays) for name, node in tree.items()}
-        except (ValueError, KeyError, TypeError, ImportError, AttributeError) as error:
-            raise FixtureError(f"{path}: member {key!r} is not a readable tree of options ({error})") from None
-    causal = str(arrays["causal"])
-    names = {name: value for value, name in CAUSAL_NAMES.items()}
-    if causal not in names:
-        raise FixtureError(f"{path}: 'causal' must be one of {', '.join(names)}, got {causal!r}")
-    decoded["causal"] = names[causal]
-    decoded["mechanism"] = str(arrays["mechanism"])
-    return decoded
+    return decode_vector(path, read_npz(path))
 
 
 def replay(vector: dict):
     """Rerun the mechanism of a decoded vector (:func:`load_vector`) with its inputs, options and draws, no rng;
     return its ``AttentionResult``."""
-    return registry.get(vector["mechanism"]).apply(vector["q"], vector["k"], vector["v"], causal=vector["causal"],
-                                                   return_weights=True, **vector["options"], **vector["draws"])
-
-
-def decode_tree(node, arrays: dict):
-    """The option value a JSON ``node`` of the module docstring's trees stands for, its arrays taken from ``arrays``."""
-    if isinstance(node, list):
-        return [decode_tree(x, arrays) for x in node]
-    if not isinstance(node, dict):
-        return node
-    if set(node) == {"array"}:
-        return arrays[node["array"]]
-    if set(node) == {"float"}:
-        return float(node["float"])
-    if set(node) == {"tuple"}:
-        return tuple(decode_tree(x, arrays) for x in node["tuple"])
-    if set(node) == {"dataclass", "fields"}:
-        module, _, name = node["dataclass"].partition(":")
-        if not module.startswith("refattn."):
-            raise ValueError(f"dataclass {node['dataclass']!r} is not refattn's")
-        cls = getattr(importlib.import_module(module), name)
-        if not dataclasses.is_dataclass(cls):
-            raise ValueError(f"{node['dataclass']!r} is not a dataclass")
-        return cls(**{key: decode_tree(value, arrays) for key, value in node["fields"].items()})
-    raise ValueError(f"unknown tree node {node!r}")
+    apply = registry.get(vector["mechanism"]).apply
+    if apply is None:
+        raise ValueError(f"{vector['mechanism']!r} has no uniform apply, so no test vector")
+    return apply(vector["q"], vector["k"], vector["v"], causal=vector["causal"], return_weights=True,
+                 **vector["options"], **vector["draws"])
 
 
 def _encode(value, name: str, arrays: dict):

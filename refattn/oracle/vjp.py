@@ -43,8 +43,6 @@ from ..common.checks import (
 )
 from ..common.groups import grouped_kv, sum_over_groups
 from ..common.products import weighted_values
-from ..deprecation import none_is_auto
-from ..masks import attention_mask, check_key_lengths, check_mask_shape
 from ..core.multi_head import RECORD as MULTI_HEAD
 from ..core.multi_head import (
     MultiHeadParams,
@@ -58,8 +56,10 @@ from ..core.multi_head import (
 from ..core.padding_mask import padding_mask
 from ..core.sdpa import AUTO_BLOCKED_ENTRIES, scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
+from ..deprecation import none_is_auto
 from ..kernels import kernel_rows
 from ..kernels.tiles import blocked_inputs, check_block_size
+from ..masks import attention_mask, check_key_lengths, check_mask_shape
 from .shapes import as_upstream_gradient, sum_to_shape
 
 __all__ = ["GRADIENT_IDS", "MultiHeadGrads", "SdpaGrads", "multi_head_vjp", "record_vjp", "sdpa_vjp", "softmax_vjp",

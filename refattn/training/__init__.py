@@ -3,8 +3,8 @@
 - :mod:`refattn.training.vjp`: the backward passes beyond attention (embedding and positions, layer norm,
   feed-forward, linear projections, cross-entropy with a loss mask);
 - :mod:`refattn.training.model`: the encoder–decoder of :mod:`refattn.core` and a decoder-only model, their
-  logits (with every attention's weights, or another attention swapped in), loss and gradients, and
-  pytree helpers for their frozen-dataclass parameters;
+  logits (with every attention's weights, or another attention swapped in), loss and gradients;
+- :mod:`refattn.training.tree`: pytree helpers for their frozen-dataclass parameters;
 - :mod:`refattn.training.adam`: Adam;
 - :mod:`refattn.training.tasks`: the tasks ``"reverse"`` and ``"induction"``, their seeded data and
   :func:`evaluate`;
@@ -33,14 +33,10 @@ from .model import (
     attention_inputs,
     decoder_logits,
     decoder_loss_and_grads,
-    flatten,
     init_decoder_only,
     init_seq2seq,
-    leaf_names,
     seq2seq_logits,
     seq2seq_loss_and_grads,
-    tree_map,
-    unflatten,
 )
 from .record import (
     CHECKPOINTS,
@@ -53,6 +49,7 @@ from .record import (
 )
 from .scores import antidiagonal_mass, head_scores, induction_score, previous_token_score
 from .tasks import TASKS, Batch, Task, decode_greedily, evaluate, get_task, induction_batch, reverse_batch
+from .tree import flatten, leaf_names, tree_map, unflatten
 from .vjp import (
     FeedForwardGrads,
     LayerNormGrads,

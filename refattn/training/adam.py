@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .model import flatten, tree_map
+from .tree import flatten, tree_map
 
 __all__ = ["AdamState", "adam_init", "adam_update", "global_norm"]
 

@@ -9,7 +9,7 @@ with α_step rising linearly over the first ``warmup`` steps and then falling al
 order (or with other threads) takes other rounding paths and ends elsewhere, at the same accuracy.
 
 A weight file is an uncompressed ``.npz``: one float64 array per leaf of the parameter tree, named by its
-dotted path (:func:`~refattn.training.model.leaf_names`), written with fixed zip timestamps so the same
+dotted path (:func:`~refattn.training.tree.leaf_names`), written with fixed zip timestamps so the same
 weights give the same bytes.
 """
 from __future__ import annotations
@@ -29,15 +29,13 @@ from .adam import adam_init, adam_update
 from .model import (
     decoder_logits,
     decoder_loss_and_grads,
-    flatten,
     init_decoder_only,
     init_seq2seq,
-    leaf_names,
     seq2seq_logits,
     seq2seq_loss_and_grads,
-    unflatten,
 )
 from .tasks import Batch, Task, get_task
+from .tree import flatten, leaf_names, unflatten
 
 __all__ = ["History", "compare_params", "init_params", "load_params", "pretrained", "pretrained_path", "save_params",
            "train", "train_accuracy"]
