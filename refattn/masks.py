@@ -99,5 +99,5 @@ def check_key_lengths(key_lengths: ArrayLike, m: int) -> NDArray:
 
 
 def key_padding(lengths: NDArray, m: int) -> NDArray:
-    """The key padding mask of checked ``lengths`` (:func:`check_key_lengths`): ``j < lengths[b]``, shape (..., 1, m)."""
+    """The key padding mask of checked ``lengths`` (:func:`check_key_lengths`): j < lengths[b], shape (..., 1, m)."""
     return (np.arange(m) < lengths[..., None])[..., None, :]       # (..., 1, m)

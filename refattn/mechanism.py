@@ -302,11 +302,13 @@ class Mechanism:
         facts.setdefault("function", door)
         facts.setdefault("kind", "attention")
         causal_default = facts.get("noncausal", True) is False     # a causal-only record defaults to causal=True
-        record = cls(**facts, apply=_door_apply(door, facts["id"], causal_default=causal_default, inputs=inputs, defaults=dict(defaults or {}),
-                                              fixed=dict(fixed or {}), options=options,
-                                              renamed=dict(renamed or {}), allowed=allowed))
-        taken = inspect.signature(record.apply.__wrapped__).parameters
-        for example in record.examples + ((record.exact_options,) if isinstance(record.exact_options, Mapping) else ()):
+        apply = _door_apply(door, facts["id"], causal_default=causal_default, inputs=inputs,
+                            defaults=dict(defaults or {}), fixed=dict(fixed or {}), options=options,
+                            renamed=dict(renamed or {}), allowed=allowed)
+        record = cls(**facts, apply=apply)
+        taken = inspect.signature(apply).parameters
+        exact = (record.exact_options,) if isinstance(record.exact_options, Mapping) else ()
+        for example in (*record.examples, *exact):
             unknown = sorted(set(example) - set(taken))
             if unknown:
                 raise TypeError(f"{record.id}: its examples or exact options name {unknown}, which apply does not take")
@@ -383,8 +385,8 @@ class PerShape:
 _RESERVED = ("causal", "rng", "return_weights", "return_draws")
 
 
-def _door_apply(door: Callable, name: str, *, causal_default: bool, inputs, defaults: dict, fixed: dict, options, renamed: dict,
-                allowed) -> Callable:
+def _door_apply(door: Callable, name: str, *, causal_default: bool, inputs, defaults: dict, fixed: dict, options,
+                renamed: dict, allowed) -> Callable:
     """The uniform ``apply`` of :meth:`Mechanism.of`: ``door`` called by its own parameter names."""
     parameters = inspect.signature(door).parameters
     names = list(parameters)
@@ -429,7 +431,7 @@ def _door_apply(door: Callable, name: str, *, causal_default: bool, inputs, defa
         if return_weights:
             call["return_weights"] = True
         with tracing() as trace:
-            result = door(**dict(zip(inputs, (q, k, v))), **call)
+            result = door(**dict(zip(inputs, (q, k, v), strict=True)), **call)
         if not return_weights:
             return AttentionResult(result, draws=dict(trace.draws))
         if not (isinstance(result, tuple) and len(result) == 2):
@@ -446,8 +448,8 @@ def _door_apply(door: Callable, name: str, *, causal_default: bool, inputs, defa
         return AttentionResult(out, weights, pairs, dict(trace.draws))
 
     shown = [inspect.Parameter(x, inspect.Parameter.POSITIONAL_OR_KEYWORD) for x in ("q", "k", "v")]
-    shown += [inspect.Parameter(x, inspect.Parameter.KEYWORD_ONLY, default=d)
-              for x, d in (("causal", causal_default), ("rng", None), ("return_weights", False), ("return_draws", False))]
+    flags = (("causal", causal_default), ("rng", None), ("return_weights", False), ("return_draws", False))
+    shown += [inspect.Parameter(x, inspect.Parameter.KEYWORD_ONLY, default=d) for x, d in flags]
     shown += [takes[x].replace(kind=inspect.Parameter.KEYWORD_ONLY, default=defaults.get(x, takes[x].default))
               for x in accepted]
     apply.__signature__ = inspect.Signature(shown)                 # type: ignore[attr-defined]
@@ -481,7 +483,8 @@ def _validated(apply: Callable, name: str, settings: tuple, draws: tuple[str, ..
             q_, k_ = as_float("q", q), as_float("k", k)
             if k_.shape != q_.shape or not np.array_equal(k_, q_, equal_nan=True):
                 raise ValueError(f"{name} shares QK: its keys are its queries, so k must be q; got q shape "
-                                 f"{q_.shape}, k shape {k_.shape}" + ("" if k_.shape != q_.shape else " with other values"))
+                                 f"{q_.shape}, k shape {k_.shape}"
+                                 + ("" if k_.shape != q_.shape else " with other values"))
         if "causal" in options:
             try:
                 check_choice("causal", options["causal"], accepted)

@@ -134,8 +134,9 @@ def test_chunk_memory_counts_one_state_per_segment(rng):
     q, k, v = qkv(rng, 2048, 2048, batch=(), d=4, d_v=3)
     previous = set_memory_budget(512 * 8)                          # 512 float64 entries
     try:
-        np.testing.assert_allclose(linear_attention(q, k, v, elu_feature_map, causal=True, method="chunk", chunk_size=32),
-                                   linear_attention(q, k, v, elu_feature_map, causal=True, method="scan"), **TIGHT)
+        chunked = linear_attention(q, k, v, elu_feature_map, causal=True, method="chunk", chunk_size=32)
+        np.testing.assert_allclose(chunked, linear_attention(q, k, v, elu_feature_map, causal=True, method="scan"),
+                                   **TIGHT)
         q, k, v = qkv(rng, 8, 8, batch=(), d=32, d_v=31)           # one segment: 32 · 32 = 1024 entries > 512
         with pytest.raises(MemoryBudgetError, match=r"the segment states of method='chunk' of shape \(1, 1, 32, 32\)"):
             linear_attention(q, k, v, elu_feature_map, causal=True, method="chunk")

@@ -11,7 +11,6 @@ import pytest
 from refattn import registry, scaled_dot_product_attention
 from refattn.mechanism import AttentionResult, Mechanism
 
-
 APPLIABLE = [m for m in registry.all() if m.apply is not None]
 CAUSAL = [m for m in APPLIABLE if m.causal]
 INCREMENTAL = [m for m in CAUSAL if m.incremental]

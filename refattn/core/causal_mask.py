@@ -11,7 +11,6 @@ queries see no key at all: they are fully masked rows (see ``fully_masked``).
 """
 from __future__ import annotations
 
-import numpy as np
 from numpy.typing import NDArray
 
 from ..common.checks import causal_alignment

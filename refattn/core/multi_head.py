@@ -447,7 +447,8 @@ RECORD_OPTIONS = ("params", "num_heads", "mask", "scale", "fully_masked", "add_z
 
 RECORD = Mechanism.of(
     multi_head_attention, inputs=("x_q", "x_kv", "x_v"), defaults={"num_heads": 2},
-    options=RECORD_OPTIONS, id="multi_head", title="Multi-head attention", family="vanilla", section="2.1 (Vaswani §3.2.2)", paper=VASWANI,
+    options=RECORD_OPTIONS,
+    id="multi_head", title="Multi-head attention", family="vanilla", section="2.1 (Vaswani §3.2.2)", paper=VASWANI,
     equation=r"\operatorname{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h) W^O,\ "
     r"\mathrm{head}_i = \operatorname{Attention}(QW_i^Q, KW_i^K, VW_i^V)",
     time="O(n·m·d + (n+m)·d²)", memory="O(h·n·m)", kind="attention",

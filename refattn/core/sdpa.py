@@ -27,11 +27,10 @@ from ..common.checks import (
     default_scale,
 )
 from ..common.groups import grouped_kv
-from ..common.ints import check_positive_int
 from ..common.products import scores, weighted_values
+from ..deprecation import none_is_auto
 from ..kernels.tiles import blocked_inputs, check_block_size
 from ..masks import attention_mask, check_key_lengths, check_mask_shape, key_padding
-from ..deprecation import none_is_auto
 from ..mechanism import Mechanism
 from ..papers import VASWANI
 from .softmax import FULLY_MASKED_POLICIES, masked_softmax
@@ -112,10 +111,10 @@ def scaled_dot_product_attention(
         when asked for, always come from "equation".
     block_size : int or (int, int), optional
         Query and key tile rows of the blocked kernel, positive ints (checked whatever the method);
-        a tile larger than the problem is cut to it. Default: :func:`~refattn.kernels.tiles.default_block_size`, ``(64, 64)``
-        for ``d_k, d_v <= 64``. Tiles whose products exceed ``2**18`` multiply-adds let OpenBLAS start
-        threads inside Numba's, which is several times slower (measured in the README, "Speed and
-        memory").
+        a tile larger than the problem is cut to it. Default:
+        :func:`~refattn.kernels.tiles.default_block_size`, ``(64, 64)`` for ``d_k, d_v <= 64``. Tiles
+        whose products exceed ``2**18`` multiply-adds let OpenBLAS start threads inside Numba's, which is
+        several times slower (measured in the README, "Speed and memory").
     dtype : float dtype, default float64
         Compute and output dtype. Inputs of any float precision are converted to it; float32 or
         float16 run the same equation in that precision (a same-dtype baseline).

@@ -17,9 +17,10 @@ passes: each segment's own state increment (the recurrence from a zero state ove
 with no decay Σ_t k_t v_tᵀ over the segment in products of :data:`STATE_ROWS` rows; independent:
 ``prange`` over segments), the state entering each segment (a short running sum over segments),
 then each segment's outputs chunk after chunk from its entering state (independent again). Each
-array is read twice and the output written once; the F × e state stays in cache. The segments are a fixed number of chunks, so the sums and their rounding do not depend on
-the number of threads. The denominators' sums (q_i·z and the intra row sums) run in eight
-interleaved partial sums, where one running sum would wait on each addition.
+array is read twice and the output written once; the F × e state stays in cache. The segments are a
+fixed number of chunks, so the sums and their rounding do not depend on the number of threads. The
+denominators' sums (q_i·z and the intra row sums) run in eight interleaved partial sums, where one running sum
+would wait on each addition.
 
 The intra part sets the pairs t > i to 0 before its product (a selection: a NaN score of a later key
 never reaches query i). A chunk holding a non-finite value would still spread it through 0·inf in

@@ -26,7 +26,7 @@ _dgemm = types.ExternalFunction(_DGEMM, types.void(*[types.voidptr] * 13))   # F
 
 @jit_inline
 def gemm_work():  # pragma: no cover - jitted
-    """The arguments :func:`gemm` passes by pointer: its dimensions, the characters N and T, α = 1 and β (one per thread)."""
+    """The arguments :func:`gemm` passes by pointer: its dimensions, the characters N and T, α = 1, β (per thread)."""
     chars, scalars = np.empty(2, dtype=np.uint8), np.empty(2)
     chars[0], chars[1], scalars[0] = 78, 84, 1.0
     return np.empty(6, dtype=np.int32), chars, scalars
