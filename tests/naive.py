@@ -2692,7 +2692,7 @@ NAIVE: dict[str, NaiveCase] = {
     "topk": NaiveCase(naive_topk, (
         fixed(top_k=2), fixed(top_k=3, ties="first"), fixed(top_k=1, scale=0.7), DEFAULTS,
         lambda rng, n, m, d, causal: {"top_k": 2, "mask": rng.random((n, m)) < 0.6},
-        fixed(top_k=2, method="chunked", chunk_size=2))),
+        fixed(top_k=2, method="chunk", chunk_size=2))),
     "sinkformer": NaiveCase(naive_sinkformer, (
         DEFAULTS, fixed(iterations=1), fixed(iterations=2), fixed(iterations=6, scale=0.7), fixed(iterations=15))),
     "fnet": NaiveCase(naive_fnet, (DEFAULTS, fixed(method="matrix")), lengths=(1, 5)),
