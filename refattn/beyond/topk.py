@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits, memory_budget
 from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv, check_scale, default_scale
 from ..common.ints import check_positive_int
-from ..common.products import weighted_values
+from ..common.products import scores, weighted_values
 from ..masks import attention_mask, check_mask_shape
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from ..deprecation import REMOVED_IN
@@ -273,9 +273,7 @@ def _rows(q, k, v, mask, causal, scale, top_k, ties, fully_masked, batch: tuple[
     """Top-k attention of the query rows ``rows``: (out, weights, kept pairs) of those rows."""
     allowed, bias = attention_mask(mask, causal, q.shape[-2], k.shape[-2], np.float64, rows)
     q = q[..., rows.start:rows.stop, :]
-    with np.errstate(invalid="ignore", over="ignore"):
-        S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., c, m)  S = QKᵀ·scale
-    S[~np.isfinite(S)] = np.nan                                    # Inf/NaN in q_i, k_j or overflow: undefined
+    S = scores(q, k, scale)                                        # (..., c, m)  QKᵀ·scale, non-finite: NaN
     if bias is not None:
         S = S + bias                                               # (..., c, m)  S + B
     shape = (*batch, len(rows), k.shape[-2])
