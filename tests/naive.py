@@ -2409,12 +2409,14 @@ def _aft_params(variant, std=0.5, **options):
 # ------------------------------------------------------------------------------ Skyformer, Scatterbrain (§8)
 
 
-def naive_skyformer(q, k, v, causal, landmarks, gamma=0.1, pinv="iterative", iterations=6, init="paper", scale=None):
+def naive_skyformer(q, k, v, causal, landmarks, num_landmarks=None, gamma=0.1, pinv="iterative", iterations=6,
+                    init="paper", scale=None):
     """Chen, Zeng et al. (Skyformer) Eq. (3)-(6) and §4.4: κ(x, y) = exp(−‖x − y‖²/2) by loops on the points
     q/d^{1/4}, k/d^{1/4}; the landmarks X_L = the listed points of [Q̃; K̃]; M = κ(X_L, X_L) + γI, D = diag(M1);
     Z the iteration's (or Gauss-Jordan's) inverse of D^{−1/2} M D^{−1/2};
     out_i = Σ_j Σ_ab κ(q̃_i, x_a) W_ab κ(x_b, k̃_j) v_j with W = D^{−1/2} Z D^{−1/2}."""
     assert causal is False, "Skyformer has no causal form"
+    assert num_landmarks in (None, len(landmarks)), "num_landmarks counts the given landmarks"
     n, d = q.shape
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     root = math.sqrt(abs(scale))
@@ -2705,10 +2707,12 @@ NAIVE: dict[str, NaiveCase] = {
         _aft_params("local", std=1.0, window=0)), value_width_d=True),
     "skyformer": NaiveCase(naive_skyformer, (
         lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=4)},
-        lambda rng, n, m, d, causal: {"landmarks": rng.permutation(n + m)[:5], "gamma": 0.0, "pinv": "exact"},
-        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=6), "init": "official",
+        lambda rng, n, m, d, causal: {"landmarks": rng.permutation(n + m)[:5], "num_landmarks": 5, "gamma": 0.0,
+                                      "pinv": "exact"},
+        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=6), "num_landmarks": 6, "init": "official",
                                       "iterations": 10, "scale": 0.7},
-        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=3), "gamma": 1.0, "pinv": "exact",
+        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=3), "num_landmarks": 3, "gamma": 1.0,
+                                      "pinv": "exact",
                                       "scale": -0.4})),
     "scatterbrain": NaiveCase(naive_scatterbrain, (
         _sb_draws(2, 1, 3), _sb_draws(3, 2, 2, kind="positive", scale=0.7), _sb_draws(1, 0, 4),
