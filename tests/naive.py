@@ -2442,13 +2442,14 @@ def naive_skyformer(q, k, v, causal, landmarks, num_landmarks=None, gamma=0.1, p
     return out
 
 
-def naive_scatterbrain(q, k, v, causal, rotations, omega, kind="hyperbolic", scale=None):
+def naive_scatterbrain(q, k, v, causal, rotations, omega, num_buckets=None, kind="hyperbolic", scale=None):
     """Chen, Dao et al. (Scatterbrain) Algorithm 1 pair by pair: L_ij = φ(q̃_i)·φ(k̃_j) with Performer's features
     (hyperbolic: e^{−‖x‖²/2}/√(2r)·[e^{ω·x}, e^{−ω·x}]; positive: e^{−‖x‖²/2}/√r·[e^{ω·x}]); the pair is in the
     support when some round's angular hash argmax([xR; −xR]) agrees; there L_ij + (exp(q̃_i·k̃_j) − L_ij); the rows
     normalised by their sums over the pairs causal allows (a row with none: 0)."""
     n, d = q.shape
     m = len(k)
+    assert num_buckets in (None, max(2 * len(rotations[0][0]), 1)), "num_buckets counts the rotations' buckets"
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     root = math.sqrt(abs(scale))
     q_t = [[(1.0 if scale >= 0 else -1.0) * root * t for t in row] for row in q]
@@ -2486,7 +2487,8 @@ def naive_scatterbrain(q, k, v, causal, rotations, omega, kind="hyperbolic", sca
 def _sb_draws(rounds, columns, r, **options):
     """Scatterbrain's draws: ``rounds`` LSH projections of ``columns`` columns (2·columns buckets) and r rows of ω."""
     return lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((rounds, d, columns)),
-                                         "omega": rng.standard_normal((r, d)), **options}
+                                         "num_buckets": max(2 * columns, 1), "omega": rng.standard_normal((r, d)),
+                                         **options}
 
 
 NAIVE: dict[str, NaiveCase] = {
