@@ -175,8 +175,10 @@ def test_paper_dual_ln_has_no_mixing_matrix_and_needs_equal_widths():
 
 def test_bad_input_is_named():
     q, k, v = _qkv(19, 6, 6)
-    with pytest.raises(ValueError, match="exactly one"):
-        long_short_attention(q, k, v, window=2)
+    with pytest.raises(ValueError, match=r"long_short draws its parameters from rng: pass rng= \(or params=\)"):
+        long_short_attention(q, k, v, window=2, rank=1)
+    with pytest.raises(ValueError, match="pass rank="):
+        long_short_attention(q, k, v, window=2, rng=0)
     with pytest.raises(ValueError, match="window"):
         long_short_attention(q, k, v, window=0, rank=1, rng=0)
     with pytest.raises(ValueError, match="segment"):
