@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.checks import as_float, check_bool, check_qkv
 from ..common.ints import check_positive_int
 from ..core.softmax import softmax
-from ..draws import given_or_drawn
+from ..draws import note_draw
 from ..mechanism import Mechanism
 
 __all__ = ["XCIT_EPS", "XcitParams", "cross_covariance_attention", "init_xcit", "normalize_tokens"]
@@ -142,8 +142,9 @@ def _xca(q, k, v, params, eps) -> tuple[NDArray, NDArray]:
         raise ValueError(f"cross-covariance attention mixes the value channels by a d_k × d_k map: v needs d_v = "
                          f"d_k, got d_v={v.shape[-1]} and d_k={k.shape[-1]} (v shape {v.shape}, k shape {k.shape})")
     eps = _check_eps(eps)
-    params = given_or_drawn("xcit", "params", init_xcit() if params is None else params, None,   # τ = 1 by default,
-                            lambda rng: init_xcit())             # not random; noted so the registry returns it
+    if params is None:
+        params = init_xcit()                                       # τ = 1: not random, but the registry returns it
+    note_draw("params", params)
     if not isinstance(params, XcitParams):
         raise TypeError(f"params must be an XcitParams (init_xcit), got {type(params).__name__}")
     t = params.temperature
