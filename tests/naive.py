@@ -1678,8 +1678,8 @@ def naive_layer_norm(row, gamma, beta, eps=1e-5):
     return [gamma[c] * (row[c] - mu) / math.sqrt(var + eps) + beta[c] for c in range(d)]
 
 
-def naive_long_short(q, k, v, causal, params, rank=None, window=2, segment=None, dual_ln="keys",
-                     projection_input="raw", scale=None):
+def naive_long_short(q, k, v, causal, params, window=2, segment=None, dual_ln="keys", projection_input="raw",
+                     scale=None):
     """Zhu et al. 2021 for one sequence by loops. Window (official code): the query at position p (i, or i + m − n
     bottom-right) sees keys s·w − e ≤ j < (s + 1)·w + e, s = ⌊p / w⌋, e = max(⌊w/2⌋, 1); causal p − w < j ≤ p.
     Projection: ρ-th projected key Σ_j P_jρ k_j with P_jρ = e^{(k_j W^P)_ρ} / Σ_l e^{(k_l W^P)_ρ} over all keys, or
@@ -1688,7 +1688,6 @@ def naive_long_short(q, k, v, causal, params, rank=None, window=2, segment=None,
     n, d = q.shape
     m, d_v = v.shape
     r = params.w_proj.shape[1]
-    assert rank in (None, r), "rank is the width of the given W^P"
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     segment = window if segment is None else segment
     short, long_ = params.ln_short, params.ln_long
@@ -1734,7 +1733,7 @@ def _long_short_params(rank, **fixed_options):
     def options(rng, n, m, d, causal):
         def ln():
             return LayerNormParams(1.0 + 0.3 * rng.standard_normal(d), 0.3 * rng.standard_normal(d))
-        return {"params": LongShortParams(rng.standard_normal((d, rank)), ln(), ln()), "rank": rank} | fixed_options
+        return {"params": LongShortParams(rng.standard_normal((d, rank)), ln(), ln())} | fixed_options
 
     return options
 # ------------------------------------------------------------------------------ beyond: top-k and Sinkformer

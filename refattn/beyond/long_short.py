@@ -253,7 +253,7 @@ def long_short_attention(
         number of keys up to the query seen causally.
     rank : int, optional
         r >= 0, the number of projected keys (per segment when causal); 0 switches the long branch off.
-        Required to draw ``params`` from ``rng``; with ``params``, their width (checked if given).
+        Drawn ``params`` have this width (default 1); with ``params`` given, their width (checked if given).
     segment : int, optional
         l >= 1, the segment length of the causal, segment-wise projection; default w. The bidirectional
         projection spans all m keys and does not use it.
@@ -396,10 +396,8 @@ def _resolve_params(params, rank, rng, d_k: int) -> LongShortParams:
         if params.w_proj.shape[0] != d_k or rank not in (None, params.rank):
             raise ValueError(f"params has w_proj of shape {params.w_proj.shape}, but q has d_k={d_k}"
                              + ("" if rank is None else f" and rank={rank}") + f": expected ({d_k}, {rank or 'r'})")
-    elif rank is None and rng is not None:
-        raise ValueError("long_short_attention draws params of width rank: pass rank= (r)")
-    return given_or_drawn("long_short", "params", params, rng, lambda r: init_long_short(r, d_k, rank),
-                          what="its parameters")
+    return given_or_drawn("long_short", "params", params, rng, what="its parameters",
+                          draw=lambda r: init_long_short(r, d_k, 1 if rank is None else rank))
 
 
 def _ln(x: NDArray, ln: LayerNormParams) -> NDArray:
@@ -465,7 +463,7 @@ def _placed(P: NDArray | None, alignment, segment: int, m: int) -> NDArray:
 
 
 RECORD = Mechanism.of(
-    long_short_attention, defaults={"window": 2, "rank": 1, "dual_ln": "keys"},   # values as given: weights exist
+    long_short_attention, defaults={"window": 2, "dual_ln": "keys"},   # values as given, so that the weights exist
     id="long_short", title="Long-Short Transformer (window + dynamic projection, DualLN)", family="beyond",
     section="after the survey (window, cf. §4.1.1; projection, cf. §4.3.2)", paper=ZHU,
     equation=r"\operatorname{softmax}\!\Big(\frac{Q\,[LN_G(P^\top K);\ LN_L(\tilde K)]^\top}{\sqrt{d_k}}\Big)"
