@@ -56,8 +56,8 @@ from scipy.special import expit
 from ..common.budget import check_fits
 from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_choice, check_qkv
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..kernels import kernel_rows
 from ..draws import given_or_drawn, note_draw, optional_rng
+from ..kernels import kernel_rows
 from ..mechanism import Mechanism
 
 __all__ = ["AFT_VARIANTS", "AFTConvFilter", "AFTPositionBias", "aft_attention", "aft_position_bias",

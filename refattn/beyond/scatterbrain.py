@@ -41,9 +41,9 @@ from ..common.checks import (
     default_scale,
 )
 from ..common.ints import check_positive_int
+from ..common.products import split_scale, weighted_values
 from ..deprecation import renamed
 from ..draws import given_or_drawn, optional_rng
-from ..common.products import split_scale, weighted_values
 from ..kernels import kernel_rows
 from ..linear._common import last_keys, resolve_method
 from ..linear.performer import _favor_from_terms, _favor_terms, check_omega, draw_omega, favor_features

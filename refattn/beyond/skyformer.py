@@ -47,8 +47,8 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..common.products import split_scale
-from ..lowrank.nystromformer import INITS, ITERATIONS, PINVS, exact_pinv, iterative_pinv
 from ..draws import given_or_drawn, optional_rng
+from ..lowrank.nystromformer import INITS, ITERATIONS, PINVS, exact_pinv, iterative_pinv
 from ..mechanism import Mechanism
 from ..sparse.pattern import no_causal_form
 
@@ -495,8 +495,8 @@ RECORD = Mechanism.of(
     section="after the survey (Gaussian kernel and Nyström, cf. §4.4.2)", paper=SKYFORMER,
     equation=r"\tilde C = \kappa(\tilde Q, X_L)\,\big(\kappa(X_L, X_L) + \gamma I\big)^{+}\,\kappa(X_L, \tilde K),"
              r"\quad \kappa(x, y) = e^{-\|x - y\|^2/2},\ X_L \subset [\tilde Q; \tilde K]",
-    time="O((n + m)·l·d + l³·iterations)", memory="O((n + m)·l + l²)", causal=False, cross=True, position_dependent=True,
-    normalized=False, nonnegative=False,
+    time="O((n + m)·l·d + l³·iterations)", memory="O((n + m)·l + l²)", causal=False, cross=True,
+    position_dependent=True, normalized=False, nonnegative=False,
     examples=({"pinv": "exact", "gamma": 0.0}, {"sampling": "official", "init": "official", "iterations": 3},
               {"num_landmarks": 9, "gamma": 1.0, "scale": 0.7}),
     figure="refattn.figures.skyformer:skyformer",

@@ -36,10 +36,10 @@ from ..common.budget import check_fits, memory_budget
 from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv, check_scale, default_scale
 from ..common.ints import check_positive_int
 from ..common.products import scores, weighted_values
-from ..masks import attention_mask, check_mask_shape
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from ..deprecation import REMOVED_IN
 from ..draws import note_allowed
+from ..masks import attention_mask, check_mask_shape
 from ..mechanism import Mechanism
 
 __all__ = ["TOPK_METHODS", "TOPK_TIES", "topk_attention", "topk_mask"]
