@@ -201,7 +201,7 @@ print(f"largest |s(Z) − Z₁| / |Z₁| at initialisation: {np.max(np.abs(gated
 # [arXiv:1912.11637](https://arxiv.org/abs/1912.11637); A. Gupta, G. Dar, S. Goodman, D. Ciprut, J. Berant,
 # "Memory-efficient Transformers via Top-k Attention", 2021, [arXiv:2106.06899](https://arxiv.org/abs/2106.06899).**
 # Keep the k largest scores of each row, softmax over them, drop the rest. Gupta et al. compute it in query
-# chunks so that no n × m matrix is held (`method="chunked"`). Ties at the k-th score are all kept (the
+# chunks so that no n × m matrix is held (`method="chunk"`). Ties at the k-th score are all kept (the
 # default, `ties="threshold"`, the paper's rule) or broken towards the earlier key (`ties="first"`).
 
 # %%
@@ -211,7 +211,7 @@ exact = refattn.scaled_dot_product_attention(q64, k64, v64)
 ks = np.arange(1, m_long + 1)
 errors = np.array([np.abs(topk_attention(q64, k64, v64, top_k=t) - exact).max() for t in ks])
 np.testing.assert_allclose(topk_attention(q64, k64, v64, top_k=m_long), exact, rtol=1e-12, atol=1e-12)   # k = m
-np.testing.assert_allclose(topk_attention(q64, k64, v64, top_k=8, method="chunked", chunk_size=5),
+np.testing.assert_allclose(topk_attention(q64, k64, v64, top_k=8, method="chunk", chunk_size=5),
                            topk_attention(q64, k64, v64, top_k=8, method="equation"), rtol=1e-12, atol=1e-12)
 tied = np.zeros((1, 4))
 print("ties: threshold keeps", topk_attention(tied, np.eye(4), np.eye(4), top_k=2, return_weights=True)[1][0],
@@ -403,10 +403,10 @@ sizes = [256, 512, 1024, 2048]
 LONG_INPUT = {
     "aft": lambda size: {"variant": "simple", "causal": True, "method": "scan"},
     "sdpa": lambda size: {"method": "blocked"},
-    "topk": lambda size: {"method": "chunked", "chunk_size": 64},
+    "topk": lambda size: {"method": "chunk", "chunk_size": 64},
     "long_short": lambda size: {"method": "csr", "window": 16, "rank": 8},
     "gau": lambda size: {"chunk": 64},
-    "scatterbrain": lambda size: {"n_buckets": size // 32, "method": "pairs"},
+    "scatterbrain": lambda size: {"num_buckets": size // 32, "method": "pairs"},
 }
 cost_rng = np.random.default_rng(0)
 peaks = {}

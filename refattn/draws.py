@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from .common.checks import as_rng
 
-__all__ = ["Trace", "given_or_drawn", "note_allowed", "note_unused", "optional_rng", "tracing"]
+__all__ = ["Trace", "given_or_drawn", "note_allowed", "note_draw", "optional_rng", "tracing"]
 
 T = TypeVar("T")
 
@@ -90,12 +90,15 @@ def given_or_drawn(by: str, option: str, value: T | None, rng: np.random.Generat
     return value
 
 
-def note_unused(option: str) -> None:
-    """Note that the current registry call draws nothing for ``option`` (a component it leaves out): its draw is
-    None."""
+def note_draw(option: str, value: Any) -> None:
+    """Note ``value`` as the draw ``option`` of the current registry call, where nothing was drawn from rng.
+
+    For a value the mechanism settles without ``rng`` (a deterministic default, or no parameters at all), so
+    that the call's draws still name every option of the record's ``draws``.
+    """
     trace = _TRACE.get()
     if trace is not None:
-        trace.draws[option] = None
+        trace.draws[option] = value
 
 
 def note_allowed(allowed: NDArray | None | Callable[[], NDArray | None]) -> None:

@@ -2411,12 +2411,14 @@ def _aft_params(variant, std=0.5, **options):
 # ------------------------------------------------------------------------------ Skyformer, Scatterbrain (§8)
 
 
-def naive_skyformer(q, k, v, causal, landmarks, gamma=0.1, pinv="iterative", iterations=6, init="paper", scale=None):
+def naive_skyformer(q, k, v, causal, landmarks, num_landmarks=None, gamma=0.1, pinv="iterative", iterations=6,
+                    init="paper", scale=None):
     """Chen, Zeng et al. (Skyformer) Eq. (3)-(6) and §4.4: κ(x, y) = exp(−‖x − y‖²/2) by loops on the points
     q/d^{1/4}, k/d^{1/4}; the landmarks X_L = the listed points of [Q̃; K̃]; M = κ(X_L, X_L) + γI, D = diag(M1);
     Z the iteration's (or Gauss-Jordan's) inverse of D^{−1/2} M D^{−1/2};
     out_i = Σ_j Σ_ab κ(q̃_i, x_a) W_ab κ(x_b, k̃_j) v_j with W = D^{−1/2} Z D^{−1/2}."""
     assert causal is False, "Skyformer has no causal form"
+    assert num_landmarks in (None, len(landmarks)), "num_landmarks counts the given landmarks"
     n, d = q.shape
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     root = math.sqrt(abs(scale))
@@ -2442,13 +2444,14 @@ def naive_skyformer(q, k, v, causal, landmarks, gamma=0.1, pinv="iterative", ite
     return out
 
 
-def naive_scatterbrain(q, k, v, causal, rotations, omega, kind="hyperbolic", scale=None):
+def naive_scatterbrain(q, k, v, causal, rotations, omega, num_buckets=None, kind="hyperbolic", scale=None):
     """Chen, Dao et al. (Scatterbrain) Algorithm 1 pair by pair: L_ij = φ(q̃_i)·φ(k̃_j) with Performer's features
     (hyperbolic: e^{−‖x‖²/2}/√(2r)·[e^{ω·x}, e^{−ω·x}]; positive: e^{−‖x‖²/2}/√r·[e^{ω·x}]); the pair is in the
     support when some round's angular hash argmax([xR; −xR]) agrees; there L_ij + (exp(q̃_i·k̃_j) − L_ij); the rows
     normalised by their sums over the pairs causal allows (a row with none: 0)."""
     n, d = q.shape
     m = len(k)
+    assert num_buckets in (None, max(2 * len(rotations[0][0]), 1)), "num_buckets counts the rotations' buckets"
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     root = math.sqrt(abs(scale))
     q_t = [[(1.0 if scale >= 0 else -1.0) * root * t for t in row] for row in q]
@@ -2486,7 +2489,8 @@ def naive_scatterbrain(q, k, v, causal, rotations, omega, kind="hyperbolic", sca
 def _sb_draws(rounds, columns, r, **options):
     """Scatterbrain's draws: ``rounds`` LSH projections of ``columns`` columns (2·columns buckets) and r rows of ω."""
     return lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((rounds, d, columns)),
-                                         "omega": rng.standard_normal((r, d)), **options}
+                                         "num_buckets": max(2 * columns, 1), "omega": rng.standard_normal((r, d)),
+                                         **options}
 
 
 NAIVE: dict[str, NaiveCase] = {
@@ -2694,7 +2698,7 @@ NAIVE: dict[str, NaiveCase] = {
     "topk": NaiveCase(naive_topk, (
         fixed(top_k=2), fixed(top_k=3, ties="first"), fixed(top_k=1, scale=0.7), DEFAULTS,
         lambda rng, n, m, d, causal: {"top_k": 2, "mask": rng.random((n, m)) < 0.6},
-        fixed(top_k=2, method="chunked", chunk_size=2))),
+        fixed(top_k=2, method="chunk", chunk_size=2))),
     "sinkformer": NaiveCase(naive_sinkformer, (
         DEFAULTS, fixed(iterations=1), fixed(iterations=2), fixed(iterations=6, scale=0.7), fixed(iterations=15))),
     "fnet": NaiveCase(naive_fnet, (DEFAULTS, fixed(method="matrix")), lengths=(1, 5)),
@@ -2707,11 +2711,12 @@ NAIVE: dict[str, NaiveCase] = {
         _aft_params("local", std=1.0, window=0)), value_width_d=True),
     "skyformer": NaiveCase(naive_skyformer, (
         lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=4)},
-        lambda rng, n, m, d, causal: {"landmarks": rng.permutation(n + m)[:5], "gamma": 0.0, "pinv": "exact"},
-        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=6), "init": "official",
-                                      "iterations": 10, "scale": 0.7},
-        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=3), "gamma": 1.0, "pinv": "exact",
-                                      "scale": -0.4})),
+        lambda rng, n, m, d, causal: {"landmarks": rng.permutation(n + m)[:5], "num_landmarks": 5, "gamma": 0.0,
+                                      "pinv": "exact"},
+        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=6), "num_landmarks": 6,
+                                      "init": "official", "iterations": 10, "scale": 0.7},
+        lambda rng, n, m, d, causal: {"landmarks": rng.integers(0, n + m, size=3), "num_landmarks": 3, "gamma": 1.0,
+                                      "pinv": "exact", "scale": -0.4})),
     "scatterbrain": NaiveCase(naive_scatterbrain, (
         _sb_draws(2, 1, 3), _sb_draws(3, 2, 2, kind="positive", scale=0.7), _sb_draws(1, 0, 4),
         _sb_draws(2, 1, 3, scale=-0.5))),

@@ -150,7 +150,7 @@ def test_bad_input_is_named(rng):
         gau_attention(z, z, v, params=_params(rng, 2), chunk=2)
     with pytest.raises(ValueError, match="chunk must be"):
         gau_attention(z, z, v, rng=0, chunk=0)
-    with pytest.raises(ValueError, match="exactly one of rng= .* and params="):
+    with pytest.raises(ValueError, match=r"gau draws its scale-offset params from rng: pass rng= \(or params=\)"):
         gau_attention(z, z, v)
     with pytest.raises(TypeError, match="params must be a ScaleOffset"):
         GAU.apply(z, z, v, params=np.ones((2, 4)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from refattn import LayerNormParams, scaled_dot_product_attention
+from refattn import LayerNormParams, registry, scaled_dot_product_attention
 from refattn.beyond import LongShortParams, init_long_short, long_short_attention, long_short_window_pattern
 from refattn.sparse import band_pattern
 
@@ -175,8 +175,8 @@ def test_paper_dual_ln_has_no_mixing_matrix_and_needs_equal_widths():
 
 def test_bad_input_is_named():
     q, k, v = _qkv(19, 6, 6)
-    with pytest.raises(ValueError, match="exactly one"):
-        long_short_attention(q, k, v, window=2)
+    with pytest.raises(ValueError, match=r"long_short draws its parameters from rng: pass rng= \(or params=\)"):
+        long_short_attention(q, k, v, window=2, rank=1)
     with pytest.raises(ValueError, match="window"):
         long_short_attention(q, k, v, window=0, rank=1, rng=0)
     with pytest.raises(ValueError, match="segment"):
@@ -206,3 +206,10 @@ def test_edge_sizes():
     q, k, v = _qkv(23, 5, 6)                                       # d_k = 0 with a scale: uniform over what is seen
     out = long_short_attention(q[:, :0], k[:, :0], v, window=6, rank=0, rng=0, dual_ln="keys", scale=1.0)
     np.testing.assert_allclose(out, np.broadcast_to(v.mean(axis=0), (5, 4)), **TIGHT)
+
+
+def test_drawn_params_have_rank_one_unless_told():
+    q, k, v = _qkv(19, 6, 6)
+    np.testing.assert_array_equal(long_short_attention(q, k, v, window=2, rng=0),
+                                  long_short_attention(q, k, v, window=2, rng=0, rank=1))
+    assert registry.get("long_short").apply(q, k, v, rng=0, return_draws=True).draws["params"].rank == 1

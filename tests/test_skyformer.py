@@ -104,6 +104,8 @@ def test_landmark_draws():
     q, k, v = _qkv(7)
     result = registry.get("skyformer").apply(q, k, v, rng=1, return_draws=True)
     np.testing.assert_array_equal(result.draws["landmarks"], draw_skyformer_landmarks(1, 6, 9, 4))
+    np.testing.assert_array_equal(skyformer_attention(q, k, v, landmarks=[0, 1], rng=0),   # given: rng not read
+                                  skyformer_attention(q, k, v, landmarks=[0, 1]))
 
 
 def test_refusals_name_the_argument():
@@ -112,8 +114,8 @@ def test_refusals_name_the_argument():
         skyformer_attention(q, k, v, rng=0, causal=True)
     with pytest.raises(ValueError, match="landmarks"):
         skyformer_attention(q, k, v, landmarks=[0, 15])
-    with pytest.raises(ValueError, match="rng"):
-        skyformer_attention(q, k, v, landmarks=[0, 1], rng=0)
+    with pytest.raises(ValueError, match=r"skyformer draws its landmarks from rng: pass rng= \(or landmarks=\)"):
+        skyformer_attention(q, k, v)
     with pytest.raises(ValueError, match="num_landmarks"):
         skyformer_attention(q, k, v, landmarks=[0, 1], num_landmarks=3)
     with pytest.raises(TypeError, match="landmarks"):

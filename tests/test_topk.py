@@ -98,12 +98,24 @@ def test_gupta_chunks_equal_the_whole_matrix(rng, causal, chunk_size):
     for ties in ("threshold", "first"):
         whole = topk_attention(q, k, v, mask, top_k=2, ties=ties, causal=causal, method="equation",
                                return_weights=True)
-        chunked = topk_attention(q, k, v, mask, top_k=2, ties=ties, causal=causal, method="chunked",
+        chunked = topk_attention(q, k, v, mask, top_k=2, ties=ties, causal=causal, method="chunk",
                                  chunk_size=chunk_size, return_weights=True)
         assert whole[0].shape == (3, 2, 1, n, 3)
         np.testing.assert_allclose(chunked[0], whole[0], **TIGHT)
         np.testing.assert_allclose(chunked[1], whole[1], **TIGHT)    # the products of row subsets round alike
         np.testing.assert_array_equal(chunked[1] > 0, whole[1] > 0)  # to 1 ulp; the kept pairs are the same
+
+
+def test_method_chunked_is_the_deprecated_name_of_chunk(rng):
+    q, k, v = _qkv(rng)
+    new = topk_attention(q, k, v, top_k=2, method="chunk", chunk_size=2, return_weights=True)
+    with pytest.warns(DeprecationWarning, match='method="chunked" is method="chunk"'):
+        old = topk_attention(q, k, v, top_k=2, method="chunked", chunk_size=2, return_weights=True)
+    np.testing.assert_array_equal(old[0], new[0])
+    np.testing.assert_array_equal(old[1], new[1])
+    with pytest.warns(DeprecationWarning, match='method="chunked"'):
+        result = registry.get("topk").apply(q, k, v, top_k=2, method="chunked", chunk_size=2)
+    np.testing.assert_array_equal(result.output, new[0])
 
 
 def test_auto_streams_over_the_memory_budget(rng):

@@ -56,9 +56,9 @@ from scipy.special import expit
 from ..common.budget import check_fits
 from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_choice, check_qkv
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..masks import allowed_pairs
+from ..draws import given_or_drawn, note_draw, optional_rng
 from ..kernels import kernel_rows
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 
 __all__ = ["AFT_VARIANTS", "AFTConvFilter", "AFTPositionBias", "aft_attention", "aft_position_bias",
            "init_aft_conv_filter", "init_aft_position_bias"]
@@ -432,15 +432,6 @@ def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, variant: str = "f
     >>> A.shape, bool(np.allclose(out, aft_attention(q, k, v, rng=1, causal=True, method="scan")))
     ((4, 5, 5), True)
     """
-    result = _aft(q, k, v, variant=variant, params=params, rng=rng, window=window, kernel_size=kernel_size,
-                  num_heads=num_heads, image_width=image_width, max_length=max_length, bias_dim=bias_dim,
-                  causal=causal, method=method, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _aft(q, k, v, *, variant, params, rng, window, kernel_size, num_heads, image_width, max_length, bias_dim,
-         causal, method, return_weights) -> AttentionResult:
-    """Checked AFT; ``draws`` holds the params used."""
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
@@ -456,17 +447,18 @@ def _aft(q, k, v, *, variant, params, rng, window, kernel_size, num_heads, image
     window, image_width = _check_setting(variant, params, window, kernel_size, num_heads, image_width, bias_dim,
                                          max_length, d, drawing)
     p = _positions(n, m, alignment)
-    if drawing:
-        if rng is None:
-            raise ValueError(f"variant={variant!r} needs params, or rng to draw them")
-        if variant == "conv":
-            if kernel_size is None:
-                raise ValueError("variant='conv' needs kernel_size (odd >= 3) to draw its filters, or params")
-            params = init_aft_conv_filter(rng, 1 if num_heads is None else num_heads, kernel_size,
-                                          image=image_width is not None)
-        else:
-            length = max(int(p.max(initial=-1)) + 1, m, 1) if max_length is None else max_length
-            params = init_aft_position_bias(rng, length, bias_dim=BIAS_DIM if bias_dim is None else bias_dim)
+    if variant == "simple":                                        # w = 0: no params
+        note_draw("params", None)
+    elif variant == "conv":
+        if drawing and kernel_size is None and rng is not None:
+            raise ValueError("variant='conv' needs kernel_size (odd >= 3) to draw its filters, or params")
+        params = given_or_drawn("aft", "params", params, optional_rng(rng), what="its filters", draw=lambda r:
+                                init_aft_conv_filter(r, 1 if num_heads is None else num_heads, kernel_size,
+                                                     image=image_width is not None))
+    else:
+        length = max(int(p.max(initial=-1)) + 1, m, 1) if max_length is None else max_length
+        params = given_or_drawn("aft", "params", params, optional_rng(rng), what="its position biases", draw=lambda r:
+                                init_aft_position_bias(r, length, bias_dim=BIAS_DIM if bias_dim is None else bias_dim))
     _check_length(variant, params, p, m)
     delta = 0 if alignment is None else (m - n if alignment == "bottom-right" else 0)
     if return_weights or method == "equation":
@@ -480,9 +472,7 @@ def _aft(q, k, v, *, variant, params, rng, window, kernel_size, num_heads, image
             out = _parallel_blocks(q, k, v, w, visible, batch)
     if method == "scan":
         out = _scan(q, k, v, batch, variant, params, p, delta, window, image_width)
-    if not return_weights:
-        return AttentionResult(out, draws={"params": params})
-    return AttentionResult(out, A, allowed_pairs(None, causal, A.shape), {"params": params})
+    return (out, A) if return_weights else out
 
 
 def _parallel_blocks(q, k, v, w, visible, batch) -> NDArray:
@@ -548,23 +538,14 @@ def _scan(q, k, v, batch, variant, params, p, delta, window, image_width) -> NDA
         return expit(q) * out.reshape(*batch, n, d)                # σ(Q) ⊙ the normalised sums
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, variant="full", params=None, window=None,
-           kernel_size=None, num_heads=None, image_width=None, max_length=None, bias_dim=None, method="equation"):
-    """The registry's uniform apply: AFT over (q, k, v), the variant's params drawn from rng unless given."""
-    return _aft(q, k, v, variant=variant, params=params, rng=rng, window=window, kernel_size=kernel_size,
-                num_heads=num_heads, image_width=image_width, max_length=max_length, bias_dim=bias_dim,
-                causal=causal, method=method, return_weights=return_weights)
-
-
-RECORD = Mechanism(
-    mixing="per_channel",
+RECORD = Mechanism.of(
+    aft_attention, mixing="per_channel",
     id="aft", title="Attention Free Transformer (AFT)", family="beyond",
     section="after the survey (attention-free, cf. §4.2)", paper=ZHAI,
     equation=r"Y_t = \sigma(Q_t) \odot \frac{\sum_{t'} \exp(K_{t'} + w_{tt'}) \odot V_{t'}}"
              r"{\sum_{t'} \exp(K_{t'} + w_{tt'})}",
     time="O(n·m·d); AFT-simple O((n + m)·d)", memory="O(n·m) parallel (blocks of query rows), O(n·s + d) scan",
-    kind="attention",
-    function=aft_attention, apply=_apply, causal=True, position_dependent=True, normalized=False,
+    causal=True, position_dependent=True, normalized=False,
     methods=METHODS, figure="refattn.figures.aft:aft",
     examples=({"variant": "local", "window": 2}, {"variant": "simple"},
               {"variant": "conv", "kernel_size": 3, "num_heads": 2}),

@@ -38,9 +38,9 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, check_bool, check_choice, check_qkv
 from ..common.ints import check_non_negative_int
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 
-__all__ = ["FNET_METHODS", "dft_matrix", "fnet_mixing"]
+__all__ = ["FNET_METHODS", "dft_matrix", "fnet_attention", "fnet_mixing"]
 
 LEE_THORP = ('J. Lee-Thorp, J. Ainslie, I. Eckstein, S. Ontañón, 2022, "FNet: Mixing Tokens with Fourier '
              'Transforms", NAACL 2022, arXiv:2105.03824')
@@ -145,27 +145,52 @@ def _weights(n: int, batch: tuple[int, ...]) -> NDArray:
     return np.broadcast_to(np.stack([F.real, F.imag]), (*batch, 2, n, n)).copy()
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="fft"):
-    """The registry's uniform apply: x = v (m tokens, m outputs); q gives n = m only, k is not read."""
+def fnet_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, method: str = "fft",
+                   return_weights: bool = False) -> NDArray | tuple[NDArray, NDArray]:
+    r"""FNet as attention over (q, k, v): :func:`fnet_mixing` of the values, x = v; q gives n = m, k is not read.
+
+    .. math::
+
+        \mathrm{out} = \Re(F_m\, V F_{d_v}) = W_0 V \Re(F_{d_v}) - W_1 V \Im(F_{d_v}),
+        \qquad W = (\Re F_m, \Im F_m)
+
+    Parameters
+    ----------
+    q : (..., n, d_k) array_like
+        Queries: only their number n (which must be m) and batch dims are read.
+    k : (..., m, d_k) array_like
+        Keys: checked, not read.
+    v : (..., m, d_v) array_like
+        Values, the mixer's input.
+    method : {"fft", "matrix"}, default "fft"
+        As in :func:`fnet_mixing`.
+    return_weights : bool, default False
+        Also return the (..., 2, m, m) real planes (Re F_m, Im F_m) of the token-mixing matrix.
+
+    Returns
+    -------
+    out : (..., m, d_v) ndarray
+    weights : (..., 2, m, m) ndarray
+        Only if ``return_weights``.
+    """
+    return_weights = check_bool("return_weights", return_weights)
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     check_choice("method", method, FNET_METHODS)
-    return_weights = check_bool("return_weights", return_weights)
     n, m = q.shape[-2], v.shape[-2]
     if n != m:
         raise ValueError(f"fnet mixes the m values into m outputs, so q must have m rows (n = m); got q shape "
                          f"{q.shape}, v shape {v.shape}")
     out = fnet_mixing(np.broadcast_to(v, (*batch, *v.shape[-2:])), method=method)
-    if not return_weights:
-        return AttentionResult(out, draws={})
-    return AttentionResult(out, _weights(n, batch), None, {})
+    return (out, _weights(n, batch)) if return_weights else out
 
 
-RECORD = Mechanism(
-    mixing="fourier",
+RECORD = Mechanism.of(
+    fnet_attention, function=fnet_mixing, mixing="fourier",
     id="fnet", title="FNet (Fourier token mixing)", family="beyond", section="after the survey (attention-free)",
     paper=LEE_THORP,
     equation=r"\Re\big(F_n\, V F_d\big),\quad (F_N)_{jk} = e^{-2\pi i\, jk/N}\quad\text{(mixes } v\text{; no } q, k)",
-    time="O(n·d·log(n·d))", memory="O(n·d)", kind="attention", function=fnet_mixing, apply=_apply, causal=False,
+    time="O(n·d·log(n·d))", memory="O(n·d)", causal=False,
     cross=False, position_dependent=True, normalized=False, nonnegative=False, methods=FNET_METHODS,
     example_length=6, figure="refattn.figures.fnet:fnet",
     exact_options=None,

@@ -46,7 +46,8 @@ from ..common.checks import as_float, as_rng, causal_alignment, check_bool, chec
 from ..common.init import glorot
 from ..common.ints import check_positive_int
 from ..common.products import weighted_values
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 
 __all__ = [
     "GAU_QK_STD",
@@ -232,34 +233,10 @@ def _mixed_chunk(q, k, q_lin, k_lin, v, *, chunk, causal, scale, linear_scale) -
     return out
 
 
-def _gau(q, k, v, *, params, rng, chunk, causal, scale, linear_scale, return_weights) -> AttentionResult:
-    """Checked GAU (or mixed chunk) attention of z_q, z_k, v; draws = the scale-offset params used."""
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
-    m, s = k.shape[-2], q.shape[-1]
-    count = 2 if chunk is None else 4
-    if chunk is not None:
-        chunk = check_positive_int("chunk", chunk)
-    if params is None:
-        params = init_scale_offset(rng, s, count=count)
-    if not isinstance(params, ScaleOffset):
-        raise TypeError(f"params must be a ScaleOffset (init_scale_offset), got {type(params).__name__}")
-    if params.gamma.shape != (count, s):
-        raise ValueError(f"params must have shape ({count}, s={s}) ({'GAU' if chunk is None else 'mixed chunk'}: "
-                         f"{count} scale-offset rows), got {params.gamma.shape}")
-    default = 1.0 / (m if chunk is None else chunk) if m else 1.0  # 1/n (GAU), 1/c (chunks); nothing with no key
-    scale = default if scale is None else check_scale(scale)
-    linear_scale = (1.0 / m if m else 1.0) if linear_scale is None else check_scale(linear_scale, "linear_scale")
-    alignment = causal_alignment(causal)
-    with np.errstate(invalid="ignore", over="ignore"):             # NaN/Inf inputs: IEEE, in the rows they reach
-        return _gau_checked(q, k, v, params, chunk, causal, alignment, scale, linear_scale, batch, return_weights)
-
-
 def _gau_checked(q, k, v, params, chunk, causal, alignment, scale, linear_scale, batch, return_weights):
-    """:func:`_gau` after the checks."""
+    """:func:`gau_attention` after the checks: (out, weights or None)."""
     n, m = q.shape[-2], k.shape[-2]
     zq, zk = scale_offset(q, params), scale_offset(k, params)
-    draws = {"params": params}
     allowed = None if alignment is None else _positions(n, m, causal)[:, None] >= np.arange(m)[None, :]
     if chunk is None:
         check_fits("the GAU weights", (*batch, n, m))
@@ -273,10 +250,7 @@ def _gau_checked(q, k, v, params, chunk, causal, alignment, scale, linear_scale,
                            linear_scale=linear_scale)
         A = mixed_chunk_weights(zq[0], zk[1], zq[2], zk[3], chunk=chunk, causal=causal, scale=scale,
                                 linear_scale=linear_scale) if return_weights else None
-    if not return_weights:
-        return AttentionResult(out, draws=draws)
-    A = np.broadcast_to(A, (*batch, n, m))
-    return AttentionResult(out, A, None if allowed is None else np.broadcast_to(allowed, A.shape), draws)
+    return out, (np.broadcast_to(A, (*batch, n, m)) if return_weights else None)
 
 
 def gau_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, params: ScaleOffset | None = None,
@@ -301,9 +275,9 @@ def gau_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, params: ScaleOffs
     v : (..., m, e) array_like
         Values V.
     params : ScaleOffset, optional
-        γ, β with 2 rows (GAU) or 4 (``chunk``). Exactly one of ``params`` and ``rng``.
+        γ, β with 2 rows (GAU) or 4 (``chunk``). Drawn from ``rng`` when not given.
     rng : numpy.random.Generator or int, optional
-        Draws ``params`` with :func:`init_scale_offset`.
+        Draws ``params`` with :func:`init_scale_offset` (not read when ``params`` is given).
     chunk : int, optional
         c: FLASH's mixed chunk attention over chunks of c positions. Default: GAU over the whole sequence.
     causal : {False, True, "top-left", "bottom-right"}, default False
@@ -338,12 +312,27 @@ def gau_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, params: ScaleOffs
     >>> out.shape
     (6, 3)
     """
-    if (rng is None) == (params is None):
-        raise ValueError("gau_attention needs exactly one of rng= (to draw params) and params=")
     return_weights = check_bool("return_weights", return_weights)
-    result = _gau(q, k, v, params=params, rng=rng, chunk=chunk, causal=causal, scale=scale,
-                  linear_scale=linear_scale, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    batch = check_qkv(q, k, v)
+    m, s = k.shape[-2], q.shape[-1]
+    count = 2 if chunk is None else 4
+    if chunk is not None:
+        chunk = check_positive_int("chunk", chunk)
+    params = given_or_drawn("gau", "params", params, optional_rng(rng), what="its scale-offset params",
+                            draw=lambda r: init_scale_offset(r, s, count=count))
+    if not isinstance(params, ScaleOffset):
+        raise TypeError(f"params must be a ScaleOffset (init_scale_offset), got {type(params).__name__}")
+    if params.gamma.shape != (count, s):
+        raise ValueError(f"params must have shape ({count}, s={s}) ({'GAU' if chunk is None else 'mixed chunk'}: "
+                         f"{count} scale-offset rows), got {params.gamma.shape}")
+    default = 1.0 / (m if chunk is None else chunk) if m else 1.0  # 1/n (GAU), 1/c (chunks); nothing with no key
+    scale = default if scale is None else check_scale(scale)
+    linear_scale = (1.0 / m if m else 1.0) if linear_scale is None else check_scale(linear_scale, "linear_scale")
+    alignment = causal_alignment(causal)
+    with np.errstate(invalid="ignore", over="ignore"):             # NaN/Inf inputs: IEEE, in the rows they reach
+        out, A = _gau_checked(q, k, v, params, chunk, causal, alignment, scale, linear_scale, batch, return_weights)
+    return (out, A) if return_weights else out
 
 
 @dataclass(frozen=True, eq=False)
@@ -449,27 +438,18 @@ def gated_attention_unit(x: ArrayLike, params: GauLayerParams, *, causal: bool |
     u = _silu(x @ params.w_u + params.b_u)                         # (..., n, e)  gate
     v = _silu(x @ params.w_v + params.b_v)                         # (..., n, e)  values
     z = _silu(x @ params.w_z + params.b_z)                         # (..., n, s)  shared base of Q and K
-    attended = _gau(z, z, v, params=params.qk, rng=None, chunk=chunk, causal=causal, scale=scale,
-                    linear_scale=linear_scale, return_weights=False).output
+    attended = gau_attention(z, z, v, params=params.qk, chunk=chunk, causal=causal, scale=scale,
+                             linear_scale=linear_scale)
     return (u * attended) @ params.w_o + params.b_o                # (..., n, d_model)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, chunk=None, scale=None,
-           linear_scale=None):
-    """The registry's uniform apply: q, k = Z at the query and key positions, v = V; γ, β drawn from rng unless
-    given; the gate is :func:`gated_attention_unit`'s."""
-    if params is None and rng is None:
-        raise ValueError("gau draws its scale-offset params from rng: pass rng= (or params=)")
-    return _gau(q, k, v, params=params, rng=rng if params is None else None, chunk=chunk, causal=causal,
-                scale=scale, linear_scale=linear_scale, return_weights=return_weights)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    gau_attention, function=gated_attention_unit,
     id="gau", title="Gated attention unit (GAU) and FLASH mixed chunk attention", family="beyond",
     section="after the survey (single-head gated attention, linear-time chunks)", paper=HUA,
     equation=r"O = \big(U \odot \mathrm{relu}^2(QK^\top/n)\,V\big)W_o,\quad Q, K = Z\odot\gamma_{q,k} + \beta_{q,k}",
     time="O(n·m·s) (GAU), O(n·c·s + n·s·e) (chunks)", memory="O(n·m) (GAU), O(c² + s·e) per chunk",
-    kind="attention", function=gated_attention_unit, apply=_apply, causal=True,
+    causal=True,
     normalized=False, nonnegative=False,                           # relu² rows need not sum to 1; Q'K'ᵀ may be < 0
     examples=({"chunk": 3}, {"chunk": 2, "scale": 0.7, "linear_scale": 0.3}, {"scale": 2.0}),
     figure="refattn.figures.gau:gau",

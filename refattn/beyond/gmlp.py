@@ -56,9 +56,11 @@ from ..common.products import weighted_values
 from ..core.causal_mask import causal_mask
 from ..core.layer_norm import layer_norm
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 
-__all__ = ["GMLP_INIT_EPS", "GMLP_NORM_EPS", "SpatialGatingParams", "init_spatial_gating", "spatial_gating_unit"]
+__all__ = ["GMLP_INIT_EPS", "GMLP_NORM_EPS", "SpatialGatingParams", "gmlp_attention", "init_spatial_gating",
+           "spatial_gating_unit"]
 
 LIU = ('H. Liu, Z. Dai, D. R. So, Q. V. Le, 2021, "Pay Attention to MLPs", NeurIPS 2021, arXiv:2105.08050')
 #: ε of W's initial range U(±ε/ℓ) (lucidrains/g-mlp-pytorch's ``init_eps``).
@@ -247,9 +249,48 @@ def spatial_gating_unit(z: ArrayLike, *, params: SpatialGatingParams | None = No
     return (out, W) if return_weights else out
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, norm=True, tiny_attention=False,
-           scale=None):
-    """The registry's uniform apply: out = q ⊙ (M v̂ + b), M = W (+ softmax(q kᵀ·scale) with ``tiny_attention``)."""
+def gmlp_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, params: SpatialGatingParams | None = None,
+                   rng: np.random.Generator | int | None = None, causal: bool | str = False, norm: bool = True,
+                   tiny_attention: bool = False, scale: float | None = None,
+                   return_weights: bool = False) -> NDArray | tuple[NDArray, NDArray]:
+    r"""The spatial gating unit over (q, k, v): Z₁ = q gated by the mixed values, Z₂ = v (aMLP: + tiny attention).
+
+    .. math::
+
+        \mathrm{out} = q \odot (M\, \hat V + b), \qquad M = W\ \big[+ \operatorname{softmax}(QK^\top \cdot
+        \mathrm{scale})\big], \qquad \hat V = \mathrm{LayerNorm}(V)
+
+    Parameters
+    ----------
+    q : (..., n, e) array_like
+        The gated half Z₁, as wide as v.
+    k : (..., m, d_k) array_like
+        Keys, read only by the tiny attention.
+    v : (..., m, e) array_like
+        The mixed half Z₂; n = m unless ``causal="bottom-right"`` (the last n of m positions).
+    params : SpatialGatingParams, optional
+        W and b for ℓ >= m positions; drawn from ``rng`` (:func:`init_spatial_gating`, ℓ = m) when absent.
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when they are not given.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Keep :math:`W_{ij}` for the keys j each query may see (and mask the tiny attention alike).
+    norm : bool, default True
+        Layer-normalise v over its channels first.
+    tiny_attention : bool, default False
+        aMLP: add :math:`\operatorname{softmax}(QK^\top \cdot \mathrm{scale})` to W.
+    scale : float, optional
+        The tiny attention's multiplier of :math:`QK^\top`; default :math:`1/\sqrt{d_k}`.
+    return_weights : bool, default False
+        Also return M, (..., n, m).
+
+    Returns
+    -------
+    out : (..., n, e) ndarray
+    weights : (..., n, m) ndarray
+        Only if ``return_weights``.
+    """
+    return_weights = check_bool("return_weights", return_weights)
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     n, m = q.shape[-2], v.shape[-2]
     if q.shape[-1] != v.shape[-1]:
@@ -260,26 +301,25 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None
         raise ValueError(f"gmlp's W is a square matrix over one sequence: q and v must have the same length n = m "
                          f"(or causal='bottom-right'), got q shape {q.shape}, v shape {v.shape}")
     norm, tiny_attention = check_bool("norm", norm), check_bool("tiny_attention", tiny_attention)
-    return_weights = check_bool("return_weights", return_weights)
     if scale is not None:
         scale = check_scale(scale)
-    params = init_spatial_gating(as_rng(rng), m) if params is None else _check_params(params, m)
+    if params is not None:
+        _check_params(params, m)
+    params = given_or_drawn("gmlp", "params", params, optional_rng(rng), lambda r: init_spatial_gating(r, m),
+                            what="its spatial gating params W, b")
     z1, z2 = (np.broadcast_to(x, (*batch, *x.shape[-2:])) for x in (q, v))
     attention = (q, k, scale) if tiny_attention else None
-    out, M, allowed = _gate(z1, z2, params, causal=causal, norm=norm, eps=GMLP_NORM_EPS, attention=attention)
-    draws = {"params": params}
-    if not return_weights:
-        return AttentionResult(out, draws=draws)
-    M = np.broadcast_to(M, (*batch, n, m)).copy()
-    return AttentionResult(out, M, None if allowed is None else np.broadcast_to(allowed, M.shape), draws)
+    out, M, _ = _gate(z1, z2, params, causal=causal, norm=norm, eps=GMLP_NORM_EPS, attention=attention)
+    return (out, np.broadcast_to(M, (*batch, n, m)).copy()) if return_weights else out
 
 
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    gmlp_attention, function=spatial_gating_unit,
     id="gmlp", title="gMLP spatial gating unit (aMLP's tiny attention optional)", family="beyond",
     section="after the survey (attention-free)", paper=LIU,
     equation=r"q \odot \big(W\,\mathrm{LN}(V) + b\big)\quad(Z_1 = q,\ Z_2 = v;\ "
              r"\text{aMLP: } W + \operatorname{softmax}(QK^\top/\sqrt{d}))",
-    time="O(n·m·d)", memory="O(n·m)", kind="attention", function=spatial_gating_unit, apply=_apply, causal=True,
+    time="O(n·m·d)", memory="O(n·m)", causal=True,
     cross=False, position_dependent=True, normalized=False, nonnegative=False,
     examples=({"tiny_attention": True}, {"norm": False}, {"tiny_attention": True, "norm": False, "scale": 0.5}),
     figure="refattn.figures.gmlp:gmlp", draws=("params",),

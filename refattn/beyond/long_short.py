@@ -53,7 +53,8 @@ from ..common.ints import check_non_negative_int, check_positive_int
 from ..common.products import weighted_values
 from ..core.layer_norm import LayerNormParams, layer_norm
 from ..core.softmax import softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..mechanism import Mechanism
 from ..sparse.attention import check_weights_fit, sparse_attention
 from ..sparse.pattern import SparsePattern, query_positions
 
@@ -252,14 +253,14 @@ def long_short_attention(
         number of keys up to the query seen causally.
     rank : int, optional
         r >= 0, the number of projected keys (per segment when causal); 0 switches the long branch off.
-        Required to draw ``params`` from ``rng``; with ``params``, their width (checked if given).
+        Drawn ``params`` have this width (default 1); with ``params`` given, their width (checked if given).
     segment : int, optional
         l >= 1, the segment length of the causal, segment-wise projection; default w. The bidirectional
         projection spans all m keys and does not use it.
     params : LongShortParams, optional
-        :math:`W^P` and the layer norms (:func:`init_long_short`). Exactly one of ``params`` and ``rng``.
+        :math:`W^P` and the layer norms (:func:`init_long_short`); drawn from ``rng`` when not given.
     rng : numpy.random.Generator or int, optional
-        Draws ``params`` with :func:`init_long_short`.
+        Draws ``params`` with :func:`init_long_short` (not read when ``params`` is given).
     dual_ln : {"keys_values", "keys", "none"}, default "keys_values"
         "keys_values": the paper's DualLN, :math:`LN_L` on the window's keys and values and :math:`LN_G` on the
         projected ones (needs d_v = d_k: one layer norm per branch, as the official code). "keys": the keys
@@ -332,17 +333,6 @@ def long_short_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
-    if (rng is None) == (params is None):
-        raise ValueError("long_short_attention needs exactly one of rng= (to draw params) and params=")
-    result = _long_short(q, k, v, window=window, rank=rank, segment=segment, params=params, rng=rng,
-                         dual_ln=dual_ln, projection_input=projection_input, causal=causal, scale=scale,
-                         method=method, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _long_short(q, k, v, *, window, rank, segment, params, rng, dual_ln, projection_input, causal, scale, method,
-                return_weights) -> AttentionResult:
-    """Checked Long-Short attention; ``draws`` holds the parameters used."""
     for name, value, choices in (("method", method, METHODS), ("dual_ln", dual_ln, DUAL_LN),
                                  ("projection_input", projection_input, PROJECTION_INPUTS)):
         check_choice(name, value, choices)
@@ -354,7 +344,7 @@ def _long_short(q, k, v, *, window, rank, segment, params, rng, dual_ln, project
     segment = window if segment is None else check_positive_int("segment", segment)
     (n, d_k), (m, d_v) = q.shape[-2:], v.shape[-2:]
     scale = default_scale(d_k) if scale is None else check_scale(scale)
-    params = _resolve_params(params, rank, rng, d_k)
+    params = _resolve_params(params, rank, optional_rng(rng), d_k)
     if dual_ln == "keys_values" and d_v != d_k:
         raise ValueError(f"dual_ln='keys_values' normalises keys and values with one layer norm per branch, so "
                          f"d_v must equal d_k; got d_k={d_k}, d_v={d_v} (use dual_ln='keys')")
@@ -382,8 +372,7 @@ def _long_short(q, k, v, *, window, rank, segment, params, rng, dual_ln, project
     v_ext = np.concatenate([np.broadcast_to(values, (*common, m, d_v)),
                             np.broadcast_to(v_bar, (*common, R, d_v))], axis=-2)   # (..., m + R, d_v)  [Ṽ; V̄]
     if not return_weights:
-        out = sparse_attention(q, k_ext, v_ext, pattern, scale=scale, method=method)
-        return AttentionResult(out, draws={"params": params})
+        return sparse_attention(q, k_ext, v_ext, pattern, scale=scale, method=method)
     out, A_ext = sparse_attention(q, k_ext, v_ext, pattern, scale=scale, method="equation", return_weights=True)
     if method == "csr":
         out = sparse_attention(q, k_ext, v_ext, pattern, scale=scale, method="csr")
@@ -392,23 +381,23 @@ def _long_short(q, k, v, *, window, rank, segment, params, rng, dual_ln, project
     W = A_ext[..., :m] + weighted_values(A_ext[..., m:], _placed(P, alignment, segment, m), mask[:, m:], empty,
                                          "zero")                   # (..., n, m)  A_short + A_long Pᵀ
     key = np.arange(m)
-    allowed = ((key >= start[:, None]) & (key < stop[:, None])) | (key < cover[:, None])
-    return AttentionResult(out, W, np.broadcast_to(allowed, W.shape), {"params": params})
+    allowed = ((key >= start[:, None]) & (key < stop[:, None])) | (key < cover[:, None])    # window ∪ covered
+    note_allowed(lambda: np.broadcast_to(allowed, W.shape))
+    return out, W
 
 
 def _resolve_params(params, rank, rng, d_k: int) -> LongShortParams:
+    """The given params, checked against d_k and rank, or params of width rank drawn from rng."""
     if rank is not None:
         rank = check_non_negative_int("rank", rank)
-    if params is None:
-        if rank is None:
-            raise ValueError("long_short_attention draws params of width rank: pass rank= (r)")
-        return init_long_short(rng, d_k, rank)
-    if not isinstance(params, LongShortParams):
-        raise TypeError(f"params must be a LongShortParams (init_long_short), got {type(params).__name__}")
-    if params.w_proj.shape[0] != d_k or rank not in (None, params.rank):
-        raise ValueError(f"params has w_proj of shape {params.w_proj.shape}, but q has d_k={d_k}"
-                         + ("" if rank is None else f" and rank={rank}") + f": expected ({d_k}, {rank or 'r'})")
-    return params
+    if params is not None:
+        if not isinstance(params, LongShortParams):
+            raise TypeError(f"params must be a LongShortParams (init_long_short), got {type(params).__name__}")
+        if params.w_proj.shape[0] != d_k or rank not in (None, params.rank):
+            raise ValueError(f"params has w_proj of shape {params.w_proj.shape}, but q has d_k={d_k}"
+                             + ("" if rank is None else f" and rank={rank}") + f": expected ({d_k}, {rank or 'r'})")
+    return given_or_drawn("long_short", "params", params, rng, what="its parameters",
+                          draw=lambda r: init_long_short(r, d_k, 1 if rank is None else rank))
 
 
 def _ln(x: NDArray, ln: LayerNormParams) -> NDArray:
@@ -473,26 +462,13 @@ def _placed(P: NDArray | None, alignment, segment: int, m: int) -> NDArray:
     return placed.reshape(*lead, S * r, m)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", window=2, rank=None, segment=None,
-           params=None, dual_ln="keys", projection_input="raw", scale=None):
-    """The registry's uniform apply: w = 2, r = 1 (unless rank or params say otherwise), l = w, DualLN on the keys
-    (values as given, so that the weights exist), the parameters drawn from rng unless given; returns them."""
-    if params is None:
-        if rng is None:
-            raise ValueError("long_short draws its parameters from rng: pass rng= (or params=)")
-        rank = 1 if rank is None else rank
-    return _long_short(q, k, v, window=window, rank=rank, segment=segment, params=params,
-                       rng=rng if params is None else None, dual_ln=dual_ln, projection_input=projection_input,
-                       causal=causal, scale=scale, method=method, return_weights=return_weights)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    long_short_attention, defaults={"window": 2, "dual_ln": "keys"},   # values as given, so that the weights exist
     id="long_short", title="Long-Short Transformer (window + dynamic projection, DualLN)", family="beyond",
     section="after the survey (window, cf. §4.1.1; projection, cf. §4.3.2)", paper=ZHU,
     equation=r"\operatorname{softmax}\!\Big(\frac{Q\,[LN_G(P^\top K);\ LN_L(\tilde K)]^\top}{\sqrt{d_k}}\Big)"
              r"[LN_G(P^\top V);\ LN_L(\tilde V)],\quad P = \operatorname{softmax}(K W^P)",
-    time="O(n·(w + r)·d + m·r·d)", memory="O(n·(w + r) + m·r)", kind="attention", methods=METHODS,
-    function=long_short_attention, apply=_apply, causal=True, position_dependent=True,
+    time="O(n·(w + r)·d + m·r·d)", memory="O(n·(w + r) + m·r)", methods=METHODS, causal=True, position_dependent=True,
     examples=({"rank": 2, "window": 3, "projection_input": "normalized"}, {"dual_ln": "none", "window": 1,
                                                                             "segment": 3},
               {"rank": 0, "window": 4}),

@@ -32,7 +32,6 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import (
     as_float,
-    as_rng,
     broadcast_batch,
     causal_alignment,
     check_bool,
@@ -43,11 +42,12 @@ from ..common.checks import (
 )
 from ..common.ints import check_positive_int
 from ..common.products import split_scale, weighted_values
-from ..masks import allowed_pairs
+from ..deprecation import renamed
+from ..draws import given_or_drawn, optional_rng
 from ..kernels import kernel_rows
 from ..linear._common import last_keys, resolve_method
 from ..linear.performer import _favor_from_terms, _favor_terms, check_omega, draw_omega, favor_features
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 from ..sparse.reformer_lsh import draw_lsh_rotations, lsh_buckets
 
 __all__ = ["ScatterbrainParts", "lsh_support", "scatterbrain_attention", "scatterbrain_parts"]
@@ -83,7 +83,8 @@ class ScatterbrainParts(NamedTuple):
 
 
 
-def lsh_support(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, *, n_buckets=None) -> NDArray:
+@renamed(n_buckets="num_buckets")
+def lsh_support(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, *, num_buckets=None) -> NDArray:
     r"""The sparse support: the pairs whose query and key share a bucket in at least one hash round.
 
     .. math::
@@ -97,9 +98,9 @@ def lsh_support(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, *, n_buckets=N
         Queries.
     k : (..., m, d) array_like
         Keys.
-    rotations : (..., n_rounds, d, b/2) array_like
+    rotations : (..., num_rounds, d, b/2) array_like
         One projection per round (:func:`refattn.sparse.draw_lsh_rotations`); no column: one bucket.
-    n_buckets : int or sequence of int, optional
+    num_buckets : int or sequence of int, optional
         As :func:`refattn.sparse.lsh_buckets` (default: twice the columns of R, 1 with none).
 
     Returns
@@ -121,8 +122,8 @@ def lsh_support(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, *, n_buckets=N
     q, k = as_float("q", q, min_ndim=2), as_float("k", k, min_ndim=2)
     check_qkv(q, k, k)
     with np.errstate(invalid="ignore"):                                # a NaN row hashes as lsh_buckets says
-        h_q = lsh_buckets(q, rotations, n_buckets)                    # (..., R, n)
-        h_k = lsh_buckets(k, rotations, n_buckets)                    # (..., R, m)
+        h_q = lsh_buckets(q, rotations, num_buckets)                    # (..., R, n)
+        h_k = lsh_buckets(k, rotations, num_buckets)                    # (..., R, m)
     check_fits("the support", (*np.broadcast_shapes(h_q.shape[:-1], h_k.shape[:-1]), q.shape[-2], k.shape[-2]), 1)
     return (h_q[..., :, None] == h_k[..., None, :]).any(axis=-3)      # (..., n, m)  ∃r h_r(q_i) = h_r(k_j)
 
@@ -177,12 +178,12 @@ def _shifted_features(logs: _LogFeatures, c: NDArray, C_row: NDArray) -> tuple[N
     return phi_q, psi_k
 
 
-def _dense_weights(q, k, rotations, omega, n_buckets, kind, scale, alignment) -> tuple[NDArray, NDArray]:
+def _dense_weights(q, k, rotations, omega, num_buckets, kind, scale, alignment) -> tuple[NDArray, NDArray]:
     """𝒮 and the normalised weights Â/Â1, each (..., n, m), from the row-shifted parts; nothing checked."""
     n, m = q.shape[-2], k.shape[-2]
     q_tilde, k_tilde = split_scale(q, k, scale)
     allowed = _allowed(alignment, n, m)
-    support = lsh_support(q_tilde, k_tilde, rotations, n_buckets=n_buckets) & allowed
+    support = lsh_support(q_tilde, k_tilde, rotations, num_buckets=num_buckets) & allowed
     logs = _log_features(q_tilde, k_tilde, omega, kind, alignment)
     with np.errstate(invalid="ignore", over="ignore"):                # non-finite inputs: IEEE, row by row
         Z = q_tilde @ np.swapaxes(k_tilde, -1, -2)                    # (..., n, m)  q̃_i·k̃_j
@@ -205,7 +206,8 @@ def _allowed(alignment, n: int, m: int) -> NDArray:
     return np.arange(m)[None, :] <= np.arange(n)[:, None] + delta
 
 
-def scatterbrain_parts(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, omega: ArrayLike, *, n_buckets=None,
+@renamed(n_buckets="num_buckets")
+def scatterbrain_parts(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, omega: ArrayLike, *, num_buckets=None,
                        kind: str = "hyperbolic", scale: float | None = None, causal=False) -> ScatterbrainParts:
     r"""Scatterbrain's estimate in its dense parts: the support 𝒮, the low-rank L, the sparse correction S, Â/Â1.
 
@@ -219,11 +221,11 @@ def scatterbrain_parts(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, omega: 
     ----------
     q : (..., n, d) array_like
     k : (..., m, d) array_like
-    rotations : (..., n_rounds, d, b/2) array_like
+    rotations : (..., num_rounds, d, b/2) array_like
         The LSH projections (:func:`refattn.sparse.draw_lsh_rotations`).
     omega : (r, d) or (..., r, d) array_like
         Performer's projections (:func:`refattn.linear.draw_omega`).
-    n_buckets : int or sequence of int, optional
+    num_buckets : int or sequence of int, optional
         As :func:`lsh_support`.
     kind : {"hyperbolic", "positive"}, default "hyperbolic"
         Performer's feature map (:func:`refattn.linear.favor_features`).
@@ -256,7 +258,7 @@ def scatterbrain_parts(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, omega: 
     omega = check_omega(omega, q.shape[-1])
     batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "omega": omega.shape[:-2]})
     check_fits("the dense parts", (*batch, q.shape[-2], k.shape[-2]))
-    support, weights = _dense_weights(q, k, rotations, omega, n_buckets, kind, scale, alignment)
+    support, weights = _dense_weights(q, k, rotations, omega, num_buckets, kind, scale, alignment)
     q_tilde, k_tilde, phi_q, phi_k = _features(q, k, omega, kind, scale)
     allowed = _allowed(alignment, q.shape[-2], k.shape[-2])
     with np.errstate(invalid="ignore", over="ignore"):                # as they are: inf where e^{q̃·k̃} overflows
@@ -266,6 +268,7 @@ def scatterbrain_parts(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, omega: 
     return ScatterbrainParts(support, L, S, weights)
 
 
+@renamed(n_buckets="num_buckets", n_rounds="num_rounds")
 def scatterbrain_attention(
     q: ArrayLike,
     k: ArrayLike,
@@ -274,8 +277,8 @@ def scatterbrain_attention(
     rotations: ArrayLike | None = None,
     omega: ArrayLike | None = None,
     rng=None,
-    n_buckets=N_BUCKETS,
-    n_rounds: int = N_ROUNDS,
+    num_buckets=N_BUCKETS,
+    num_rounds: int = N_ROUNDS,
     num_features: int = NUM_FEATURES,
     kind: str = "hyperbolic",
     scale: float | None = None,
@@ -302,17 +305,17 @@ def scatterbrain_attention(
         Keys.
     v : (..., m, d_v) array_like
         Values.
-    rotations : (..., n_rounds, d, b/2) array_like, optional
+    rotations : (..., num_rounds, d, b/2) array_like, optional
         The LSH projections (:func:`refattn.sparse.draw_lsh_rotations`); drawn from ``rng`` when absent.
     omega : (r, d) or (..., r, d) array_like, optional
         Performer's projections (:func:`refattn.linear.draw_omega`, orthogonal, χ norms); drawn from
         ``rng`` when absent.
     rng : numpy.random.Generator or int, optional
         Draws what is not given (rotations first, then ω); refused when both are given.
-    n_buckets : int or sequence of int, default 8
+    num_buckets : int or sequence of int, default 8
         *b*, buckets per round (1: every pair in the support, exact attention). With ``rotations``
         given, their columns must fit it; ``None`` takes it from them.
-    n_rounds : int, default 2
+    num_rounds : int, default 2
         Hash rounds drawn (the official ``n_hashes = 2``).
     num_features : int, default 16
         *r*, Performer projections drawn (the hyperbolic map has 2r features: the official
@@ -339,7 +342,7 @@ def scatterbrain_attention(
 
     Notes
     -----
-    **Exact limit.** With one bucket (``n_buckets=1``) every pair collides, S = E − L everywhere, and
+    **Exact limit.** With one bucket (``num_buckets=1``) every pair collides, S = E − L everywhere, and
     Â = L + (E − L) = exp(QKᵀ/√d): softmax attention, up to the rounding of the subtraction (relative
     ε·L_ij/E_ij per entry). With ``causal`` it is causal softmax attention.
 
@@ -384,22 +387,14 @@ def scatterbrain_attention(
     --------
     >>> rng = np.random.default_rng(0)
     >>> q, k, v = rng.standard_normal((3, 6, 4))
-    >>> out, W = scatterbrain_attention(q, k, v, rng=1, n_buckets=2, return_weights=True)
+    >>> out, W = scatterbrain_attention(q, k, v, rng=1, num_buckets=2, return_weights=True)
     >>> bool(np.allclose(W.sum(axis=-1), 1.0) and np.allclose(out, W @ v))
     True
     >>> from refattn import scaled_dot_product_attention
-    >>> one = scatterbrain_attention(q, k, v, rng=1, n_buckets=1)
+    >>> one = scatterbrain_attention(q, k, v, rng=1, num_buckets=1)
     >>> bool(np.allclose(one, scaled_dot_product_attention(q, k, v)))
     True
     """
-    out, weights, _ = _scatterbrain(q, k, v, rotations, omega, rng, n_buckets, n_rounds, num_features, kind, scale,
-                                    causal, method, return_weights)
-    return (out, weights) if return_weights else out
-
-
-def _scatterbrain(q, k, v, rotations, omega, rng, n_buckets, n_rounds, num_features, kind, scale, causal, method,
-                  return_weights):
-    """Check, draw what is missing, run the method: ``(out, weights or None, draws)``."""
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     n, m, d, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
@@ -408,49 +403,43 @@ def _scatterbrain(q, k, v, rotations, omega, rng, n_buckets, n_rounds, num_featu
     alignment = causal_alignment(causal)
     return_weights = check_bool("return_weights", return_weights)
     scale = default_scale(d) if scale is None else check_scale(scale)
-    if rotations is not None and omega is not None and rng is not None:
-        raise ValueError("scatterbrain draws its rotations and omega from rng: with both given, pass no rng")
-    if (rotations is None or omega is None) and rng is None:
-        raise ValueError("scatterbrain draws its rotations and omega from rng: pass rng= (or rotations= and omega=)")
-    if rotations is None or omega is None:
-        rng = as_rng(rng)                                              # one stream: rotations first, then ω
-    if rotations is None:
-        rotations = draw_lsh_rotations(rng, d, n_buckets, check_positive_int("n_rounds", n_rounds))
-    if omega is None:
-        if d < 1:
-            raise ValueError(f"scatterbrain draws omega over the d_k features of q: needs d_k >= 1, got q shape "
-                             f"{q.shape}")
-        omega = draw_omega(rng, check_positive_int("num_features", num_features), d)
+    rng = optional_rng(rng)                                            # one stream: rotations first, then ω
+    rotations = given_or_drawn("scatterbrain", "rotations", rotations, rng, what="its LSH rotations", draw=lambda r:
+                               draw_lsh_rotations(r, d, num_buckets, check_positive_int("num_rounds", num_rounds)))
+    if omega is None and rng is not None and d < 1:
+        raise ValueError(f"scatterbrain draws omega over the d_k features of q: needs d_k >= 1, got q shape {q.shape}")
+    omega = given_or_drawn("scatterbrain", "omega", omega, rng, what="Performer's projections ω",
+                           draw=lambda r: draw_omega(r, check_positive_int("num_features", num_features), d))
     omega = check_omega(omega, d)
     rotations = as_float("rotations", rotations, min_ndim=3)
-    lsh_buckets(np.zeros((1, d)), rotations, n_buckets)                # rotations against d and n_buckets
+    lsh_buckets(np.zeros((1, d)), rotations, num_buckets)              # rotations against d and num_buckets
     batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2], "omega": omega.shape[:-2],
                              "rotations": rotations.shape[:-3]})
-    draws = {"rotations": rotations, "omega": omega}
     if return_weights:
         check_fits("the weights (return_weights=True)", (*batch, n, m))
     if n == 0 or m == 0:
-        return np.zeros((*batch, n, d_v)), (np.zeros((*batch, n, m)) if return_weights else None), draws
+        out = np.zeros((*batch, n, d_v))
+        return (out, np.zeros((*batch, n, m))) if return_weights else out
     method = resolve_method(method, "pairs", (*batch, n, m))
     if method == "equation":
-        _, W = _dense_weights(q, k, rotations, omega, n_buckets, kind, scale, alignment)
+        _, W = _dense_weights(q, k, rotations, omega, num_buckets, kind, scale, alignment)
         empty = ~_allowed(alignment, n, m).any(axis=-1, keepdims=True)
         with np.errstate(invalid="ignore", over="ignore"):
             out = weighted_values(np.broadcast_to(W, (*batch, n, m)), v, _allowed(alignment, n, m), empty, "zero")
-        weights = np.broadcast_to(W, (*batch, n, m)).copy() if return_weights else None
-        return np.broadcast_to(out, (*batch, n, d_v)).copy(), weights, draws
-    out, weights = _by_pairs(q, k, v, rotations, omega, n_buckets, kind, scale, alignment, batch, return_weights)
-    return out, weights, draws
+        out = np.broadcast_to(out, (*batch, n, d_v)).copy()
+        return (out, np.broadcast_to(W, (*batch, n, m)).copy()) if return_weights else out
+    out, weights = _by_pairs(q, k, v, rotations, omega, num_buckets, kind, scale, alignment, batch, return_weights)
+    return (out, weights) if return_weights else out
 
 
-def _by_pairs(q, k, v, rotations, omega, n_buckets, kind, scale, alignment, batch, return_weights):
+def _by_pairs(q, k, v, rotations, omega, num_buckets, kind, scale, alignment, batch, return_weights):
     """The low rank by its right product (or causal scan) plus the sparse correction over the listed pairs, every
     row shifted by the same c_i as the equation path (:func:`_row_shift`)."""
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     q_tilde, k_tilde = split_scale(q, k, scale)
     with np.errstate(invalid="ignore"):                                # a NaN row hashes as lsh_buckets says
-        h_q = lsh_buckets(q_tilde, rotations, n_buckets)              # (..., R, n)
-        h_k = lsh_buckets(k_tilde, rotations, n_buckets)              # (..., R, m)
+        h_q = lsh_buckets(q_tilde, rotations, num_buckets)              # (..., R, n)
+        h_k = lsh_buckets(k_tilde, rotations, num_buckets)              # (..., R, m)
     logs = _log_features(q_tilde, k_tilde, omega, kind, alignment)
     delta, last = last_keys(n, m, alignment)
     flat = {name: kernel_rows(x, batch, x.shape[-2:]) for name, x in
@@ -541,32 +530,19 @@ def _collisions(h_q: NDArray, h_k: NDArray, m: int) -> tuple[NDArray, NDArray]:
     return code // m, code % m
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, rotations=None, omega=None, n_buckets=None,
-           n_rounds=N_ROUNDS, num_features=4, kind="hyperbolic", scale=None, method="auto"):
-    """The registry's uniform apply: :func:`scatterbrain_attention` with 2 rounds of 2 buckets and r = 4 projections
-    (for the short registry examples), drawn from ``rng`` unless given; ``n_buckets=None`` takes the count from
-    given rotations (else 2)."""
-    if rotations is None and n_buckets is None:
-        n_buckets = 2
-    out, weights, draws = _scatterbrain(q, k, v, rotations, omega, None if rotations is not None and omega is not None
-                                        else rng, n_buckets, n_rounds, num_features, kind, scale, causal, method,
-                                        return_weights)
-    allowed = allowed_pairs(None, causal, weights.shape) if return_weights else None
-    return AttentionResult(out, weights, allowed, draws=draws)
-
-
-RECORD = Mechanism(
-    id="scatterbrain", title="Scatterbrain (LSH sparse + Performer low rank)", family="beyond",
+RECORD = Mechanism.of(
+    scatterbrain_attention, defaults={"num_buckets": 2, "num_features": 4},   # 2 rounds of 2 buckets, r = 4: for
+    id="scatterbrain", title="Scatterbrain (LSH sparse + Performer low rank)", family="beyond",   # short examples
     section="after the survey (sparse + low rank, cf. §4.1.2 and §4.2)", paper=SCATTERBRAIN,
     equation=r"\hat A = \phi(\tilde Q)\phi(\tilde K)^\top + \mathbb 1_{\mathcal S} \odot "
              r"\big(e^{\tilde Q\tilde K^\top} - \phi(\tilde Q)\phi(\tilde K)^\top\big),\quad "
              r"\mathrm{out} = \operatorname{diag}(\hat A\mathbf 1)^{-1}\hat A V",
-    time="O((n + m)·r·d + |𝒮|·(d + r))", memory="O((n + m)·r + |𝒮|)", kind="attention",
-    function=scatterbrain_attention, apply=_apply, causal=True, cross=True, position_dependent=False,
+    time="O((n + m)·r·d + |𝒮|·(d + r))", memory="O((n + m)·r + |𝒮|)", causal=True, cross=True,
+    position_dependent=False,
     content_selected=True, methods=("equation", "pairs", "auto"),
-    examples=({"kind": "positive", "num_features": 3}, {"n_buckets": 4, "n_rounds": 1, "scale": 0.7},
-              {"n_buckets": (2, 4), "n_rounds": 3}),
+    examples=({"kind": "positive", "num_features": 3}, {"num_buckets": 4, "num_rounds": 1, "scale": 0.7},
+              {"num_buckets": (2, 4), "num_rounds": 3}),
     figure="refattn.figures.scatterbrain:scatterbrain",
-    exact_options={"n_buckets": 1}, exact_limit="one bucket: the support covers every pair, so L + (E − L) = E",
+    exact_options={"num_buckets": 1}, exact_limit="one bucket: the support covers every pair, so L + (E − L) = E",
     draws=("rotations", "omega"),
 )

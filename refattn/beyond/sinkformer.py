@@ -29,9 +29,9 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, broadcast_batch, check_bool, check_qkv, check_scale, default_scale
 from ..common.ints import check_positive_int
-from ..common.products import weighted_values
+from ..common.products import scores, weighted_values
 from ..masks import check_mask_shape
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 from ..sparse.sinkhorn import masked_logsumexp
 
 __all__ = ["SINKFORMER_ITERATIONS", "sinkformer_attention", "sinkformer_weights"]
@@ -213,9 +213,7 @@ def _sinkformer(q, k, v, mask, iterations, scale, return_weights):
         mask = check_mask_shape(mask, n, m)
         batch = broadcast_batch({"q, k, v": batch, "mask": mask.shape[:-2]})
     check_fits("the Sinkformer matrix (the column steps need all of it)", (*batch, n, m))
-    with np.errstate(invalid="ignore", over="ignore"):
-        S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ·scale
-    S[~np.isfinite(S)] = np.nan                                    # Inf/NaN in q_i, k_j or overflow: undefined
+    S = scores(q, k, scale)                                        # (..., n, m)  QKᵀ·scale, non-finite: NaN
     K = sinkformer_weights(S, iterations, mask=mask)               # (..., n, m)  K^T
     allowed = None if mask is None else np.broadcast_to(mask, K.shape)
     empty = np.zeros((*K.shape[:-1], 1), dtype=bool) if allowed is None else ~allowed.any(axis=-1, keepdims=True)
@@ -223,19 +221,13 @@ def _sinkformer(q, k, v, mask, iterations, scale, return_weights):
     return out, (K if return_weights else None)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, iterations=SINKFORMER_ITERATIONS, scale=None):
-    """The registry's uniform apply: :func:`sinkformer_attention` without a mask (``rng`` is not used)."""
-    out, K = _sinkformer(q, k, v, None, iterations, scale, return_weights)
-    return AttentionResult(out, K, None, draws={})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    sinkformer_attention,
     id="sinkformer", title="Sinkformer (doubly stochastic attention)", family="beyond",
     section="after the survey (a change of normalisation)", paper=SANDER,
     equation=r"K^T V,\ K^0 = \exp(QK^\top/\sqrt{d_k}),\ K^{t+1} = N_R(K^t)\ (t\ \text{even}),\ "
              r"N_C(K^t)\ (t\ \text{odd})",
-    time="O(n·m·(d + T))", memory="O(n·m)", kind="attention", function=sinkformer_attention, apply=_apply,
-    causal=False, figure="refattn.figures.sinkformer:sinkformer",
+    time="O(n·m·(d + T))", memory="O(n·m)", causal=False, figure="refattn.figures.sinkformer:sinkformer",
     examples=({"iterations": 2}, {"iterations": 8, "scale": 0.7}),
     exact_options={"iterations": 1}, exact_limit="one row step (T = 1): softmax",
 )

@@ -47,8 +47,9 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..common.products import split_scale
+from ..draws import given_or_drawn, optional_rng
 from ..lowrank.nystromformer import INITS, ITERATIONS, PINVS, exact_pinv, iterative_pinv
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 from ..sparse.pattern import no_causal_form
 
 __all__ = [
@@ -383,7 +384,7 @@ def skyformer_attention(
     landmarks : (..., l) array_like of int, optional
         The landmarks, indices into the n + m points (:func:`draw_skyformer_landmarks`).
     rng : numpy.random.Generator or int, optional
-        Draws the landmarks; exactly one of ``rng`` and ``landmarks``.
+        Draws the landmarks when ``landmarks`` is not given (and is not read when it is).
     sampling : {"paper", "official"}, default "paper"
         How ``rng`` draws them (:func:`draw_skyformer_landmarks`).
     gamma, pinv, iterations, init
@@ -455,14 +456,6 @@ def skyformer_attention(
     True
     """
     no_causal_form(causal, "Skyformer", NO_CAUSAL_FORM)
-    out, weights, _ = _skyformer(q, k, v, num_landmarks, landmarks, rng, sampling, gamma, pinv, iterations, init,
-                                 scale, return_weights)
-    return (out, weights) if return_weights else out
-
-
-def _skyformer(q, k, v, num_landmarks, landmarks, rng, sampling, gamma, pinv, iterations, init, scale,
-               return_weights):
-    """Check everything, draw the landmarks if asked, then F (W (B V)): ``(out, weights or None, landmarks)``."""
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
@@ -470,9 +463,6 @@ def _skyformer(q, k, v, num_landmarks, landmarks, rng, sampling, gamma, pinv, it
     return_weights = check_bool("return_weights", return_weights)
     if scale is None:
         default_scale(q.shape[-1])                                     # d_k = 0: a ValueError naming d_k
-    if (rng is None) == (landmarks is None):
-        raise ValueError("skyformer needs exactly one of rng= (to draw the landmarks) and landmarks= (an explicit "
-                         "draw)")
     if num_landmarks is not None:
         num_landmarks = check_positive_int("num_landmarks", num_landmarks)
     if landmarks is not None:
@@ -480,45 +470,33 @@ def _skyformer(q, k, v, num_landmarks, landmarks, rng, sampling, gamma, pinv, it
         if num_landmarks is not None and num_landmarks != landmarks.shape[-1]:
             raise ValueError(f"num_landmarks={num_landmarks} but landmarks has {landmarks.shape[-1]} indices "
                              f"(shape {landmarks.shape})")
-    elif n > 0 and m > 0:
-        landmarks = draw_skyformer_landmarks(rng, n, m, num_landmarks or NUM_LANDMARKS, sampling=sampling)
-    else:                                                              # nothing to sample from: no landmark
-        as_rng(rng)
-        landmarks = np.zeros(0, dtype=np.int64)
+    landmarks = given_or_drawn(
+        "skyformer", "landmarks", landmarks, optional_rng(rng), what="its landmarks",
+        draw=lambda r: draw_skyformer_landmarks(r, n, m, num_landmarks or NUM_LANDMARKS, sampling=sampling)
+        if n > 0 and m > 0 else np.zeros(0, dtype=np.int64))          # nothing to sample from: no landmark
     if return_weights:
         check_fits("the weights (return_weights=True)", (*batch, n, m))
     if n == 0 or m == 0:                                               # no query, or no key: zero rows
-        return np.zeros((*batch, n, d_v)), (np.zeros((*batch, n, m)) if return_weights else None), landmarks
+        out = np.zeros((*batch, n, d_v))
+        return (out, np.zeros((*batch, n, m))) if return_weights else out
     f = skyformer_factors(q, k, landmarks, gamma=gamma, pinv=pinv, iterations=iterations, init=init, scale=scale)
     with np.errstate(invalid="ignore", over="ignore"):
         out = f.F @ (f.W @ (f.B @ v))                                  # (..., n, d_v)  κ(Q̃,X_L) (W (κ(X_L,K̃) V))
         weights = (f.F @ f.W) @ f.B if return_weights else None        # (..., n, m)    C̃
     out = np.broadcast_to(out, (*batch, n, d_v)).copy()
-    if return_weights:
-        weights = np.broadcast_to(weights, (*batch, n, m)).copy()
-    return out, weights, landmarks
+    if not return_weights:
+        return out
+    return out, np.broadcast_to(weights, (*batch, n, m)).copy()
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_landmarks=None, landmarks=None,
-           sampling="paper", gamma=GAMMA, pinv="iterative", iterations=ITERATIONS, init="paper", scale=None):
-    """The registry's uniform apply: :func:`skyformer_attention` with l = 4 landmarks drawn from ``rng`` (for the
-    short registry examples; the official 128 in the natural function), returned as the draw ``landmarks``."""
-    no_causal_form(causal, "Skyformer", NO_CAUSAL_FORM)
-    if landmarks is None and num_landmarks is None:
-        num_landmarks = 4
-    out, weights, landmarks = _skyformer(q, k, v, num_landmarks, landmarks, rng if landmarks is None else None,
-                                         sampling, gamma, pinv, iterations, init, scale, return_weights)
-    return AttentionResult(out, weights, None, draws={"landmarks": landmarks})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    skyformer_attention, defaults={"num_landmarks": 4},         # the official 128 is more than the short examples
     id="skyformer", title="Skyformer (Gaussian kernel, Nyström on the PSD completion)", family="beyond",
     section="after the survey (Gaussian kernel and Nyström, cf. §4.4.2)", paper=SKYFORMER,
     equation=r"\tilde C = \kappa(\tilde Q, X_L)\,\big(\kappa(X_L, X_L) + \gamma I\big)^{+}\,\kappa(X_L, \tilde K),"
              r"\quad \kappa(x, y) = e^{-\|x - y\|^2/2},\ X_L \subset [\tilde Q; \tilde K]",
-    time="O((n + m)·l·d + l³·iterations)", memory="O((n + m)·l + l²)", kind="attention",
-    function=skyformer_attention, apply=_apply, causal=False, cross=True, position_dependent=True,
-    normalized=False, nonnegative=False,
+    time="O((n + m)·l·d + l³·iterations)", memory="O((n + m)·l + l²)", causal=False, cross=True,
+    position_dependent=True, normalized=False, nonnegative=False,
     examples=({"pinv": "exact", "gamma": 0.0}, {"sampling": "official", "init": "official", "iterations": 3},
               {"num_landmarks": 9, "gamma": 1.0, "scale": 0.7}),
     figure="refattn.figures.skyformer:skyformer",

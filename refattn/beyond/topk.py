@@ -10,7 +10,7 @@ the scores, the k largest and masks the rest before the softmax:
 
 Gupta et al. (2021, arXiv:2106.06899, §3) compute the same thing in query chunks: the scores of c queries at a
 time (c × m), their top-k, the softmax over those k and the product with V, so that nothing n × m is held at
-once (``method="chunked"``; same result row for row, since the selection and the softmax of a row read that
+once (``method="chunk"``; same result row for row, since the selection and the softmax of a row read that
 row only).
 
 Ties. Zhao's equation keeps every score equal to the k-th largest (``ties="threshold"``, the default; a row
@@ -27,6 +27,7 @@ sees fewer than k keeps them all. With k ≥ m every visible key is kept: softma
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -34,10 +35,12 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits, memory_budget
 from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv, check_scale, default_scale
 from ..common.ints import check_positive_int
-from ..common.products import weighted_values
-from ..masks import attention_mask, check_mask_shape
+from ..common.products import scores, weighted_values
 from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..deprecation import REMOVED_IN
+from ..draws import note_allowed
+from ..masks import attention_mask, check_mask_shape
+from ..mechanism import Mechanism
 
 __all__ = ["TOPK_METHODS", "TOPK_TIES", "topk_attention", "topk_mask"]
 
@@ -47,7 +50,7 @@ ZHAO = ('G. Zhao, J. Lin, Z. Zhang, X. Ren, Q. Su, X. Sun, 2019, "Explicit Spars
 #: Keep every score equal to the k-th largest (Zhao et al.'s Eq. 5), or exactly k, smaller key index first.
 TOPK_TIES = ("threshold", "first")
 #: The whole score matrix at once, Gupta et al.'s query chunks, or the first while its scores fit the budget.
-TOPK_METHODS = ("equation", "chunked", "auto")
+TOPK_METHODS = ("equation", "chunk", "auto")
 #: The default k: the official code's enwik8 run "top8" (lancopku/Explicit-Sparse-Transformer,
 #: ``adaptive-span/topk-selection-train.sh``, ``--div -8``: k = 8).
 DEFAULT_TOP_K = 8
@@ -160,12 +163,12 @@ def topk_attention(
         Multiplier of :math:`QK^\top`; default :math:`1/\sqrt{d_k}`.
     fully_masked : {"zero", "nan", "uniform"}, default "zero"
         A row that may see no key, as in :func:`~refattn.scaled_dot_product_attention`.
-    method : {"equation", "chunked", "auto"}, default "auto"
-        "equation": the whole (..., n, m) score matrix at once. "chunked": Gupta et al.'s query chunks,
+    method : {"equation", "chunk", "auto"}, default "auto"
+        "equation": the whole (..., n, m) score matrix at once. "chunk": Gupta et al.'s query chunks,
         ``chunk_size`` rows at a time. "auto": "equation" while the scores fit the memory budget (or the weights
-        are asked for), else "chunked".
+        are asked for), else "chunk". ("chunked" is the deprecated name of "chunk".)
     chunk_size : int, optional
-        Query rows per chunk of "chunked"; default: as many as fit 1/6 of
+        Query rows per chunk of "chunk"; default: as many as fit 1/6 of
         :func:`~refattn.common.memory_budget` (the chunk's scores, sort keys and order, weights).
     return_weights : bool, default False
         Also return the (..., n, m) weights A (zero outside the kept pairs).
@@ -205,7 +208,7 @@ def topk_attention(
     >>> out, A = topk_attention(q, k, v, top_k=2, return_weights=True)
     >>> out.shape, (A > 0).sum(axis=-1).max()                      # two keys per row
     ((2, 5, 3), np.int64(2))
-    >>> chunked = topk_attention(q, k, v, top_k=2, method="chunked", chunk_size=2)
+    >>> chunked = topk_attention(q, k, v, top_k=2, method="chunk", chunk_size=2)
     >>> bool(np.allclose(chunked, out, rtol=1e-12, atol=1e-12))
     True
     >>> from refattn import scaled_dot_product_attention
@@ -214,7 +217,12 @@ def topk_attention(
     """
     return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    out, A, _ = _topk(q, k, v, mask, top_k, ties, causal, scale, fully_masked, method, chunk_size, return_weights)
+    if method == "chunked":
+        warnings.warn(f'topk_attention: method="chunked" is method="chunk" (the old name goes in refattn {REMOVED_IN})',
+                      DeprecationWarning, stacklevel=2)
+        method = "chunk"
+    out, A, keep = _topk(q, k, v, mask, top_k, ties, causal, scale, fully_masked, method, chunk_size, return_weights)
+    note_allowed(keep)                                             # the kept pairs (None unless return_weights)
     return (out, A) if return_weights else out
 
 
@@ -242,7 +250,7 @@ def _topk(q, k, v, mask, top_k, ties, causal, scale, fully_masked, method, chunk
     if return_weights:
         check_fits("the weights (return_weights=True)", shape)
     if method == "auto":
-        method = "equation" if return_weights or math.prod(shape) * 8 * ROW_ARRAYS <= memory_budget() else "chunked"
+        method = "equation" if return_weights or math.prod(shape) * 8 * ROW_ARRAYS <= memory_budget() else "chunk"
     if method == "equation":
         check_fits('the scores of method="equation"', shape)
         step = max(n, 1)
@@ -265,9 +273,7 @@ def _rows(q, k, v, mask, causal, scale, top_k, ties, fully_masked, batch: tuple[
     """Top-k attention of the query rows ``rows``: (out, weights, kept pairs) of those rows."""
     allowed, bias = attention_mask(mask, causal, q.shape[-2], k.shape[-2], np.float64, rows)
     q = q[..., rows.start:rows.stop, :]
-    with np.errstate(invalid="ignore", over="ignore"):
-        S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., c, m)  S = QKᵀ·scale
-    S[~np.isfinite(S)] = np.nan                                    # Inf/NaN in q_i, k_j or overflow: undefined
+    S = scores(q, k, scale)                                        # (..., c, m)  QKᵀ·scale, non-finite: NaN
     if bias is not None:
         S = S + bias                                               # (..., c, m)  S + B
     shape = (*batch, len(rows), k.shape[-2])
@@ -281,20 +287,14 @@ def _rows(q, k, v, mask, causal, scale, top_k, ties, fully_masked, batch: tuple[
     return out, A, keep
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, top_k=DEFAULT_TOP_K, ties="threshold",
-           mask=None, scale=None, fully_masked="zero", method="auto", chunk_size=None):
-    """The registry's uniform apply: :func:`topk_attention` (``rng`` is not used); ``allowed`` = the kept pairs."""
-    out, A, keep = _topk(q, k, v, mask, top_k, ties, causal, scale, fully_masked, method, chunk_size, return_weights)
-    return AttentionResult(out, A, keep, draws={})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    topk_attention,
     id="topk", title="Top-k attention (Explicit Sparse Transformer; memory-efficient top-k)", family="beyond",
     section="not in the survey (content-based sparsity, cf. §4.1.2)", paper=ZHAO,
     equation=r"\operatorname{softmax}\big(M(S, k)\big) V,\ M(S, k)_{ij} = S_{ij}\ \text{if}\ S_{ij} \ge t_i"
              r"\ (\text{the $k$-th largest of row } i),\ -\infty\ \text{otherwise}",
-    time="O(n·m·(d + log m))", memory="O(n·m), O(c·m) chunked", kind="attention",
-    methods=("equation", "chunked", "auto"), function=topk_attention, apply=_apply, causal=True,
+    time="O(n·m·(d + log m))", memory="O(n·m), O(c·m) in chunks",
+    methods=TOPK_METHODS, causal=True,
     content_selected=True, figure="refattn.figures.topk:topk",
     examples=({"top_k": 2}, {"top_k": 3, "ties": "first"}, {"top_k": 1, "fully_masked": "uniform"},
               {"top_k": 2, "chunk_size": 2}),

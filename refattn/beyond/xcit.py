@@ -38,7 +38,8 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.checks import as_float, check_bool, check_qkv
 from ..common.ints import check_positive_int
 from ..core.softmax import softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import note_draw
+from ..mechanism import Mechanism
 
 __all__ = ["XCIT_EPS", "XcitParams", "cross_covariance_attention", "init_xcit", "normalize_tokens"]
 
@@ -130,8 +131,8 @@ def _check_eps(eps) -> float:
     return float(eps)
 
 
-def _xca(q, k, v, params, eps) -> AttentionResult:
-    """Checked cross-covariance attention; weights = the (..., d, d) channel map, draws = the params used."""
+def _xca(q, k, v, params, eps) -> tuple[NDArray, NDArray]:
+    """Checked cross-covariance attention: (out, the (..., d, d) channel map)."""
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
     if q.shape[-2] != k.shape[-2]:
@@ -142,7 +143,8 @@ def _xca(q, k, v, params, eps) -> AttentionResult:
                          f"d_k, got d_v={v.shape[-1]} and d_k={k.shape[-1]} (v shape {v.shape}, k shape {k.shape})")
     eps = _check_eps(eps)
     if params is None:
-        params = init_xcit()
+        params = init_xcit()                                       # τ = 1: not random, but the registry returns it
+    note_draw("params", params)
     if not isinstance(params, XcitParams):
         raise TypeError(f"params must be an XcitParams (init_xcit), got {type(params).__name__}")
     t = params.temperature
@@ -155,7 +157,7 @@ def _xca(q, k, v, params, eps) -> AttentionResult:
         scores = np.swapaxes(q_hat, -1, -2) @ k_hat                           # (..., d, d)  Q̂ᵀK̂
         A = softmax(scores * t[..., None, None], axis=-1)                     # (..., d, d)  softmax over key channels
         out = v @ np.swapaxes(A, -1, -2)                                      # (..., N, d)  V Aᵀ
-    return AttentionResult(out, A, None, {"params": params})
+    return out, A
 
 
 def cross_covariance_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, params: XcitParams | None = None,
@@ -212,24 +214,18 @@ def cross_covariance_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, para
     True
     """
     return_weights = check_bool("return_weights", return_weights)
-    result = _xca(q, k, v, params, eps)
-    return (result.output, result.weights) if return_weights else result.output
+    out, A = _xca(q, k, v, params, eps)
+    return (out, A) if return_weights else out
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, eps=XCIT_EPS):
-    """The registry's uniform apply: one head, temperature ``params`` (default 1; ``rng`` is not used); weights
-    = the (..., d, d) channel map A, out = v @ Aᵀ."""
-    result = _xca(q, k, v, params, eps)
-    return result if return_weights else result._replace(weights=None)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    cross_covariance_attention,
     id="xcit", title="Cross-covariance attention (XCiT)", family="beyond",
     section="after the survey (attention across channels)", paper=EL_NOUBY,
     equation=r"V\,\operatorname{softmax}_j\!\big(\tau\,\hat Q^\top \hat K\big)^{\!\top},\quad "
              r"\hat Q_{:,i} = Q_{:,i}/\lVert Q_{:,i}\rVert_2",
-    time="O(N·d²)", memory="O(d²)", kind="attention", function=cross_covariance_attention, apply=_apply,
-    causal=False, cross=False, position_dependent=True,   # q's token t pairs with k's token t: no query permutation
+    time="O(N·d²)", memory="O(d²)", causal=False,
+    cross=False, position_dependent=True,   # q's token t pairs with k's token t: no query permutation
     mixing="channels", examples=({"params": XcitParams(4.0)}, {"eps": 1e-3}),
     figure="refattn.figures.xcit:xcit",
     exact_options=None,

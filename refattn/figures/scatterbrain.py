@@ -34,7 +34,7 @@ def scatterbrain() -> Figure:
     """
     q, k, v = seeded_qkv(SEED, N, q_scale=1.0)
     _, A = scaled_dot_product_attention(q, k, v, return_weights=True)
-    result = registry.get("scatterbrain").apply(q, k, v, rng=SEED, n_buckets=BUCKETS, n_rounds=ROUNDS,
+    result = registry.get("scatterbrain").apply(q, k, v, rng=SEED, num_buckets=BUCKETS, num_rounds=ROUNDS,
                                                 num_features=FEATURES, return_weights=True, return_draws=True)
     rotations, omega = result.draws["rotations"], result.draws["omega"]
     parts = scatterbrain_parts(q, k, rotations, omega)

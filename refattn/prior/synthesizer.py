@@ -31,7 +31,7 @@ from ..common.budget import check_fits
 from ..common.checks import as_float, as_rng, causal_alignment, check_qkv, check_scale, default_scale
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..draws import given_or_drawn, note_unused, optional_rng
+from ..draws import given_or_drawn, note_draw, optional_rng
 from ..masks import allowed_pairs
 
 __all__ = [
@@ -483,7 +483,7 @@ def run_synthesizer(own: str, q, k, v, *, params, other_params, rng, max_length,
     by = f"synthesizer_{own}"
     params = given_or_drawn(by, "params", params, rng, draw[own], what=f"the {own} synthesizer's parameters")
     if other is None:
-        note_unused(_other_params(own))
+        note_draw(_other_params(own), None)
     else:
         other_params = given_or_drawn(by, _other_params(own), other_params, rng, draw[other],
                                       what=f"the {other} synthesizer's parameters")
