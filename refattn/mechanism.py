@@ -350,6 +350,11 @@ def family(namespace: Mapping[str, Any]) -> tuple[tuple[Mechanism, ...], list[st
     module by module in the order of the lines (a function with two records, as Performer's two
     feature maps, gives both, in the order they were declared), and ``__all__`` every name the lines
     brought.
+
+    Parameters
+    ----------
+    namespace : dict
+        The family package's ``globals()``, after its star imports.
     """
     source = Path(namespace["__file__"]).read_text(encoding="utf-8")
     package = namespace["__name__"]

@@ -149,6 +149,19 @@ def checked_qkv(q: ArrayLike, k: ArrayLike, v: ArrayLike, dtype=np.float64) -> t
     """q, k, v as float arrays of compatible shapes (:func:`check_qkv`), and their broadcast batch shape.
 
     The preamble of every attention function over one head's (..., n, d) inputs; named errors otherwise.
+
+    Parameters
+    ----------
+    q, k, v : array_like
+        Queries (..., n, d_k), keys (..., m, d_k) and values (..., m, d_v).
+    dtype : float dtype, default float64
+        What they are converted to.
+
+    Returns
+    -------
+    q, k, v : ndarray
+    batch : tuple of int
+        The broadcast shape of their leading dims.
     """
     q, k, v = (as_float(name, x, dtype) for name, x in (("q", q), ("k", k), ("v", v)))
     return q, k, v, check_qkv(q, k, v)

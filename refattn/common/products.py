@@ -80,6 +80,15 @@ def scores(q: NDArray, k: NDArray, scale: float) -> NDArray:
     An Inf or NaN in q_i or k_j, or a dot product beyond the float64 range, makes the score undefined:
     its rounding to ±inf or NaN depends on the summation order of the BLAS kernel, and it must not pass
     for a masked key. Masking by selection then keeps it out of every row that may not see the pair.
+
+    Parameters
+    ----------
+    q : (..., n, d_k) ndarray
+        Queries.
+    k : (..., m, d_k) ndarray
+        Keys.
+    scale : float
+        Multiplier of the dot products.
     """
     with np.errstate(invalid="ignore", over="ignore"):             # masked-out garbage may be inf − inf
         S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ·scale
