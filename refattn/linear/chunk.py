@@ -48,7 +48,9 @@ from ..common.budget import check_fits
 from ..common.ints import check_positive_int
 from ..kernels import kernel_rows
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "check_chunk_size", "delta_rule_chunks", "gated_chunks", "linear_chunks"]
+__all__ = [
+    "DEFAULT_CHUNK_SIZE", "check_chunk_size", "delta_rule_chunks", "gate_coefficients", "gated_chunks", "linear_chunks",
+]
 
 #: Chunk size of ``method="chunk"`` when none is given (measured: ``python -m refattn bench linear --chunk-size C``).
 DEFAULT_CHUNK_SIZE = 32
@@ -103,10 +105,18 @@ def linear_chunks(phi_q, keys, v, batch, delta, eps, chunk_size):
     return num.reshape(*batch, n, d_v), den.reshape(*batch, n)
 
 
+def gate_coefficients(gates: NDArray, coupled: bool) -> NDArray:
+    """c_ij = (1 − g_j) Π_{l=j+1..i} g_l (coupled) or Π_{l=j+1..i} g_l, (..., n, n); meaningful for j ≤ i only."""
+    n = gates.shape[-1]
+    below = np.tri(n, dtype=bool)                                  # (n, n)  l ≤ i
+    T = np.where(below, gates[..., None, :], 1.0)                  # (..., n, n)  T_il = g_l (l ≤ i), 1 (l > i)
+    R = np.flip(np.cumprod(np.flip(T, axis=-1), axis=-1), axis=-1)  # R_ij = Π_{l ≥ j} T_il
+    decay = np.concatenate([R[..., 1:], np.ones_like(R[..., :1])], axis=-1)   # Π_{l=j+1..i} g_l
+    return (1.0 - gates[..., None, :]) * decay if coupled else decay          # c_ij
+
+
 def gated_chunks(phi_q, phi_k, v, gates, coupled, eps, batch, chunk_size):
     """RFA's gated recurrence (see :mod:`refattn.kernels.gated_scan`) by chunks: ``(out, den)``."""
-    from .rfa import _gate_coefficients
-
     n, F, d_v = phi_q.shape[-2], phi_q.shape[-1], v.shape[-1]
     q, k = kernel_rows(phi_q, batch, (n, F)), kernel_rows(phi_k, batch, (n, F))
     vv, g = kernel_rows(v, batch, (n, d_v)), kernel_rows(gates, batch, (n,))
@@ -114,7 +124,7 @@ def gated_chunks(phi_q, phi_k, v, gates, coupled, eps, batch, chunk_size):
     if n == 0 or B == 0:
         return np.zeros((*batch, n, d_v)), np.full((*batch, n), eps)
     gc = _chunked(g, chunk_size, 1.0)                              # (B, N, C)  padding: g = 1 (and w = 0)
-    coefficients = _gate_coefficients(gc, coupled)                 # (B, N, C, C)  c_it, t <= i
+    coefficients = gate_coefficients(gc, coupled)                 # (B, N, C, C)  c_it, t <= i
     inward = np.cumprod(gc, axis=-1)                               # (B, N, C)  Π_{l=a..i} g_l
     decays = (coefficients, inward, coefficients[..., -1, :], inward[..., -1])
     out, den = _chunk_core(q, k, vv, chunk_size, np.zeros((B, F, d_v)), np.zeros((B, F)), decays, eps)

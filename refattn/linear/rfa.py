@@ -42,7 +42,7 @@ from ._common import (
     safe_denominator,
     sigmoid,
 )
-from .chunk import check_chunk_size, gated_chunks
+from .chunk import check_chunk_size, gate_coefficients, gated_chunks
 from .linear_elu import elu_feature_map
 
 __all__ = ["RFAGateParams", "init_rfa_gate", "rfa_attention", "rfa_gates"]
@@ -310,22 +310,12 @@ def rfa_attention(
     return (out, A) if return_weights else out
 
 
-def _gate_coefficients(gates: NDArray, coupled: bool) -> NDArray:
-    """c_ij = (1 − g_j) Π_{l=j+1..i} g_l (coupled) or Π_{l=j+1..i} g_l, (..., n, n); meaningful for j ≤ i only."""
-    n = gates.shape[-1]
-    below = np.tri(n, dtype=bool)                                  # (n, n)  l ≤ i
-    T = np.where(below, gates[..., None, :], 1.0)                  # (..., n, n)  T_il = g_l (l ≤ i), 1 (l > i)
-    R = np.flip(np.cumprod(np.flip(T, axis=-1), axis=-1), axis=-1)  # R_ij = Π_{l ≥ j} T_il
-    decay = np.concatenate([R[..., 1:], np.ones_like(R[..., :1])], axis=-1)   # Π_{l=j+1..i} g_l
-    return (1.0 - gates[..., None, :]) * decay if coupled else decay          # c_ij
-
-
 def _effective_weights(phi_q, phi_k, gates, coupled, eps):
     """A_ij = c_ij φ(q_i)·φ(k_j) / Σ_{l ≤ i} c_il φ(q_i)·φ(k_l) on j ≤ i, and the denominators."""
     n = phi_q.shape[-2]
     with np.errstate(invalid="ignore"):                            # future garbage may be inf − inf
         sim = phi_q @ np.swapaxes(phi_k, -1, -2)                   # (..., n, n)  φ(q_i)·φ(k_j)
-    C = _gate_coefficients(gates, coupled)                          # (..., n, n)  c_ij
+    C = gate_coefficients(gates, coupled)                          # (..., n, n)  c_ij
     num = np.where(np.tri(n, dtype=bool), C * sim, 0.0)            # keep j ≤ i (selection: the future cannot leak)
     den = num.sum(axis=-1) + eps                                   # (..., n)  φ(q_i)ᵀ z_i + ε
     return num / safe_denominator(den)[..., None], den
