@@ -28,8 +28,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..common.checks import as_float, as_rng, broadcast_batch, check_bool, check_choice, check_qkv
 from ..common.ints import check_positive_int
-from ..masks import allowed_pairs
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 from ..papers import PERFORMER
 from .attention import KeyFeatures, attend, check_linear_options, check_method_alignment
 from .chunk import check_chunk_size
@@ -275,14 +275,14 @@ def favor_features(
         raise ValueError("stabilize=True needs is_query=True (max per row) or False (max over the sequence)")
     if stabilize and is_query is not None:
         check_bool("is_query", is_query)
-    exponent, candidate, trig = _favor_terms(x, omega, kind)
+    exponent, candidate, trig = favor_terms(x, omega, kind)
     c = 0.0
     if stabilize:                                                  # each row's own, or over the sequence
         c = candidate if is_query else candidate.max(axis=-2, keepdims=True, initial=-np.inf)   # T = 0: no row
-    return _favor_from_terms(exponent - c, trig, eps)
+    return favor_from_terms(exponent - c, trig, eps)
 
 
-def _favor_terms(x: NDArray, omega: NDArray, kind: str) -> tuple[NDArray, NDArray, NDArray | None]:
+def favor_terms(x: NDArray, omega: NDArray, kind: str) -> tuple[NDArray, NDArray, NDArray | None]:
     """FAVOR's φ(x) in parts: φ = (e^{a − c} ⊙ b + ε)/√F for a stabiliser c.
 
     Returns the exponents ``a`` (..., T, F) (or (..., T, 1) for trig), each row's stabiliser
@@ -298,11 +298,15 @@ def _favor_terms(x: NDArray, omega: NDArray, kind: str) -> tuple[NDArray, NDArra
     return u - half_sq, u.max(axis=-1, keepdims=True), None        # ωᵀx − ‖x‖²/2
 
 
-def _favor_from_terms(exponent: NDArray, trig: NDArray | None, eps: float) -> NDArray:
+def favor_from_terms(exponent: NDArray, trig: NDArray | None, eps: float) -> NDArray:
     """(e^{exponent} ⊙ b + ε)/√F: F = r (positive) or 2r (hyperbolic, trig)."""
     if trig is not None:
         return np.exp(exponent) * trig / np.sqrt(trig.shape[-1] // 2)   # (..., T, 2r)  h(x)[sin, cos]/√r
     return (np.exp(exponent) + eps) / np.sqrt(exponent.shape[-1])   # e^{ωᵀx − ‖x‖²/2}/√r (or /√(2r))
+
+
+#: The old private names, which beyond/scatterbrain.py still imports (they go when it imports the public ones).
+_favor_terms, _favor_from_terms = favor_terms, favor_from_terms
 
 
 def favor_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, kind: str = "positive") -> NDArray:
@@ -528,13 +532,12 @@ def performer_attention(
     if denominator_eps != 0.0 and kind == "trig":
         raise ValueError("denominator_eps guards the positive features' denominators; kind='trig' takes none "
                          "(denominator_eps=0.0)")
-    if (rng is None) == (omega is None):
+    if rng is not None and omega is not None:
         raise ValueError("performer_attention needs exactly one of rng= (to draw ω) and omega= (an explicit draw)")
-    if omega is None:
-        if num_features is None:
-            num_features = _default_num_features(d)
-        omega = draw_omega(rng, num_features, d, orthogonal=orthogonal, norms=norms)
-    else:
+    given = omega is not None
+    omega = given_or_drawn("performer_attention", "omega", omega, optional_rng(rng), what="ω", draw=lambda r: draw_omega(
+        r, _default_num_features(d) if num_features is None else num_features, d, orthogonal=orthogonal, norms=norms))
+    if given:
         omega = check_omega(omega, d)
         if num_features is not None and check_positive_int("num_features", num_features) != omega.shape[-2]:
             raise ValueError(f"num_features={num_features} but omega has {omega.shape[-2]} rows (shape {omega.shape})")
@@ -558,9 +561,9 @@ def _running_key_features(k_tilde: NDArray, omega: NDArray, kind: str, eps: floa
     only the rows that see that key are affected. ε is kept apart, as the offset added after each
     row's rescaling.
     """
-    exponent, candidate, trig = _favor_terms(k_tilde, omega, kind)
+    exponent, candidate, trig = favor_terms(k_tilde, omega, kind)
     C = np.maximum.accumulate(candidate[..., 0], axis=-1)          # (..., m)  C_j = max_{l ≤ j} (row l's maximum)
-    psi = _favor_from_terms(exponent - C[..., None], trig, 0.0)    # (..., m, F)  φ(k_j) e^{−C_j} without ε
+    psi = favor_from_terms(exponent - C[..., None], trig, 0.0)    # (..., m, F)  φ(k_j) e^{−C_j} without ε
     return KeyFeatures(psi, C, eps / np.sqrt(psi.shape[-1]))       # offset ε/√F
 
 
@@ -587,52 +590,28 @@ def check_omega(omega, d: int) -> NDArray:
     return omega
 
 
-def _performer_apply(kind: str):
-    def apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", num_features=64, omega=None,
-              **options):
-        if omega is None:
-            if rng is None:
-                raise ValueError(f"performer_{kind} draws ω from rng: pass rng= (or omega=)")
-            if q.shape[-1] < 1:
-                raise ValueError(f"performer_{kind} draws ω over the d_k features of q: needs d_k >= 1, got q shape "
-                                 f"{q.shape}")
-            orthogonal, norms = options.get("orthogonal", True), options.get("norms", "chi")
-            check_choice("norms", norms, NORMS)
-            omega = draw_omega(rng, check_positive_int("num_features", num_features), q.shape[-1],
-                               orthogonal=check_bool("orthogonal", orthogonal), norms=norms)
-        result = performer_attention(q, k, v, kind=kind, causal=causal, method=method, return_weights=return_weights,
-                                     omega=omega, **options)
-        if not return_weights:
-            return AttentionResult(result, draws={"omega": omega})
-        out, A = result
-        return AttentionResult(out, A, allowed_pairs(None, causal, A.shape), {"omega": omega})
-
-    apply.__doc__ = f"The registry's uniform apply of performer_attention(kind={kind!r}): 64 features drawn from rng."
-    return apply
-
-
-RECORD_POSITIVE = Mechanism(
+RECORD_POSITIVE = Mechanism.of(
+    performer_attention, defaults={"num_features": 64}, fixed={"kind": "positive"},
     id="performer_positive", title="Performer FAVOR+ positive random features", family="linear", section="4.2",
     paper=PERFORMER, equation=r"\phi(x) = \tfrac{e^{-\|x\|^2/2}}{\sqrt{r}} \big[e^{\omega_i^\top x}\big]_{i=1}^r",
     time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention",
     methods=("equation", "right", "scan", "chunk", "auto"),
     examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}, {"eps": 1e-3},
               {"eps": 1e-6, "denominator_eps": 1e-6}),
-    function=performer_attention,
-    apply=_performer_apply("positive"), causal=True, figure="refattn.figures.linear:performer_positive",
+    causal=True, figure="refattn.figures.linear:performer_positive",
     exact_options=None, exact_limit="none at finite r: unbiased for exp(q·k/√d), exact only as r → ∞",
     draws=("omega",),
 )
 
-RECORD_TRIG = Mechanism(
+RECORD_TRIG = Mechanism.of(
+    performer_attention, defaults={"num_features": 64}, fixed={"kind": "trig"},
     id="performer_trig", title="Performer trigonometric random features", family="linear", section="4.2",
     paper=PERFORMER,
     equation=r"\phi(x) = \tfrac{e^{\|x\|^2/2}}{\sqrt{r}} \big[\sin \omega_i^\top x, \cos \omega_i^\top x\big]_{i=1}^r",
     time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention",
     methods=("equation", "right", "scan", "chunk", "auto"),
     examples=({"stabilize": True}, {"orthogonal": False, "num_features": 5}),
-    function=performer_attention,
-    apply=_performer_apply("trig"), causal=True, nonnegative=False, figure="refattn.figures.linear:performer_trig",
+    causal=True, nonnegative=False, figure="refattn.figures.linear:performer_trig",
     exact_options=None, exact_limit="none at finite r: unbiased for exp(q·k/√d), exact only as r → ∞",
     draws=("omega",),
 )
