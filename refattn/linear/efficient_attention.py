@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, check_bool, check_qkv
 from ..core.softmax import softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 
 __all__ = ["efficient_attention"]
 
@@ -131,21 +131,13 @@ def efficient_attention(
     return out, A
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False):
-    """:func:`efficient_attention`; it has no causal form (``rng`` is not used)."""
-    if causal is not False:
-        raise ValueError("efficient attention normalises K over all positions: it has no causal form; "
-                         f"got causal={causal!r}")
-    result = efficient_attention(q, k, v, return_weights=return_weights)
-    return AttentionResult(*result) if return_weights else AttentionResult(result)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    efficient_attention, allowed=None,
     id="efficient_attention", title="Efficient Attention (softmax over Q's features and K's positions)",
     family="linear", section="4.2",
     paper='Z. Shen et al., 2018, "Efficient Attention: Attention with Linear Complexities", arXiv:1812.01243',
     equation=r"\rho_q(Q)\,\big(\rho_k(K)^\top V\big)", time="O((n + m)·d·d_v)", memory="O(d·d_v)",
-    kind="attention", function=efficient_attention, apply=_apply, causal=False,
+    kind="attention", causal=False,
     figure="refattn.figures.linear:efficient_attention", exact_options=None,
     exact_limit="none: a different normalisation (softmax over Q's features and K's positions)",
 )

@@ -10,8 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.checks import as_float
-from ..masks import allowed_pairs
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 from ..papers import KATHAROPOULOS
 from .attention import LINEAR_EQUATION, linear_attention
 
@@ -55,19 +54,11 @@ def elu_feature_map(x: ArrayLike) -> NDArray:
     return np.exp(np.minimum(x, 0)) + np.maximum(x, 0)             # elu(x) + 1 (e^x never overflows: x <= 0)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", eps=0.0, chunk_size=None):
-    """:func:`~refattn.linear.linear_attention` with φ = elu + 1 (``rng`` is not used)."""
-    options = {"causal": causal, "method": method, "eps": eps, "chunk_size": chunk_size}
-    if not return_weights:
-        return AttentionResult(linear_attention(q, k, v, elu_feature_map, **options))
-    out, A = linear_attention(q, k, v, elu_feature_map, return_weights=True, **options)
-    return AttentionResult(out, A, allowed_pairs(None, causal, A.shape))
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    linear_attention, fixed={"feature_map": elu_feature_map}, options=("method", "eps", "chunk_size"),
     id="linear_elu", title="Linear Transformer (φ = elu + 1)", family="linear", section="4.2", paper=KATHAROPOULOS,
     equation=LINEAR_EQUATION, time="O((n + m)·F·d_v)", memory="O(F·d_v) state", kind="attention",
     methods=("equation", "right", "scan", "chunk", "auto"), examples=({"eps": 1e-6}, {"chunk_size": 3}),
-    function=linear_attention, apply=_apply, causal=True, figure="refattn.figures.linear:linear_elu",
+    causal=True, figure="refattn.figures.linear:linear_elu",
     exact_options=None, exact_limit="none: a different kernel, elu(q)+1 · elu(k)+1 in place of exp(q·k/√d)",
 )
