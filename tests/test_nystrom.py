@@ -451,10 +451,15 @@ def test_nystromformer_conv_needs_n_equal_m_and_apply_checks_its_kernel():
         nystromformer_attention(q, k, v, num_landmarks=2, conv_weights=np.ones(3))
     q, k, v = _qkv(25, 6)
     mech = registry.get("nystromformer")
-    with pytest.raises(ValueError, match="conv_kernel_size draws the skip's filter from rng"):
+    with pytest.raises(ValueError, match=r"^nystromformer_attention draws the skip's filter from rng: pass rng= \(or conv_weights=\)$"):
         mech.apply(q, k, v, conv_kernel_size=3)
+    with pytest.raises(ValueError, match="conv_kernel_size must be odd"):
+        nystromformer_attention(q, k, v, num_landmarks=2, conv_kernel_size=4, rng=0)
     with pytest.raises(ValueError, match="conv_weights has .* taps but conv_kernel_size=5"):
         mech.apply(q, k, v, conv_kernel_size=5, conv_weights=np.ones(3))
+    drawn = nystromformer_attention(q, k, v, num_landmarks=2, conv_kernel_size=3, rng=7)
+    given = nystromformer_attention(q, k, v, num_landmarks=2, conv_weights=draw_conv_weights(7, 3))
+    np.testing.assert_array_equal(drawn, given)                     # the function draws the skip as apply did
 
 
 @pytest.mark.parametrize(("options", "error", "match"), [

@@ -40,7 +40,8 @@ from ..common.checks import (
 from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..mechanism import Mechanism
 from ..sparse.attention import check_weights_fit, sparse_attention
 from ..sparse.band import band_pattern
 
@@ -211,24 +212,8 @@ def lowrank_band_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
-    if (rng is None) == (params is None):
+    if rng is not None and params is not None:
         raise ValueError("lowrank_band_attention needs exactly one of rng= (to draw params) and params=")
-    result = _lowrank_band(q, k, v, window=window, rank=rank, alpha=alpha, params=params, rng=rng, causal=causal,
-                           scale=scale, method=method, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _check_alpha(alpha) -> float:
-    if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.integer, np.floating)):
-        raise TypeError(f"alpha must be a real number in [0, 1], got {type(alpha).__name__}")
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
-    return float(alpha)
-
-
-def _lowrank_band(q, k, v, *, window, rank, alpha, params, rng, causal, scale, method,
-                  return_weights) -> AttentionResult:
-    """Checked low-rank plus band attention; ``draws`` holds the projections used."""
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
@@ -240,28 +225,36 @@ def _lowrank_band(q, k, v, *, window, rank, alpha, params, rng, causal, scale, m
     scale = default_scale(d_k) if scale is None else check_scale(scale)
     if rank is not None:
         rank = check_positive_int("rank", rank)
-    if params is None:
-        if rank is None:
-            raise ValueError("lowrank_band_attention draws params of width rank: pass rank= (D_k)")
-        params = init_lowrank_band(rng, d_k, rank)
-    elif not isinstance(params, LowRankBandParams):
+    if params is None and rank is None:
+        raise ValueError("lowrank_band_attention draws params of width rank: pass rank= (D_k)")
+    if params is not None and not isinstance(params, LowRankBandParams):
         raise TypeError(f"params must be a LowRankBandParams (init_lowrank_band), got {type(params).__name__}")
-    elif params.w_q.shape[0] != d_k or rank not in (None, params.rank):
+    if params is not None and (params.w_q.shape[0] != d_k or rank not in (None, params.rank)):
         raise ValueError(f"params has w_q of shape {params.w_q.shape}, but q has d_k={d_k}"
                          + ("" if rank is None else f" and rank={rank}") + f": expected ({d_k}, {rank or 'D_k'})")
+    params = given_or_drawn("lowrank_band_attention", "params", params, optional_rng(rng),
+                            lambda r: init_lowrank_band(r, d_k, rank), what="its projections")
     if return_weights:
         check_weights_fit(batch, n, m)
     band = band_pattern(n, window, m=m, causal=alignment or False)
     if not return_weights:
-        out = _modules(q, k, v, params, band, alpha, alignment, scale, method)[0]
-        return AttentionResult(out, draws={"params": params})
+        return _modules(q, k, v, params, band, alpha, alignment, scale, method)[0]
     out, A = _modules(q, k, v, params, band, alpha, alignment, scale, "equation", weights=True)
     if method == "blocked":
         out = _modules(q, k, v, params, band, alpha, alignment, scale, "blocked")[0]
-    allowed = None                                                 # the pairs a module of weight > 0 may weigh
-    if alpha == 0.0 or alignment is not None:
-        allowed = np.broadcast_to(band.to_mask() if alpha == 0.0 else _causal(n, m, alignment), A.shape)
-    return AttentionResult(out, A, allowed, {"params": params})
+    if alpha == 0.0 or alignment is not None:                      # the pairs a module of weight > 0 may weigh
+        note_allowed(lambda: np.broadcast_to(band.to_mask() if alpha == 0.0 else _causal(n, m, alignment), A.shape))
+    else:
+        note_allowed(None)
+    return out, A
+
+
+def _check_alpha(alpha) -> float:
+    if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.integer, np.floating)):
+        raise TypeError(f"alpha must be a real number in [0, 1], got {type(alpha).__name__}")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+    return float(alpha)
 
 
 def _causal(n: int, m: int, alignment: str) -> NDArray:
@@ -292,25 +285,13 @@ def _modules(q, k, v, params, band, alpha, alignment, scale, method, *, weights=
     return a * low[0] + b * local[0], a * low[1] + b * local[1]   # out, A = α A_low + (1 − α) A_band
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", window=1, rank=None, alpha=0.5,
-           params=None, scale=None):
-    """The registry's uniform apply: D_k = 2 (unless rank or params say otherwise), w = 1, α = ½, the projections
-    drawn from rng unless given; returns them."""
-    if params is None:
-        if rng is None:
-            raise ValueError("lowrank_band draws its projections from rng: pass rng= (or params=)")
-        rank = 2 if rank is None else rank
-    return _lowrank_band(q, k, v, window=window, rank=rank, alpha=alpha, params=params,
-                         rng=rng if params is None else None, causal=causal, scale=scale, method=method,
-                         return_weights=return_weights)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    lowrank_band_attention, defaults={"window": 1, "rank": 2},
     id="lowrank_band", title="Low-rank and band attention", family="lowrank", section="4.4.1", paper=GUO,
     equation=r"A = \alpha \operatorname{softmax}\!\Big(\frac{Q W_q (K W_k)^\top}{\sqrt{D_k}}\Big) + (1 - \alpha) "
              r"\operatorname{softmax}_{|i-j| \le w}\!\Big(\frac{Q K^\top}{\sqrt{d_k}}\Big), \quad D_k \ll d_k",
     time="O(n·m·(D_k + d_v) + n·w·d)", memory="O((n + m)·d + n·w)", kind="attention",
-    methods=("equation", "blocked", "auto"), function=lowrank_band_attention, apply=_apply, causal=True,
+    methods=("equation", "blocked", "auto"), causal=True,
     position_dependent=True, examples=({"alpha": 0.2, "rank": 1}, {"window": 0, "rank": 3}),
     figure="refattn.figures.lowrank_band:lowrank_band",
     exact_options=lambda n, m: {"alpha": 0.0, "window": max(n, m)},

@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, check_bool, check_qkv, check_scale, default_scale
 from ..common.ints import check_positive_int
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 from ..sparse.pattern import no_causal_form
 from .nystromformer import landmark_kernels
 
@@ -236,20 +236,14 @@ def _csalr(q, k, v, pool, eps, scale, return_weights):
     return out, weights
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, pool=2, eps=EPS, scale=None):
-    """The registry's uniform apply of :func:`nystrom_csalr_attention` (it draws nothing)."""
-    no_causal_form(causal, "CSALR", NO_CAUSAL_FORM)
-    out, weights = _csalr(q, k, v, pool, eps, scale, return_weights)
-    return AttentionResult(out, weights, None, draws={})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    nystrom_csalr_attention, allowed=None,
     id="nystrom_csalr", title="Nyström with (M + εI)⁻¹ (CSALR)", family="lowrank", section="4.4.2", paper=CSALR,
     equation=r"\hat S = \operatorname{softmax}\!\Big(\frac{Q\tilde K^\top}{\sqrt d}\Big)"
              r"\Big(\operatorname{softmax}\!\Big(\frac{\tilde Q\tilde K^\top}{\sqrt d}\Big) + \varepsilon I\Big)^{-1}"
              r"\operatorname{softmax}\!\Big(\frac{\tilde Q K^\top}{\sqrt d}\Big)",
     time="O((n + m)·l·d + l³), l = ⌊n/s⌋", memory="O((n + m)·l + l²)", kind="attention",
-    function=nystrom_csalr_attention, apply=_apply, causal=False, cross=False, position_dependent=True,
+    causal=False, cross=False, position_dependent=True,
     normalized=False, nonnegative=False,
     examples=({"eps": 0.1}, {"pool": 3}),
     figure="refattn.figures.nystrom_csalr:nystrom_csalr",

@@ -46,7 +46,8 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.softmax import softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, note_unused, optional_rng
+from ..mechanism import Mechanism
 from ..sparse.pattern import no_causal_form
 
 __all__ = [
@@ -573,6 +574,8 @@ def nystromformer_attention(
     iterations: int = ITERATIONS,
     init: str = "paper",
     conv_weights: ArrayLike | None = None,
+    conv_kernel_size: int | None = None,
+    rng: np.random.Generator | int | None = None,
     scale: float | None = None,
     causal: bool = False,
     return_weights: bool = False,
@@ -614,6 +617,11 @@ def nystromformer_attention(
         ``(b, h, n, d)`` batch). Needs n = m (the convolved values are added to the rows of the
         same positions). Default: no skip (the paper's equation). :func:`draw_conv_weights` draws
         them as PyTorch initialises them.
+    conv_kernel_size : int, optional
+        *K*: turns the skip on with one K-tap filter drawn from ``rng`` by :func:`draw_conv_weights`
+        (unless ``conv_weights`` gives it, which must then have K taps).
+    rng : numpy.random.Generator or int, optional
+        Draws the skip's filter when ``conv_kernel_size`` is given without ``conv_weights``.
     scale : float, optional
         Multiplier of the dot products; default :math:`1/\sqrt{d}`.
     causal : bool, default False
@@ -693,6 +701,17 @@ def nystromformer_attention(
     True
     """
     no_causal_form(causal, "Nyströmformer", NO_CAUSAL_FORM)
+    rng = optional_rng(rng)
+    if conv_kernel_size is not None:
+        K = _check_kernel_size(conv_kernel_size, "conv_kernel_size")
+        if conv_weights is not None and np.shape(conv_weights)[-1:] != (K,):
+            raise ValueError(f"conv_weights has {np.shape(conv_weights)[-1:]} taps but conv_kernel_size={K}")
+        conv_weights = given_or_drawn("nystromformer_attention", "conv_weights", conv_weights, rng,
+                                      lambda r: draw_conv_weights(r, K), what="the skip's filter")
+    elif conv_weights is None:
+        note_unused("conv_weights")                                # no skip: the paper's equation
+    else:
+        given_or_drawn("nystromformer_attention", "conv_weights", conv_weights, rng, None)   # noted as given
     out, weights = _nystrom(q, k, v, num_landmarks, pinv, iterations, init, conv_weights, scale, return_weights)
     return (out, weights) if return_weights else out
 
@@ -758,32 +777,15 @@ def _convolution_matrix(w: NDArray, n: int) -> NDArray:
     return np.where(inside, w[..., np.clip(offset, 0, K - 1)], 0.0)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, num_landmarks=3, pinv="iterative",
-           iterations=ITERATIONS, init="paper", conv_kernel_size=None, conv_weights=None, scale=None):
-    """The registry's uniform apply: :func:`nystromformer_attention` with l = 3 landmarks (for the short registry
-    examples); ``conv_kernel_size`` turns the skip on with one filter drawn from ``rng`` (unless ``conv_weights``
-    gives it), returned as the draw ``conv_weights`` (None without the skip)."""
-    no_causal_form(causal, "Nyströmformer", NO_CAUSAL_FORM)
-    if conv_kernel_size is not None:
-        K = _check_kernel_size(conv_kernel_size, "conv_kernel_size")
-        if conv_weights is None:
-            if rng is None:
-                raise ValueError("conv_kernel_size draws the skip's filter from rng: pass rng= (or conv_weights=)")
-            conv_weights = draw_conv_weights(rng, K)
-        elif np.shape(conv_weights)[-1:] != (K,):
-            raise ValueError(f"conv_weights has {np.shape(conv_weights)[-1:]} taps but conv_kernel_size={K}")
-    out, weights = _nystrom(q, k, v, num_landmarks, pinv, iterations, init, conv_weights, scale, return_weights)
-    return AttentionResult(out, weights, None, draws={"conv_weights": conv_weights})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    nystromformer_attention, defaults={"num_landmarks": 3}, allowed=None,
     id="nystromformer", title="Nyströmformer (Moore–Penrose pseudoinverse)", family="lowrank", section="4.4.2",
     paper=NYSTROMFORMER,
     equation=r"\hat S = \operatorname{softmax}\!\Big(\frac{Q\tilde K^\top}{\sqrt d}\Big)\,"
              r"\operatorname{softmax}\!\Big(\frac{\tilde Q\tilde K^\top}{\sqrt d}\Big)^{+}\,"
              r"\operatorname{softmax}\!\Big(\frac{\tilde Q K^\top}{\sqrt d}\Big)",
     time="O((n + m)·l·d + l³·iterations)", memory="O((n + m)·l + l²)", kind="attention",
-    function=nystromformer_attention, apply=_apply, causal=False, cross=False, position_dependent=True,
+    causal=False, cross=False, position_dependent=True,
     normalized=False, nonnegative=False,
     examples=({"pinv": "exact"}, {"init": "official", "iterations": 3}, {"conv_kernel_size": 3}),
     figure="refattn.figures.nystromformer:nystromformer",
