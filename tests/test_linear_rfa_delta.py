@@ -394,3 +394,28 @@ def test_empty_sequences(method):
     assert out.shape == (2, 0, 2) and A.shape == (2, 0, 0)
     out, A = delta_rule_attention(q, q, v, np.zeros(0), elu_feature_map, method=method, return_weights=True)
     assert out.shape == (2, 0, 2) and A.shape == (2, 0, 0)
+
+
+@pytest.mark.parametrize(("function", "coefficients", "draw"), [
+    (rfa_attention, "gates", lambda rng, k: rfa_gates(k, init_rfa_gate(rng, k.shape[-1]).w_g)),
+    (delta_rule_attention, "beta", lambda rng, k: delta_beta(k, init_delta_beta(rng, k.shape[-1]).w)),
+])
+def test_the_function_draws_its_coefficients_from_rng_and_decodes_bottom_right(rng, function, coefficients, draw):
+    """The function is the registry's door: rng draws the per-step coefficients (σ(k·w) with w as init_* draws it),
+    φ defaults to elu + 1, and causal="bottom-right" gives the last n rows of the full recurrence."""
+    q, k, v = rng.standard_normal((6, 5)), rng.standard_normal((6, 5)), rng.standard_normal((6, 3))
+    c = draw(np.random.default_rng(4), k)
+    full = function(q, k, v, c, elu_feature_map)
+    np.testing.assert_array_equal(function(q, k, v, rng=4), full)
+    out, A = function(q[-2:], k, v, **{coefficients: c}, causal="bottom-right", return_weights=True)
+    full_out, full_A = function(q, k, v, c, return_weights=True)
+    np.testing.assert_allclose(out, full_out[-2:], rtol=0, atol=1e-14)   # the same sums; BLAS may block the products
+    # of the padded queries differently
+    np.testing.assert_allclose(A, full_A[-2:], rtol=0, atol=1e-14)
+    with pytest.raises(ValueError, match=rf"^{function.__name__} draws the parameters of its {coefficients} from "
+                                         rf"rng: pass rng= \(or {coefficients}=\)$"):
+        function(q, k, v)
+    with pytest.raises(ValueError, match=r"causal self-attention.*n=2 queries and m=6 keys.*'bottom-right'"):
+        function(q[-2:], k, v, c)
+    with pytest.raises(ValueError, match="is a causal recurrence: pass causal=True or 'bottom-right'"):
+        function(q, k, v, c, causal=False)

@@ -11,9 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..common.budget import check_fits, memory_budget
-from ..common.checks import as_float, as_rng, broadcast_batch, causal_alignment, check_qkv
-from ..core.causal_mask import causal_mask
-from ..mechanism import AttentionResult
+from ..common.checks import as_float, broadcast_batch, causal_alignment, check_qkv
 
 
 def check_feature_map(feature_map, name: str) -> None:
@@ -102,18 +100,14 @@ def sigmoid(x: NDArray) -> NDArray:
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-def check_recurrence_inputs(q, k, v, coefficients, name: str, who: str):
-    """Validate the inputs of a causal recurrence over one sequence with a per-step coefficient in [0, 1].
+def check_recurrence_inputs(q, k, v, coefficients, name: str):
+    """Validate the inputs of a causal recurrence over one sequence (n == m) with a per-step coefficient in [0, 1].
 
     Returns float64 ``q, k, v``, the ``coefficients`` ``(..., n)`` and the broadcast batch shape.
     """
     q, k, v = (as_float(label, x) for label, x in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
-    n, m = q.shape[-2], k.shape[-2]
-    if n != m:
-        raise ValueError(f"{who} is causal self-attention: step t writes token t to the memory and then reads "
-                         f"it, so q and k need the same length; got n={n} queries and m={m} keys "
-                         f"(q shape {q.shape}, k shape {k.shape})")
+    n = q.shape[-2]
     c = as_float(name, coefficients, min_ndim=1)
     if c.shape[-1] != n:
         raise ValueError(f"{name} must have shape (..., n) with n={n} to match q {q.shape}, got shape {c.shape}")
@@ -125,57 +119,45 @@ def check_recurrence_inputs(q, k, v, coefficients, name: str, who: str):
     return q, k, v, c, batch
 
 
-def recurrence_apply(run: Callable, name: str) -> Callable:
-    """The registry's uniform ``apply`` of a causal recurrence.
+def causal_recurrence(run: Callable, q: NDArray, k: NDArray, causal, who: str, return_weights: bool):
+    """``run(q)``, a causal recurrence over the m positions of k (q of length m), in either alignment.
 
-    ``run(q, k, v, rng, method, return_weights, **options)`` computes the recurrence over one sequence
-    and returns ``(result, draws)``: what the recurrence returns, and the per-step coefficients it
-    drew from ``rng`` (or was given), keyed by their option.
-
-    Bottom-right alignment: the n queries are the last n of the m positions. Output i depends on
-    its own query and on the keys, values and gates up to i only, so the recurrence runs over all m
-    positions (earlier queries, whose outputs are dropped, are zeros) and the last rows are kept.
+    Top-left: step t writes token t to the memory and then reads it, so n == m. Bottom-right: the n
+    queries are the last n of the m positions. Output i depends on its own query and on the keys,
+    values and coefficients up to i only, so the recurrence runs over all m positions (earlier
+    queries, whose outputs are dropped, are zeros) and the last rows are kept; a query before the
+    first key sees no key and gets zeros.
     """
-    def apply(q, k, v, *, causal=True, rng=None, return_weights=False, method="auto", **options):
-        alignment = causal_alignment(causal)
-        if alignment is None:
-            raise ValueError(f"{name} is a causal recurrence: pass causal=True or 'bottom-right', got causal=False")
-        q, k, v = (as_float(label, x) for label, x in (("q", q), ("k", k), ("v", v)))
-        check_qkv(q, k, v)
-        n, m = q.shape[-2], k.shape[-2]
-        if n != m and alignment == "top-left":
-            raise ValueError(f"{name} is self-attention over one sequence: q has n={n}, k has m={m} "
-                             "(causal='bottom-right' takes the last n of m positions)")
-        if n != m:
-            keep = min(n, m)
-            q_all = np.zeros((*q.shape[:-2], m, q.shape[-1]))
-            q_all[..., m - keep:, :] = q[..., n - keep:, :]
-            result, draws = run(q_all, k, v, rng, method, return_weights, **options)
-            out, A = result if return_weights else (result, None)
-            lead = (*out.shape[:-2], n - keep)                     # queries before the first key: no key
-            out = np.concatenate([np.zeros((*lead, out.shape[-1])), out[..., m - keep:, :]], axis=-2)
-            if return_weights:
-                A = np.concatenate([np.zeros((*lead, m)), A[..., m - keep:, :]], axis=-2)
-        else:
-            result, draws = run(q, k, v, rng, method, return_weights, **options)
-            out, A = result if return_weights else (result, None)
-        if not return_weights:
-            return AttentionResult(out, draws=draws)
-        return AttentionResult(out, A, causal_mask(n, m, causal=alignment) & np.ones(A.shape, dtype=bool), draws)
-
-    apply.__doc__ = f"The registry's uniform apply of {name} ({run.__doc__})"
-    return apply
+    alignment = causal_alignment(causal)
+    if alignment is None:
+        raise ValueError(f"{who} is a causal recurrence: pass causal=True or 'bottom-right', got causal=False")
+    n, m = q.shape[-2], k.shape[-2]
+    if n == m:
+        return run(q)
+    if alignment == "top-left":
+        raise ValueError(f"{who} is causal self-attention: step t writes token t to the memory and then reads "
+                         f"it, so q and k need the same length; got n={n} queries and m={m} keys "
+                         f"(q shape {q.shape}, k shape {k.shape}; causal='bottom-right' takes the last n of "
+                         "m positions)")
+    keep = min(n, m)
+    q_all = np.zeros((*q.shape[:-2], m, q.shape[-1]))
+    q_all[..., m - keep:, :] = q[..., n - keep:, :]
+    result = run(q_all)
+    out, A = result if return_weights else (result, None)
+    lead = (*out.shape[:-2], n - keep)                             # queries before the first key: no key
+    out = np.concatenate([np.zeros((*lead, out.shape[-1])), out[..., m - keep:, :]], axis=-2)
+    if not return_weights:
+        return out
+    return out, np.concatenate([np.zeros((*lead, m)), A[..., m - keep:, :]], axis=-2)
 
 
-def drawn_parameters(who: str, option: str, k: NDArray, rng, init: Callable):
-    """``init(rng, d_k)``: the parameters a registry entry draws for its per-step ``option`` when not given.
+def drawn_parameters(who: str, option: str, k: NDArray, rng: np.random.Generator, init: Callable):
+    """``init(rng, d_k)``: the parameters a recurrence draws for its per-step ``option`` when not given.
 
     The coefficients (RFA's gates, the delta rule's rates) are computed from the keys, so their
     weights span k's d_k features.
     """
-    if rng is None:
-        raise ValueError(f"{who} draws the parameters of its {option} from rng: pass rng= (or {option}=)")
     if k.shape[-1] == 0:
         raise ValueError(f"{who} draws the weights of its {option} over the d_k features of k: needs d_k >= 1, "
                          f"got k shape {k.shape}")
-    return init(as_rng(rng), k.shape[-1])
+    return init(rng, k.shape[-1])

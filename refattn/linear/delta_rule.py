@@ -24,19 +24,20 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, as_rng, check_bool, check_choice
+from ..common.checks import as_float, as_rng, check_bool, check_choice, check_qkv
 from ..common.init import glorot
 from ..common.ints import check_positive_int
+from ..draws import given_or_drawn, optional_rng
 from ..kernels import kernel_rows
 from ..mechanism import Mechanism
 from ._common import (
+    causal_recurrence,
     check_denominators,
     check_feature_counts,
     check_feature_map,
     check_recurrence_inputs,
     drawn_parameters,
     features,
-    recurrence_apply,
     sigmoid,
 )
 from .chunk import check_chunk_size, delta_rule_chunks
@@ -137,13 +138,15 @@ def delta_rule_attention(
     q: ArrayLike,
     k: ArrayLike,
     v: ArrayLike,
-    beta: ArrayLike,
-    feature_map: Callable[[NDArray], NDArray],
+    beta: ArrayLike | None = None,
+    feature_map: Callable[[NDArray], NDArray] = elu_feature_map,
     *,
     normalize: bool = True,
     method: str = "auto",
     return_weights: bool = False,
     chunk_size: int | None = None,
+    causal: bool | str = True,
+    rng: np.random.Generator | int | None = None,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Causal fast-weight memory updated by the delta rule (Schlag et al., 2021).
 
@@ -161,14 +164,15 @@ def delta_rule_attention(
     ----------
     q : (..., n, d) array_like
         Queries :math:`q^{(i)}`.
-    k : (..., n, d) array_like
-        Keys :math:`k^{(i)}` (as many as queries).
-    v : (..., n, d_v) array_like
+    k : (..., m, d) array_like
+        Keys :math:`k^{(i)}` (as many as queries, m = n, unless ``causal="bottom-right"``).
+    v : (..., m, d_v) array_like
         Values :math:`v^{(i)}`.
-    beta : (..., n) array_like
+    beta : (..., m) array_like, optional
         Learning rates :math:`\beta^{(i)} \in [0, 1]`, e.g. from :func:`delta_beta`. Explicit, so
-        that another implementation can be fed the same rates.
-    feature_map : callable
+        that another implementation can be fed the same rates. Default: :math:`\sigma(k^{(i)} \cdot w)`
+        with *w* drawn from ``rng`` by :func:`init_delta_beta`.
+    feature_map : callable, default :func:`~refattn.linear.elu_feature_map`
         :math:`\phi`, mapping ``(..., n, d)`` to ``(..., n, F)`` real features, F >= 1 (ELU + 1,
         DPFP, FAVOR+ ...).
     normalize : bool, default True
@@ -186,11 +190,16 @@ def delta_rule_attention(
         budget).
     chunk_size : int, optional
         Steps per chunk of ``method="chunk"`` (default :data:`~refattn.linear.chunk.DEFAULT_CHUNK_SIZE`).
+    causal : {True, "top-left", "bottom-right"}, default True
+        A causal recurrence: True (n = m), or "bottom-right", the n queries as the last n of the m
+        positions (decoding with the memory of the first m − n).
+    rng : numpy.random.Generator or int, optional
+        Draws the rates' weights when ``beta`` is not given.
 
     Returns
     -------
     out : (..., n, d_v) ndarray
-    weights : (..., n, n) ndarray
+    weights : (..., n, m) ndarray
         Only if ``return_weights``: lower triangular; rows need not sum to 1 nor be non-negative
         (the delta rule subtracts what it retrieves).
 
@@ -267,7 +276,27 @@ def delta_rule_attention(
     check_bool("return_weights", return_weights)
     chunk_size = check_chunk_size(chunk_size)
     check_feature_map(feature_map, "feature_map")
-    q, k, v, beta, batch = check_recurrence_inputs(q, k, v, beta, "beta", "delta_rule_attention")
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    check_qkv(q, k, v)
+    rng = optional_rng(rng)
+
+    def run(q_all):
+        b = given_or_drawn("delta_rule_attention", "beta", beta, rng, lambda r: _drawn_beta(r, k),
+                           what="the parameters of its beta")
+        return _delta_rule(q_all, k, v, b, feature_map, normalize, method, return_weights, chunk_size)
+
+    return causal_recurrence(run, q, k, causal, "delta_rule_attention", return_weights)
+
+
+def _drawn_beta(rng: np.random.Generator, k: NDArray) -> NDArray:
+    """σ(k·w + b), (..., m), with the weights drawn by :func:`init_delta_beta` over k's d_k features."""
+    params = drawn_parameters("delta_rule_attention", "beta", k, rng, init_delta_beta)
+    return delta_beta(k, params.w, params.b)
+
+
+def _delta_rule(q, k, v, beta, feature_map, normalize, method, return_weights, chunk_size):
+    """The fast-weight recurrence over one sequence (n = m)."""
+    q, k, v, beta, batch = check_recurrence_inputs(q, k, v, beta, "beta")
     n = q.shape[-2]
     if return_weights:
         check_fits("the weights (return_weights=True)", (*batch, n, n))
@@ -323,22 +352,13 @@ def _normalized(phi: NDArray, name: str, normalize: bool) -> NDArray:
     return phi / total                                             # φ(x) / Σ_j φ(x)_j
 
 
-def _delta_rule(q, k, v, rng, method, return_weights, beta=None, feature_map=elu_feature_map, **options):
-    """β = σ(k·w + b) with w drawn from rng, φ = elu + 1 normalised by its sum"""
-    if beta is None:
-        params = drawn_parameters("delta_rule", "beta", k, rng, init_delta_beta)
-        beta = delta_beta(k, params.w, params.b)
-    return delta_rule_attention(q, k, v, beta, feature_map, method=method, return_weights=return_weights,
-                                **options), {"beta": beta}
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    delta_rule_attention,
     id="delta_rule", title="Fast-weight delta rule", family="linear", section="4.2",
     paper='I. Schlag, K. Irie, J. Schmidhuber, 2021, "Linear Transformers Are Secretly Fast Weight Programmers", '
     "arXiv:2102.11174", equation=r"W_i = W_{i-1} + \beta_i (v_i - W_{i-1}\phi(k_i)) \otimes \phi(k_i)",
     time="O(n·F·d_v)", memory="O(F·d_v) state", kind="attention",
-    methods=("equation", "scan", "chunk", "auto"), examples=({"normalize": False},), function=delta_rule_attention,
-    apply=recurrence_apply(_delta_rule, "delta_rule"), noncausal=False, causal=True, position_dependent=True,
+    methods=("equation", "scan", "chunk", "auto"), examples=({"normalize": False},), noncausal=False, causal=True, position_dependent=True,
     cross=False, normalized=False, nonnegative=False, figure="refattn.figures.linear:delta_rule",
     exact_options=None, exact_limit="none: an unnormalised fast-weight memory (β = 0 leaves it empty)",
     draws=("beta",),

@@ -535,8 +535,9 @@ def performer_attention(
     if rng is not None and omega is not None:
         raise ValueError("performer_attention needs exactly one of rng= (to draw ω) and omega= (an explicit draw)")
     given = omega is not None
-    omega = given_or_drawn("performer_attention", "omega", omega, optional_rng(rng), what="ω", draw=lambda r: draw_omega(
-        r, _default_num_features(d) if num_features is None else num_features, d, orthogonal=orthogonal, norms=norms))
+    r = _default_num_features(d) if num_features is None else num_features
+    omega = given_or_drawn("performer_attention", "omega", omega, optional_rng(rng), what="ω",
+                           draw=lambda g: draw_omega(g, r, d, orthogonal=orthogonal, norms=norms))
     if given:
         omega = check_omega(omega, d)
         if num_features is not None and check_positive_int("num_features", num_features) != omega.shape[-2]:

@@ -23,13 +23,15 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, as_rng, check_bool, check_choice
+from ..common.checks import as_float, as_rng, check_bool, check_choice, check_qkv
 from ..common.init import glorot
 from ..common.ints import check_positive_int
 from ..common.products import weighted_values
+from ..draws import given_or_drawn, optional_rng
 from ..kernels import kernel_rows
 from ..mechanism import Mechanism
 from ._common import (
+    causal_recurrence,
     check_denominators,
     check_eps,
     check_feature_counts,
@@ -37,7 +39,6 @@ from ._common import (
     check_recurrence_inputs,
     drawn_parameters,
     features,
-    recurrence_apply,
     resolve_method,
     safe_denominator,
     sigmoid,
@@ -142,14 +143,16 @@ def rfa_attention(
     q: ArrayLike,
     k: ArrayLike,
     v: ArrayLike,
-    gates: ArrayLike,
-    feature_map: Callable[[NDArray], NDArray],
+    gates: ArrayLike | None = None,
+    feature_map: Callable[[NDArray], NDArray] = elu_feature_map,
     *,
     gate_form: str = "paper",
     method: str = "auto",
     eps: float = 0.0,
     return_weights: bool = False,
     chunk_size: int | None = None,
+    causal: bool | str = True,
+    rng: np.random.Generator | int | None = None,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Gated causal random feature attention (RFA-Gate): a linear-attention RNN with a forget gate.
 
@@ -166,14 +169,16 @@ def rfa_attention(
     ----------
     q : (..., n, d) array_like
         Queries.
-    k : (..., n, d) array_like
-        Keys (as many as queries).
-    v : (..., n, d_v) array_like
+    k : (..., m, d) array_like
+        Keys (as many as queries, m = n, unless ``causal="bottom-right"``).
+    v : (..., m, d_v) array_like
         Values.
-    gates : (..., n) array_like
+    gates : (..., m) array_like, optional
         :math:`g_t \in [0, 1]`, one per step (and per batch row or head), e.g. from
         :func:`rfa_gates`. Explicit, so that another implementation can be fed the same gates.
-    feature_map : callable
+        Default: :math:`\sigma(k_t \cdot w_g)` with :math:`w_g` drawn from ``rng`` by
+        :func:`init_rfa_gate`.
+    feature_map : callable, default :func:`~refattn.linear.elu_feature_map`
         :math:`\phi`, mapping ``(..., n, d)`` to ``(..., n, F)`` real features, F >= 1.
     gate_form : {"paper", "decay"}, default "paper"
         "paper": the write is weighted by :math:`1 - g_t`, a convex combination of the old memory
@@ -196,11 +201,16 @@ def rfa_attention(
         exceeds the memory budget).
     chunk_size : int, optional
         Steps per chunk of ``method="chunk"`` (default :data:`~refattn.linear.chunk.DEFAULT_CHUNK_SIZE`).
+    causal : {True, "top-left", "bottom-right"}, default True
+        A causal recurrence: True (n = m), or "bottom-right", the n queries as the last n of the m
+        positions (decoding with the memory of the first m − n).
+    rng : numpy.random.Generator or int, optional
+        Draws the gates' weights when ``gates`` is not given.
 
     Returns
     -------
     out : (..., n, d_v) ndarray
-    weights : (..., n, n) ndarray
+    weights : (..., n, m) ndarray
         Only if ``return_weights``: :math:`A_{ij} = c_{ij}\phi(q_i)\cdot\phi(k_j) / \sum_{l \le i}
         c_{il}\phi(q_i)\cdot\phi(k_l)` for :math:`j \le i`, 0 above the diagonal. With ``eps=0``
         every row sums to 1; entries are non-negative when :math:`\phi` is.
@@ -285,9 +295,29 @@ def rfa_attention(
     check_bool("return_weights", return_weights)
     chunk_size = check_chunk_size(chunk_size)
     check_feature_map(feature_map, "feature_map")
-    q, k, v, gates, batch = check_recurrence_inputs(q, k, v, gates, "gates", "rfa_attention")
     eps = check_eps(eps)
     coupled = gate_form == "paper"
+    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    check_qkv(q, k, v)
+    rng = optional_rng(rng)
+
+    def run(q_all):
+        g = given_or_drawn("rfa_attention", "gates", gates, rng, lambda r: _drawn_gates(r, k),
+                           what="the parameters of its gates")
+        return _rfa(q_all, k, v, g, feature_map, coupled, method, eps, return_weights, chunk_size)
+
+    return causal_recurrence(run, q, k, causal, "rfa_attention", return_weights)
+
+
+def _drawn_gates(rng: np.random.Generator, k: NDArray) -> NDArray:
+    """σ(k·w_g + b_g), (..., m), with the weights drawn by :func:`init_rfa_gate` over k's d_k features."""
+    params = drawn_parameters("rfa_attention", "gates", k, rng, init_rfa_gate)
+    return rfa_gates(k, params.w_g, params.b_g)
+
+
+def _rfa(q, k, v, gates, feature_map, coupled, method, eps, return_weights, chunk_size):
+    """The gated recurrence over one sequence (n = m)."""
+    q, k, v, gates, batch = check_recurrence_inputs(q, k, v, gates, "gates")
     phi_q, phi_k = features(feature_map, q, "q"), features(feature_map, k, "k")
     check_feature_counts(phi_q, phi_k, "feature_map", "feature_map")
     n = q.shape[-2]
@@ -333,23 +363,13 @@ def _scan(phi_q, phi_k, v, gates, coupled, eps, batch):
     return out.reshape(*batch, n, d_v), den.reshape(*batch, n)
 
 
-def _rfa(q, k, v, rng, method, return_weights, gates=None, feature_map=elu_feature_map, **options):
-    """gates σ(k·w_g + b_g) with w_g drawn from rng, φ = elu + 1"""
-    if gates is None:
-        params = drawn_parameters("rfa", "gates", k, rng, init_rfa_gate)
-        gates = rfa_gates(k, params.w_g, params.b_g)
-    return rfa_attention(q, k, v, gates, feature_map, method=method, return_weights=return_weights, **options), \
-        {"gates": gates}
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    rfa_attention,
     id="rfa", title="Random Feature Attention with gating", family="linear", section="4.2",
     paper='H. Peng et al., 2021, "Random Feature Attention", arXiv:2103.02143',
     equation=r"S_t = g_t S_{t-1} + (1 - g_t)\,\phi(k_t) \otimes v_t", time="O(n·F·d_v)", memory="O(F·d_v) state",
     kind="attention",
-    methods=("equation", "scan", "chunk", "auto"), examples=({"gate_form": "decay"},), function=rfa_attention,
-    apply=recurrence_apply(_rfa, "rfa"), noncausal=False,
-    causal=True,
+    methods=("equation", "scan", "chunk", "auto"), examples=({"gate_form": "decay"},), noncausal=False, causal=True,
     position_dependent=True, cross=False, figure="refattn.figures.linear:rfa", exact_options=None,
     exact_limit="none: a gated linear memory; its decay form with g ≡ 1 is causal linear attention (tested)",
     draws=("gates",),
