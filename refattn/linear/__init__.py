@@ -19,36 +19,18 @@ Every method of every mechanism here gives the same result, or the same error, a
   and rates drawn over d_k features (rfa, delta_rule) refuse d_k = 0 by name alike.
 - d_v = 0: outputs of shape (..., n, 0).
 """
-from .attention import linear_attention
-from .delta_rule import RECORD as DELTA_RULE
-from .delta_rule import DeltaBetaParams, delta_beta, delta_rule_attention, init_delta_beta
-from .efficient_attention import RECORD as EFFICIENT_ATTENTION
-from .efficient_attention import efficient_attention
-from .linear_elu import RECORD as LINEAR_ELU
-from .linear_elu import elu_feature_map
-from .performer import RECORD_POSITIVE as PERFORMER_POSITIVE
-from .performer import RECORD_TRIG as PERFORMER_TRIG
-from .performer import draw_omega, favor_features, favor_mse, performer_attention
-from .rfa import RECORD as RFA
-from .rfa import RFAGateParams, init_rfa_gate, rfa_attention, rfa_gates
+from ..mechanism import family
+
+# isort: off
+# The family, one line per mechanism module, in catalogue order (attention: the linear_attention engine,
+# linear_elu's function).
+from .attention import *  # noqa: F403
+from .linear_elu import *  # noqa: F403
+from .performer import *  # noqa: F403
+from .efficient_attention import *  # noqa: F403
+from .rfa import *  # noqa: F403
+from .delta_rule import *  # noqa: F403
+# isort: on
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = (LINEAR_ELU, PERFORMER_POSITIVE, PERFORMER_TRIG, EFFICIENT_ATTENTION, RFA, DELTA_RULE)
-
-__all__ = [
-    "DeltaBetaParams",
-    "RFAGateParams",
-    "delta_beta",
-    "delta_rule_attention",
-    "draw_omega",
-    "efficient_attention",
-    "elu_feature_map",
-    "favor_features",
-    "favor_mse",
-    "init_delta_beta",
-    "init_rfa_gate",
-    "linear_attention",
-    "performer_attention",
-    "rfa_attention",
-    "rfa_gates",
-]
+RECORDS, __all__ = family(globals())

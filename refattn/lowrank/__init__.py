@@ -20,47 +20,14 @@ option of ``apply``, drawn from ``rng`` when it is not given and returned with
 ``return_draws=True``; ``return_weights=True`` gives the effective n × m matrix W with
 out = W v exactly (its rows need not sum to 1 nor be non-negative: a pseudoinverse has signs).
 """
-from .lowrank_band import RECORD as LOWRANK_BAND
-from .lowrank_band import LowRankBandParams, init_lowrank_band, lowrank_band_attention
-from .nystrom_csalr import RECORD as NYSTROM_CSALR
-from .nystrom_csalr import average_pool, nystrom_csalr_attention
-from .nystromformer import RECORD as NYSTROMFORMER
-from .nystromformer import (
-    NystromFactors,
-    PenroseResiduals,
-    draw_conv_weights,
-    exact_pinv,
-    iterative_pinv,
-    landmark_kernels,
-    landmark_segments,
-    nystrom_factors,
-    nystromformer_attention,
-    penrose_residuals,
-    segment_means,
-)
+from ..mechanism import family
+
+# isort: off
+# The family, one line per mechanism module, in catalogue order.
+from .lowrank_band import *  # noqa: F403
+from .nystrom_csalr import *  # noqa: F403
+from .nystromformer import *  # noqa: F403
+# isort: on
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = (
-    LOWRANK_BAND,
-    NYSTROM_CSALR,
-    NYSTROMFORMER,
-)
-
-__all__ = [
-    "LowRankBandParams",
-    "NystromFactors",
-    "PenroseResiduals",
-    "average_pool",
-    "draw_conv_weights",
-    "exact_pinv",
-    "init_lowrank_band",
-    "iterative_pinv",
-    "landmark_kernels",
-    "landmark_segments",
-    "lowrank_band_attention",
-    "nystrom_csalr_attention",
-    "nystrom_factors",
-    "nystromformer_attention",
-    "penrose_residuals",
-    "segment_means",
-]
+RECORDS, __all__ = family(globals())
