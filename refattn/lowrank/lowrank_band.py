@@ -146,7 +146,8 @@ def lowrank_band_attention(
     v : (..., m, d_v) array_like
         Values.
     window : int
-        w: the band module sees keys ``i − w … i + w`` (``i − w … i`` when causal).
+        w, a half-width: the band module sees keys ``i − w … i + w``, 2w + 1 of them (``i − w … i``
+        when causal).
     rank : int, optional
         :math:`D_k`, the low-rank module's key width: required to draw ``params`` from ``rng``;
         with ``params``, their width (checked if given).
