@@ -24,7 +24,7 @@ from .deprecation import take_renamed
 from .draws import tracing
 from .masks import allowed_pairs
 
-__all__ = ["KINDS", "MIXINGS", "AttentionResult", "FigureSpec", "Mechanism", "PerShape", "family"]
+__all__ = ["KINDS", "MIXINGS", "AttentionResult", "FigureSpec", "Mechanism", "PerShape", "WhenDrawn", "family"]
 
 KINDS = ("attention", "mask", "component")
 #: What the rows and columns of ``AttentionResult.weights`` index: queries × keys, or output × value channels.
@@ -284,7 +284,8 @@ class Mechanism:
             The names of door's parameters that take q, k and v (a layer's ``("x_q", "x_kv", "x_v")``).
         defaults : dict, optional
             Demonstration defaults of ``apply`` that differ from door's own (small sizes for the shared
-            tests and figures); a :class:`PerShape` value is computed from n and m.
+            tests and figures); a :class:`PerShape` value is computed from n and m, a :class:`WhenDrawn` one
+            applies only while its draw is not given.
         fixed : dict, optional
             Options set by the record and not taken from the caller (performer's ``kind``).
         options : tuple of str, optional
@@ -387,6 +388,17 @@ class PerShape:
         return "<depends on n, m>"
 
 
+class WhenDrawn:
+    """A demonstration default that sizes a draw, applied only when the draw is not given (a given draw states
+    its own size): ``{"num_features": WhenDrawn("omega", 64)}``."""
+
+    def __init__(self, draw: str, value: Any) -> None:
+        self.draw, self.value = draw, value
+
+    def __repr__(self) -> str:
+        return f"{self.value!r} (when {self.draw} is drawn)"
+
+
 _RESERVED = ("causal", "rng", "return_weights", "return_draws")
 
 
@@ -424,7 +436,10 @@ def _door_apply(door: Callable, name: str, *, causal_default: bool, inputs, defa
             raise ValueError(f"{name}: {door.__name__} returns no weights")
         call = {}
         for option, value in defaults.items():
-            if option not in given:
+            if isinstance(value, WhenDrawn):
+                if option not in given and value.draw not in given:
+                    call[option] = value.value
+            elif option not in given:
                 call[option] = value(*_lengths(q, k)) if isinstance(value, PerShape) else value
         call |= given | fixed
         if takes_causal:

@@ -29,7 +29,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.checks import as_float, as_rng, broadcast_batch, check_bool, check_choice, check_qkv
 from ..common.ints import check_positive_int
 from ..draws import given_or_drawn, optional_rng
-from ..mechanism import Mechanism
+from ..mechanism import Mechanism, WhenDrawn
 from ..papers import PERFORMER
 from .attention import KeyFeatures, attend, check_linear_options, check_method_alignment
 from .chunk import check_chunk_size
@@ -592,7 +592,7 @@ def check_omega(omega, d: int) -> NDArray:
 
 
 RECORD_POSITIVE = Mechanism.of(
-    performer_attention, defaults={"num_features": 64}, fixed={"kind": "positive"},
+    performer_attention, defaults={"num_features": WhenDrawn("omega", 64)}, fixed={"kind": "positive"},
     id="performer_positive", title="Performer FAVOR+ positive random features", family="linear", section="4.2",
     paper=PERFORMER, equation=r"\phi(x) = \tfrac{e^{-\|x\|^2/2}}{\sqrt{r}} \big[e^{\omega_i^\top x}\big]_{i=1}^r",
     time="O((n + m)·r·d)", memory="O(r·d) state", kind="attention",
@@ -605,7 +605,7 @@ RECORD_POSITIVE = Mechanism.of(
 )
 
 RECORD_TRIG = Mechanism.of(
-    performer_attention, defaults={"num_features": 64}, fixed={"kind": "trig"},
+    performer_attention, defaults={"num_features": WhenDrawn("omega", 64)}, fixed={"kind": "trig"},
     id="performer_trig", title="Performer trigonometric random features", family="linear", section="4.2",
     paper=PERFORMER,
     equation=r"\phi(x) = \tfrac{e^{\|x\|^2/2}}{\sqrt{r}} \big[\sin \omega_i^\top x, \cos \omega_i^\top x\big]_{i=1}^r",

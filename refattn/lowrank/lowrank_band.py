@@ -41,7 +41,7 @@ from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..draws import given_or_drawn, note_allowed, optional_rng
-from ..mechanism import Mechanism
+from ..mechanism import Mechanism, WhenDrawn
 from ..sparse.attention import check_weights_fit, sparse_attention
 from ..sparse.band import band_pattern
 
@@ -287,7 +287,7 @@ def _modules(q, k, v, params, band, alpha, alignment, scale, method, *, weights=
 
 
 RECORD = Mechanism.of(
-    lowrank_band_attention, defaults={"window": 1, "rank": 2},
+    lowrank_band_attention, defaults={"window": 1, "rank": WhenDrawn("params", 2)},
     id="lowrank_band", title="Low-rank and band attention", family="lowrank", section="4.4.1", paper=GUO,
     equation=r"A = \alpha \operatorname{softmax}\!\Big(\frac{Q W_q (K W_k)^\top}{\sqrt{D_k}}\Big) + (1 - \alpha) "
              r"\operatorname{softmax}_{|i-j| \le w}\!\Big(\frac{Q K^\top}{\sqrt{d_k}}\Big), \quad D_k \ll d_k",
