@@ -702,16 +702,14 @@ def nystromformer_attention(
     """
     no_causal_form(causal, "Nyströmformer", NO_CAUSAL_FORM)
     rng = optional_rng(rng)
-    if conv_kernel_size is not None:
-        K = _check_kernel_size(conv_kernel_size, "conv_kernel_size")
-        if conv_weights is not None and np.shape(conv_weights)[-1:] != (K,):
+    if conv_kernel_size is None and conv_weights is None:
+        note_unused("conv_weights")                                # no skip: the paper's equation
+    else:
+        K = None if conv_kernel_size is None else _check_kernel_size(conv_kernel_size, "conv_kernel_size")
+        if K is not None and conv_weights is not None and np.shape(conv_weights)[-1:] != (K,):
             raise ValueError(f"conv_weights has {np.shape(conv_weights)[-1:]} taps but conv_kernel_size={K}")
         conv_weights = given_or_drawn("nystromformer_attention", "conv_weights", conv_weights, rng,
                                       lambda r: draw_conv_weights(r, K), what="the skip's filter")
-    elif conv_weights is None:
-        note_unused("conv_weights")                                # no skip: the paper's equation
-    else:
-        given_or_drawn("nystromformer_attention", "conv_weights", conv_weights, rng, None)   # noted as given
     out, weights = _nystrom(q, k, v, num_landmarks, pinv, iterations, init, conv_weights, scale, return_weights)
     return (out, weights) if return_weights else out
 
