@@ -46,7 +46,7 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.softmax import softmax
-from ..draws import given_or_drawn, note_unused, optional_rng
+from ..draws import given_or_drawn, note_draw, optional_rng
 from ..mechanism import Mechanism
 from ..sparse.pattern import no_causal_form
 
@@ -703,7 +703,7 @@ def nystromformer_attention(
     no_causal_form(causal, "Nyströmformer", NO_CAUSAL_FORM)
     rng = optional_rng(rng)
     if conv_kernel_size is None and conv_weights is None:
-        note_unused("conv_weights")                                # no skip: the paper's equation
+        note_draw("conv_weights", None)                            # no skip: the paper's equation
     else:
         K = None if conv_kernel_size is None else _check_kernel_size(conv_kernel_size, "conv_kernel_size")
         if K is not None and conv_weights is not None and np.shape(conv_weights)[-1:] != (K,):
