@@ -147,7 +147,8 @@ def test_bad_options_are_named(rng, options, error, match):
 
 def test_bad_params_are_named(rng):
     q, k, v = _qkv(rng)
-    with pytest.raises(ValueError, match=r"^lowrank_band_attention draws its projections from rng: pass rng= \(or params=\)$"):
+    with pytest.raises(ValueError,
+                       match=r"^lowrank_band_attention draws its projections from rng: pass rng= \(or params=\)$"):
         lowrank_band_attention(q, k, v, window=1, rank=2)
     with pytest.raises(ValueError, match="exactly one of rng= .* and params="):
         lowrank_band_attention(q, k, v, window=1, rng=0, params=init_lowrank_band(0, 4, 2))

@@ -358,8 +358,9 @@ RECORD = Mechanism.of(
     paper='I. Schlag, K. Irie, J. Schmidhuber, 2021, "Linear Transformers Are Secretly Fast Weight Programmers", '
     "arXiv:2102.11174", equation=r"W_i = W_{i-1} + \beta_i (v_i - W_{i-1}\phi(k_i)) \otimes \phi(k_i)",
     time="O(n·F·d_v)", memory="O(F·d_v) state", kind="attention",
-    methods=("equation", "scan", "chunk", "auto"), examples=({"normalize": False},), noncausal=False, causal=True, position_dependent=True,
-    cross=False, normalized=False, nonnegative=False, figure="refattn.figures.linear:delta_rule",
+    methods=("equation", "scan", "chunk", "auto"), examples=({"normalize": False},), noncausal=False, causal=True,
+    position_dependent=True, cross=False, normalized=False, nonnegative=False,
+    figure="refattn.figures.linear:delta_rule",
     exact_options=None, exact_limit="none: an unnormalised fast-weight memory (β = 0 leaves it empty)",
     draws=("beta",),
 )
