@@ -24,9 +24,9 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv
 from ..common.products import weighted_values
-from ..masks import attention_mask
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
+from ..masks import attention_mask
 from ._common import (
     check_denominators,
     check_eps,

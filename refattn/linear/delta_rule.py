@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, as_rng, check_bool, check_choice, check_qkv
+from ..common.checks import as_float, as_rng, check_bool, check_choice, checked_qkv
 from ..common.init import glorot
 from ..common.ints import check_positive_int
 from ..draws import given_or_drawn, optional_rng
@@ -276,8 +276,7 @@ def delta_rule_attention(
     check_bool("return_weights", return_weights)
     chunk_size = check_chunk_size(chunk_size)
     check_feature_map(feature_map, "feature_map")
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    q, k, v, _ = checked_qkv(q, k, v)
     rng = optional_rng(rng)
 
     def run(q_all):

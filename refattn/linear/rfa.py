@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, as_rng, check_bool, check_choice, check_qkv
+from ..common.checks import as_float, as_rng, check_bool, check_choice, checked_qkv
 from ..common.init import glorot
 from ..common.ints import check_positive_int
 from ..common.products import weighted_values
@@ -297,8 +297,7 @@ def rfa_attention(
     check_feature_map(feature_map, "feature_map")
     eps = check_eps(eps)
     coupled = gate_form == "paper"
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    q, k, v, _ = checked_qkv(q, k, v)
     rng = optional_rng(rng)
 
     def run(q_all):
