@@ -46,7 +46,7 @@ from ..deprecation import renamed
 from ..draws import given_or_drawn, optional_rng
 from ..kernels import kernel_rows
 from ..linear._common import last_keys, resolve_method
-from ..linear.performer import _favor_from_terms, _favor_terms, check_omega, draw_omega, favor_features
+from ..linear.performer import check_omega, draw_omega, favor_features, favor_from_terms, favor_terms
 from ..mechanism import Mechanism
 from ..sparse.reformer_lsh import draw_lsh_rotations, lsh_buckets
 
@@ -148,8 +148,8 @@ def _log_features(q_tilde, k_tilde, omega, kind, alignment) -> _LogFeatures:
     """The feature exponents and the key shift C_j (a running maximum under causal, so that a later key never
     changes an earlier row; NaN propagates from its key on)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        a_q, _, _ = _favor_terms(q_tilde, omega, kind)
-        a_k, _, _ = _favor_terms(k_tilde, omega, kind)
+        a_q, _, _ = favor_terms(q_tilde, omega, kind)
+        a_k, _, _ = favor_terms(k_tilde, omega, kind)
     C = a_k.max(axis=-1)                                              # (..., m)  max_f a_k[j, f]
     if alignment is None:
         C = np.broadcast_to(C.max(axis=-1, keepdims=True), C.shape)    # every row sees every key
@@ -173,8 +173,8 @@ def _row_shift(logs: _LogFeatures, last: NDArray, M: NDArray) -> tuple[NDArray, 
 def _shifted_features(logs: _LogFeatures, c: NDArray, C_row: NDArray) -> tuple[NDArray, NDArray]:
     """φ(q̃_i)·e^{C_{l(i)} − c_i} (..., n, F) and ψ_j = φ(k̃_j)·e^{−C_j} (..., m, F), each entry ≤ 1/√F."""
     with np.errstate(invalid="ignore"):                               # NaN rows and keys stay NaN
-        phi_q = _favor_from_terms(logs.a_q - (c - C_row)[..., None], None, 0.0)
-        psi_k = _favor_from_terms(logs.a_k - logs.C[..., None], None, 0.0)
+        phi_q = favor_from_terms(logs.a_q - (c - C_row)[..., None], None, 0.0)
+        psi_k = favor_from_terms(logs.a_k - logs.C[..., None], None, 0.0)
     return phi_q, psi_k
 
 

@@ -305,10 +305,6 @@ def favor_from_terms(exponent: NDArray, trig: NDArray | None, eps: float) -> NDA
     return (np.exp(exponent) + eps) / np.sqrt(exponent.shape[-1])   # e^{ωᵀx − ‖x‖²/2}/√r (or /√(2r))
 
 
-#: The old private names, which beyond/scatterbrain.py still imports (they go when it imports the public ones).
-_favor_terms, _favor_from_terms = favor_terms, favor_from_terms
-
-
 def favor_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, kind: str = "positive") -> NDArray:
     r"""Closed-form mean squared error of the FAVOR estimate of :math:`\mathrm{SM}(x, y) = \exp(x^\top y)`.
 
