@@ -66,7 +66,7 @@ import numpy as np
 from .. import registry
 from ..common.checks import default_scale
 from ..common.npz import write_npz
-from ..mechanism import PerShape
+from ..mechanism import PerShape, WhenDrawn
 from .npz import VECTOR_CAUSAL, decode_tree, decode_vector, read_npz, representable
 from .vjp import GRADIENT_IDS, record_vjp
 
@@ -230,10 +230,18 @@ def _encode(value, name: str, arrays: dict):
 
 def _defaults(mech, arrays: dict) -> dict:
     """apply's keyword defaults (its options but causal, rng, the flags and the draws), encoded; a default that
-    depends on the lengths (:class:`~refattn.mechanism.PerShape`) at the vector's n and m."""
+    depends on the lengths (:class:`~refattn.mechanism.PerShape`) at the vector's n and m, one that sizes a draw
+    (:class:`~refattn.mechanism.WhenDrawn`) as the value the vector's draws were made with."""
     skip = {"causal", "rng", "return_weights", "return_draws", *mech.draws}
     n, m = arrays["q"].shape[-2], arrays["k"].shape[-2]
-    return {p.name: _encode(p.default(n, m) if isinstance(p.default, PerShape) else p.default, f"option.{p.name}",
-                            arrays)
+
+    def value(default):
+        return default(n, m) if isinstance(default, PerShape) else \
+            default.value if isinstance(default, WhenDrawn) else default
+
+    def data(default) -> bool:                                     # a function (a feature map) is code, not data:
+        return isinstance(default, PerShape) or not callable(default)   # a replay calls apply with its own
+
+    return {p.name: _encode(value(p.default), f"option.{p.name}", arrays)
             for p in inspect.signature(mech.apply.__wrapped__).parameters.values()
-            if p.kind is p.KEYWORD_ONLY and p.name not in skip and p.default is not p.empty}
+            if p.kind is p.KEYWORD_ONLY and p.name not in skip and p.default is not p.empty and data(p.default)}
