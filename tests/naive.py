@@ -1581,14 +1581,14 @@ def naive_query_position(i, n, m, causal):
     return i + (m - n if causal == "bottom-right" else 0)
 
 
-def naive_alibi(q, k, v, causal, slope=0.5, form="causal", scale=None):
-    """Press et al. (2022), §3: s_ij = q_i·k_j·scale − slope·(p_i − j), or − slope·|p_i − j| (symmetric)."""
+def naive_alibi(q, k, v, causal, slopes=0.5, form="causal", scale=None):
+    """Press et al. (2022), §3: s_ij = q_i·k_j·scale − m·(p_i − j), or − m·|p_i − j| (symmetric); one head, m = slopes."""
     n, m = len(q), len(k)
     bias = np.zeros((n, m))
     for i in range(n):
         for j in range(m):
             distance = naive_query_position(i, n, m, causal) - j
-            bias[i, j] = -slope * (abs(distance) if form == "symmetric" else distance)
+            bias[i, j] = -slopes * (abs(distance) if form == "symmetric" else distance)
     allowed = None if causal is False else naive_causal_allowed(n, m, "top-left" if causal is True else causal)
     return naive_sdpa(q, k, v, allowed, bias, scale)[0]
 
@@ -2667,7 +2667,7 @@ NAIVE: dict[str, NaiveCase] = {
         _capsules(num_heads=3, num_capsules=2, routing="em", iterations=5, mask=True),
         _capsules(num_heads=1, num_capsules=2, iterations=1, mask=True)), value_width_d=True),
     "alibi": NaiveCase(naive_alibi, (
-        DEFAULTS, fixed(form="symmetric"), fixed(slope=2.0, scale=0.6), fixed(slope=0.3, form="symmetric"))),
+        DEFAULTS, fixed(form="symmetric"), fixed(slopes=2.0, scale=0.6), fixed(slopes=0.3, form="symmetric"))),
     "rope": NaiveCase(naive_rope, (
         DEFAULTS, fixed(pairing="half"), fixed(rotary_dim=2, base=100.0), fixed(pairing="half", base=10.0, scaling=2.5),
         fixed(scaling=0.5, base=3.0, scale=0.7))),
