@@ -419,16 +419,16 @@ def lsh_bucket(x, rotation):
     return best
 
 
-def lsh_rounds(q, causal, rotations, chunk_length=None, attend_across_buckets=False, wrap=False, n_buckets=None):
+def lsh_rounds(q, causal, rotations, chunk_length=None, attend_across_buckets=False, wrap=False, num_buckets=None):
     """Kitaev et al. §2, the pairs: keys k_j = q_j/‖q_j‖; per round the bucket h(k_j) (with factors f_1, f_2, …
-    of n_buckets, trax's hierarchical hash: h = h_1 + f_1·h_2 + …, h_i from the next f_i/2 columns), the
+    of num_buckets, trax's hierarchical hash: h = h_1 + f_1·h_2 + …, h_i from the next f_i/2 columns), the
     order by (bucket, position), chunks of c = ⌈2n/b⌉ tokens, and ``in_round(r, i, j)``: j in i's bucket (any
     bucket, across buckets), in i's chunk or the one before (before the first: the last, with wrap), j ≤ i if
     causal. Returns (unit keys, in_round, number of rounds)."""
     n, d = q.shape
     columns = rotations.shape[-1]
-    factors = ([2 * columns] if columns else []) if n_buckets is None else \
-        list(n_buckets) if isinstance(n_buckets, tuple) else ([n_buckets] if n_buckets > 1 else [])
+    factors = ([2 * columns] if columns else []) if num_buckets is None else \
+        list(num_buckets) if isinstance(num_buckets, tuple) else ([num_buckets] if num_buckets > 1 else [])
     rounds, b = len(rotations), math.prod(factors)
     c = chunk_length if chunk_length is not None else max(1, math.ceil(2 * n / b))
     unit = []
@@ -462,12 +462,12 @@ def lsh_union(n, in_round, rounds, i):
 
 
 def reformer_lsh(q, k, v, causal, rotations, chunk_length=None, attend_across_buckets=False,
-                 allow_duplicate_attention=False, wrap=False, scale=None, n_buckets=None):
+                 allow_duplicate_attention=False, wrap=False, scale=None, num_buckets=None):
     """Kitaev et al. §2 token by token over the pairs of ``lsh_rounds``: per round a softmax of s_ij − log N_ij
     (N_ij: the rounds holding the pair; not subtracted if duplicates are allowed) and its log-sum-exp z_r, the
     rounds weighted by exp(z_r − log Σ_r exp z_r) ("Multi-round LSH attention"). ``k`` is q (shared QK)."""
     n, d = q.shape
-    unit, in_round, rounds = lsh_rounds(q, causal, rotations, chunk_length, attend_across_buckets, wrap, n_buckets)
+    unit, in_round, rounds = lsh_rounds(q, causal, rotations, chunk_length, attend_across_buckets, wrap, num_buckets)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     out = np.zeros((n, v.shape[1]))
     for i in range(n):
@@ -2525,14 +2525,14 @@ NAIVE: dict[str, NaiveCase] = {
                                    lambda rng, n, m, d, causal: {"centroids": rng.standard_normal((2, d)),
                                                                  "balanced": True})),
     "reformer_lsh": NaiveCase(reformer_lsh, (
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2)), "n_buckets": 4},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((3, d, 1)), "n_buckets": 2, "chunk_length": 2},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2)), "n_buckets": 4, "chunk_length": 3,
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2)), "num_buckets": 4},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((3, d, 1)), "num_buckets": 2, "chunk_length": 2},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2)), "num_buckets": 4, "chunk_length": 3,
                                       "attend_across_buckets": True, "allow_duplicate_attention": True, "wrap": True},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 1)), "n_buckets": 2, "wrap": True,
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 1)), "num_buckets": 2, "wrap": True,
                                       "scale": 1.0},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 0)), "n_buckets": 1},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 3)), "n_buckets": (2, 4)}),
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 0)), "num_buckets": 1},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 3)), "num_buckets": (2, 4)}),
         lengths=(1, 12)),
     "linear_elu": NaiveCase(linear_elu, (DEFAULTS,)),
     "performer_positive": NaiveCase(performer("positive"), (lambda rng, n, m, d, causal:
