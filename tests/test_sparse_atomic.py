@@ -188,7 +188,7 @@ HUGE = 10**30
     (lambda: sparse.bigbird_block_layout(HUGE, rng=0), "num_blocks"), (lambda: sparse.bp_tree_spans(HUGE), "n"),
     (lambda: sparse.image_transformer_pattern(8, 8, query_block=(HUGE, 2)), r"query_block\[0\]"),
     (lambda: sparse.sparse_transformer_pattern(8, HUGE), "stride"), (lambda: sparse.draw_gumbel(0, HUGE), "num_blocks"),
-    (lambda: sparse.draw_lsh_rotations(0, 4, 2, HUGE), "n_rounds"), (lambda: sparse.draw_centroids(0, 2, HUGE), "d"),
+    (lambda: sparse.draw_lsh_rotations(0, 4, 2, HUGE), "num_rounds"), (lambda: sparse.draw_centroids(0, 2, HUGE), "d"),
 ])
 def test_builders_refuse_a_size_beyond_int64_by_name(build, name):
     """One shared check (refattn.common.check_size): NumPy's "Maximum allowed size exceeded" or an OverflowError
