@@ -45,7 +45,7 @@ from ..common.checks import (
 from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..common.products import weighted_values
-from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..draws import given_or_drawn, note_allowed
 from ..mechanism import Mechanism
 from .attention import METHODS, attend_pattern, check_weights_fit
 from .pattern import SparsePattern, query_positions
@@ -509,7 +509,7 @@ def sinkhorn_attention(
     batch = check_qkv(q, k, v)
     b = _check_layout(q, k, block_size, sortcut, causal, "sinkhorn")
     N = k.shape[-2] // b
-    rng = optional_rng(rng)                                        # one stream: the sorting network, then ε
+    # The sorting network first, then ε, each from rng as given: a Generator is one stream, a seed seeds each draw.
     sort_net = given_or_drawn("sinkhorn", "sort_net", sort_net, rng, lambda g: init_sort_net(g, k.shape[-1], N),
                               what="its sorting network")
     gumbel = given_or_drawn("sinkhorn", "gumbel", gumbel, rng, lambda g: draw_gumbel(g, N), what="its Gumbel noise")
