@@ -430,8 +430,8 @@ def sinkhorn_attention(
     block_size : int, optional
         b, a divisor of m; default :func:`default_block_size` (the smallest divisor with b² ≥ m).
     rng : numpy.random.Generator or int, optional
-        Source of the draws not given (``sort_net`` first, then ``gumbel``); needed exactly when
-        one of them is missing.
+        Source of the draws not given (``sort_net`` first, then ``gumbel``); needed when one of them
+        is missing, unused otherwise. A Generator is one stream for both; a seed seeds each draw.
     sort_net : SortNetParams, optional
         The sorting network (:func:`init_sort_net`, at least N = m / b output columns).
     gumbel : array_like, optional
