@@ -114,7 +114,7 @@ def test_apply_signatures_list_the_makers_options_with_their_defaults():
     def options(ident):
         return {name: p.default for name, p in inspect.signature(registry.get(ident).apply).parameters.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY
-                and name not in ("causal", "rng", "return_weights", "method")}
+                and name not in ("causal", "rng", "return_weights", "return_draws", "method")}
 
     assert options("band") == {"w": 2}
     assert options("axial") == {"width": None}
@@ -206,7 +206,7 @@ def test_every_short_length_gives_a_result_or_the_same_named_error_in_both_metho
     ("etc", 1, {}, ValueError, "n must be >= num_global, got n=1"),
     ("etc", 4, {"num_global": -1}, ValueError, "num_global must be a non-negative int, got -1"),
     ("star_transformer", 4, {"ring": 1}, TypeError, "ring must be True or False, got 1"),
-    ("band", 5, {"w": -1}, ValueError, "w must be a non-negative int, got -1"),
+    ("band", 5, {"w": -1}, ValueError, "window must be a non-negative int, got -1"),   # band_pattern's name
     ("dilated", 5, {"dilation": 0}, ValueError, "dilation must be a positive int, got 0"),
     ("strided", 5, {"stride": 0}, ValueError, "stride must be a positive int, got 0"),
     ("block_local", 5, {"block": 0}, ValueError, "block must be a positive int, got 0"),
