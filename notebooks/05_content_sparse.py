@@ -141,7 +141,7 @@ from refattn.sparse.reformer_lsh import draw_lsh_rotations, lsh_buckets, lsh_chu
 
 x, _, v = structured(32, d=8, directions=4, spread=0.3, seed=6)
 reformer = registry.get("reformer_lsh")
-rotations = draw_lsh_rotations(rng, 8, 4, n_rounds=4)               # 4 rounds of b = 4 buckets
+rotations = draw_lsh_rotations(rng, 8, 4, num_rounds=4)               # 4 rounds of b = 4 buckets
 buckets = lsh_buckets(x, rotations)                                 # (rounds, n)
 order, chunk = lsh_chunks(buckets[0], 8)
 print("round 0, buckets in sorted order:", buckets[0][order])
@@ -168,7 +168,7 @@ fig
 # > exactly shared-QK softmax attention with the self-exclusion, the limit the module's tests hold.
 
 # %%
-one = reformer.apply(x, x, v, n_buckets=1, n_rounds=1, chunk_length=32, rng=0, return_weights=True)
+one = reformer.apply(x, x, v, num_buckets=1, num_rounds=1, chunk_length=32, rng=0, return_weights=True)
 np.testing.assert_allclose(one.weights, A_shared, rtol=1e-12, atol=1e-12)
 
 # %% [markdown]
@@ -185,7 +185,7 @@ trials = 4000
 fig = viz.figure((6.5, 3.6))
 ax = fig.add_subplot()
 for b, color in zip((2, 4, 8), ("#4e79a7", "#f28e2b", "#59a14f"), strict=True):
-    R = draw_lsh_rotations(rng, 8, b, n_rounds=trials)
+    R = draw_lsh_rotations(rng, 8, b, num_rounds=trials)
     frequency = []
     for theta in angles:
         pair = np.stack([np.eye(8)[0], np.cos(theta) * np.eye(8)[0] + np.sin(theta) * np.eye(8)[1]])

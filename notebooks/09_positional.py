@@ -484,7 +484,7 @@ curves = {
     "Shaw (k = 8)": q1 @ init_relative_embeddings(rng, 8, d, d).keys[relative_index(1, far, 8, offset=far - 1)[0]].T
     / np.sqrt(d),
     "T5 (causal)": t5_bias(t5_head, 1, far, causal="bottom-right")[0],
-    "ALiBi (m = 1/16)": alibi_bias(1, far, slopes=[1 / 16], alignment="bottom-right")[0, 0],
+    "ALiBi (m = 1/16)": alibi_bias(1, far, slopes=[1 / 16], causal="bottom-right")[0, 0],
     "KERPLE log (1, 0.5)": kerple_bias(KerpleParams(1.0, 0.5), 1, far, causal="bottom-right")[0],
     "RoPE": (Rq_far @ rotate(keys_far, np.arange(far)).T)[0] / np.sqrt(d),
     "RoPE, scaling 4": (rotate(q1[None, :], [far - 1.0], scaling=4.0) @ rotate(keys_far, np.arange(far),

@@ -419,16 +419,16 @@ def lsh_bucket(x, rotation):
     return best
 
 
-def lsh_rounds(q, causal, rotations, chunk_length=None, attend_across_buckets=False, wrap=False, n_buckets=None):
+def lsh_rounds(q, causal, rotations, chunk_length=None, attend_across_buckets=False, wrap=False, num_buckets=None):
     """Kitaev et al. §2, the pairs: keys k_j = q_j/‖q_j‖; per round the bucket h(k_j) (with factors f_1, f_2, …
-    of n_buckets, trax's hierarchical hash: h = h_1 + f_1·h_2 + …, h_i from the next f_i/2 columns), the
+    of num_buckets, trax's hierarchical hash: h = h_1 + f_1·h_2 + …, h_i from the next f_i/2 columns), the
     order by (bucket, position), chunks of c = ⌈2n/b⌉ tokens, and ``in_round(r, i, j)``: j in i's bucket (any
     bucket, across buckets), in i's chunk or the one before (before the first: the last, with wrap), j ≤ i if
     causal. Returns (unit keys, in_round, number of rounds)."""
     n, d = q.shape
     columns = rotations.shape[-1]
-    factors = ([2 * columns] if columns else []) if n_buckets is None else \
-        list(n_buckets) if isinstance(n_buckets, tuple) else ([n_buckets] if n_buckets > 1 else [])
+    factors = ([2 * columns] if columns else []) if num_buckets is None else \
+        list(num_buckets) if isinstance(num_buckets, tuple) else ([num_buckets] if num_buckets > 1 else [])
     rounds, b = len(rotations), math.prod(factors)
     c = chunk_length if chunk_length is not None else max(1, math.ceil(2 * n / b))
     unit = []
@@ -462,12 +462,12 @@ def lsh_union(n, in_round, rounds, i):
 
 
 def reformer_lsh(q, k, v, causal, rotations, chunk_length=None, attend_across_buckets=False,
-                 allow_duplicate_attention=False, wrap=False, scale=None, n_buckets=None):
+                 allow_duplicate_attention=False, wrap=False, scale=None, num_buckets=None):
     """Kitaev et al. §2 token by token over the pairs of ``lsh_rounds``: per round a softmax of s_ij − log N_ij
     (N_ij: the rounds holding the pair; not subtracted if duplicates are allowed) and its log-sum-exp z_r, the
     rounds weighted by exp(z_r − log Σ_r exp z_r) ("Multi-round LSH attention"). ``k`` is q (shared QK)."""
     n, d = q.shape
-    unit, in_round, rounds = lsh_rounds(q, causal, rotations, chunk_length, attend_across_buckets, wrap, n_buckets)
+    unit, in_round, rounds = lsh_rounds(q, causal, rotations, chunk_length, attend_across_buckets, wrap, num_buckets)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     out = np.zeros((n, v.shape[1]))
     for i in range(n):
@@ -1583,14 +1583,14 @@ def naive_query_position(i, n, m, causal):
     return i + (m - n if causal == "bottom-right" else 0)
 
 
-def naive_alibi(q, k, v, causal, slope=0.5, form="causal", scale=None):
-    """Press et al. (2022), §3: s_ij = q_i·k_j·scale − slope·(p_i − j), or − slope·|p_i − j| (symmetric)."""
+def naive_alibi(q, k, v, causal, slopes=0.5, form="causal", scale=None):
+    """Press et al. (2022), §3: s_ij = q_i·k_j·scale − m·(p_i − j), or − m·|p_i − j| (symmetric); one head, m = slopes."""
     n, m = len(q), len(k)
     bias = np.zeros((n, m))
     for i in range(n):
         for j in range(m):
             distance = naive_query_position(i, n, m, causal) - j
-            bias[i, j] = -slope * (abs(distance) if form == "symmetric" else distance)
+            bias[i, j] = -slopes * (abs(distance) if form == "symmetric" else distance)
     allowed = None if causal is False else naive_causal_allowed(n, m, "top-left" if causal is True else causal)
     return naive_sdpa(q, k, v, allowed, bias, scale)[0]
 
@@ -2531,14 +2531,14 @@ NAIVE: dict[str, NaiveCase] = {
                                    lambda rng, n, m, d, causal: {"centroids": rng.standard_normal((2, d)),
                                                                  "balanced": True})),
     "reformer_lsh": NaiveCase(reformer_lsh, (
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2)), "n_buckets": 4},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((3, d, 1)), "n_buckets": 2, "chunk_length": 2},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2)), "n_buckets": 4, "chunk_length": 3,
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2)), "num_buckets": 4},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((3, d, 1)), "num_buckets": 2, "chunk_length": 2},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 2)), "num_buckets": 4, "chunk_length": 3,
                                       "attend_across_buckets": True, "allow_duplicate_attention": True, "wrap": True},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 1)), "n_buckets": 2, "wrap": True,
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 1)), "num_buckets": 2, "wrap": True,
                                       "scale": 1.0},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 0)), "n_buckets": 1},
-        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 3)), "n_buckets": (2, 4)}),
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 0)), "num_buckets": 1},
+        lambda rng, n, m, d, causal: {"rotations": rng.standard_normal((2, d, 3)), "num_buckets": (2, 4)}),
         lengths=(1, 12)),
     "linear_elu": NaiveCase(linear_elu, (DEFAULTS,)),
     "performer_positive": NaiveCase(performer("positive"), (lambda rng, n, m, d, causal:
@@ -2673,7 +2673,7 @@ NAIVE: dict[str, NaiveCase] = {
         _capsules(num_heads=3, num_capsules=2, routing="em", iterations=5, mask=True),
         _capsules(num_heads=1, num_capsules=2, iterations=1, mask=True)), value_width_d=True),
     "alibi": NaiveCase(naive_alibi, (
-        DEFAULTS, fixed(form="symmetric"), fixed(slope=2.0, scale=0.6), fixed(slope=0.3, form="symmetric"))),
+        DEFAULTS, fixed(form="symmetric"), fixed(slopes=2.0, scale=0.6), fixed(slopes=0.3, form="symmetric"))),
     "rope": NaiveCase(naive_rope, (
         DEFAULTS, fixed(pairing="half"), fixed(rotary_dim=2, base=100.0), fixed(pairing="half", base=10.0, scaling=2.5),
         fixed(scaling=0.5, base=3.0, scale=0.7))),

@@ -58,7 +58,7 @@ def test_alibi_equals_sdpa_with_the_bias_as_an_explicit_float_mask(rng, form, ca
     np.testing.assert_allclose(out, expected, **TIGHT)
     np.testing.assert_allclose(A, A_expected, **TIGHT)
     np.testing.assert_allclose(alibi_bias(n, m, slopes=OFFICIAL_SLOPES[12][:4] + [2.0, 1.0], form=form,
-                                          alignment="bottom-right" if shift else "top-left"), mask, **TIGHT)
+                                          causal="bottom-right" if shift else False), mask, **TIGHT)
 
 
 def test_default_slopes_are_the_papers_for_the_head_count(rng):
@@ -80,18 +80,31 @@ def test_the_official_codes_key_position_bias_gives_the_same_causal_weights(rng)
 def test_the_bias_over_i_and_j_for_one_head():
     np.testing.assert_array_equal(alibi_bias(3, 4, slopes=[0.5])[0],
                                   [[0.0, 0.5, 1.0, 1.5], [-0.5, 0.0, 0.5, 1.0], [-1.0, -0.5, 0.0, 0.5]])
-    np.testing.assert_array_equal(alibi_bias(2, 4, slopes=[0.25], form="symmetric", alignment="bottom-right")[0],
+    np.testing.assert_array_equal(alibi_bias(2, 4, slopes=[0.25], form="symmetric", causal="bottom-right")[0],
                                   [[-0.5, -0.25, 0.0, -0.25], [-0.75, -0.5, -0.25, 0.0]])
 
 
 @pytest.mark.parametrize("causal", [False, True, "bottom-right"])
-def test_slope_zero_is_softmax_attention_and_the_apply_is_one_head(rng, causal):
+def test_slope_zero_is_softmax_attention_and_a_scalar_slope_is_one_head(rng, causal):
     q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((6, 8)), rng.standard_normal((6, 3))
-    np.testing.assert_array_equal(APPLY(q, k, v, causal=causal, slope=0.0).output,
+    np.testing.assert_array_equal(APPLY(q, k, v, causal=causal, slopes=0.0).output,
                                   scaled_dot_product_attention(q, k, v, causal=causal))
-    np.testing.assert_allclose(APPLY(q, k, v, causal=causal, slope=0.25, form="symmetric").output,
-                               alibi_attention(q[None], k[None], v[None], slopes=[0.25], form="symmetric",
-                                               causal=causal)[0], **TIGHT)
+    heads = alibi_attention(q[None], k[None], v[None], slopes=[0.25], form="symmetric", causal=causal,
+                            return_weights=True)
+    one = alibi_attention(q, k, v, slopes=0.25, form="symmetric", causal=causal, return_weights=True)
+    np.testing.assert_allclose(one[0], heads[0][0], **TIGHT)
+    np.testing.assert_allclose(one[1], heads[1][0], **TIGHT)
+    np.testing.assert_array_equal(APPLY(q, k, v, causal=causal, slopes=0.25, form="symmetric").output, one[0])
+
+
+def test_the_old_names_slope_and_alignment_warn_and_give_the_same_result(rng):
+    q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((6, 8)), rng.standard_normal((6, 3))
+    with pytest.warns(DeprecationWarning, match=r"slope= is renamed slopes="):
+        old = APPLY(q, k, v, causal="bottom-right", slope=0.25).output
+    np.testing.assert_array_equal(old, APPLY(q, k, v, causal="bottom-right", slopes=0.25).output)
+    with pytest.warns(DeprecationWarning, match=r"alignment= is renamed causal="):
+        old = alibi_bias(2, 4, slopes=[0.25], alignment="bottom-right")
+    np.testing.assert_array_equal(old, alibi_bias(2, 4, slopes=[0.25], causal="bottom-right"))
 
 
 def test_extrapolation_far_keys_fade_with_the_slope(rng):
@@ -111,9 +124,12 @@ def test_extrapolation_far_keys_fade_with_the_slope(rng):
      r"slopes has 1 entries but q has 2 heads \(shape \(2, 3, 4\)"),
     (lambda: alibi_attention(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4))),
      "q must have at least 3 dimensions"),
-    (lambda: APPLY(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4)), slope=np.inf),
-     "slope must be a finite number >= 0"),
-    (lambda: APPLY(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4)), slope="1"), "slope must be a real number"),
+    (lambda: APPLY(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4)), slopes=np.inf),
+     "slopes must be a finite number >= 0"),
+    (lambda: APPLY(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4)), slopes="1"), "slopes must be a real number"),
+    (lambda: alibi_attention(np.ones(4), np.ones((3, 4)), np.ones((3, 4)), slopes=0.5),
+     "q must have at least 2 dimensions"),
+    (lambda: alibi_bias(3, slopes=[0.5], causal="top-right"), "causal must be one of"),
 ])
 def test_bad_input_is_refused_naming_the_argument(call, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -106,3 +106,10 @@ def test_the_paper_s_constraints_are_enforced(rng):
     with pytest.raises(ValueError, match=r"params heads \(3,\)"):
         APPLY(rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 4)),
               params=KerpleParams(np.ones(3), np.ones(3)))
+
+
+def test_a_missing_rng_gets_the_one_message_from_the_function_and_the_record(rng):
+    q = rng.standard_normal((5, 4))
+    for call in (kerple_attention, APPLY):
+        with pytest.raises(ValueError, match=r"^kerple draws r1 and r2 from rng: pass rng= \(or params=\)$"):
+            call(q, q, q)

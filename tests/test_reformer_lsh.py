@@ -46,12 +46,12 @@ def _shared_qk_attention(qk, v, causal, allowed=None, bias=None):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize(("n_rounds", "duplicates"), [(1, False), (3, False), (3, True)])
-def test_one_bucket_one_chunk_is_shared_qk_full_attention_without_self(rng, causal, method, n_rounds, duplicates):
+@pytest.mark.parametrize(("num_rounds", "duplicates"), [(1, False), (3, False), (3, True)])
+def test_one_bucket_one_chunk_is_shared_qk_full_attention_without_self(rng, causal, method, num_rounds, duplicates):
     """b = 1 and c ≥ n: every round pairs every token with every other; with the count each pair weighs once,
-    without it every pair weighs n_rounds times, which cancels in the softmax."""
+    without it every pair weighs num_rounds times, which cancels in the softmax."""
     qk, v = rng.standard_normal((2, 3, 9, 4))
-    out, A, allowed = reformer_lsh_attention(qk, v, n_buckets=1, n_rounds=n_rounds, causal=causal, rng=0,
+    out, A, allowed = reformer_lsh_attention(qk, v, num_buckets=1, num_rounds=num_rounds, causal=causal, rng=0,
                                              method=method, allow_duplicate_attention=duplicates,
                                              return_weights=True)
     expected, expected_A = _shared_qk_attention(qk, v, causal)
@@ -64,7 +64,7 @@ def test_the_default_chunk_of_one_bucket_covers_the_sequence(rng):
     """The paper's c = 2n/b is 2n for one bucket: one chunk, whatever n."""
     for n in (1, 2, 5):
         qk, v = rng.standard_normal((2, n, 3))
-        out = reformer_lsh_attention(qk, v, n_buckets=1, n_rounds=1, rng=1)
+        out = reformer_lsh_attention(qk, v, num_buckets=1, num_rounds=1, rng=1)
         np.testing.assert_allclose(out, _shared_qk_attention(qk, v, False)[0] if n > 1 else v, **TIGHT)
 
 
@@ -75,7 +75,7 @@ def test_the_default_chunk_of_one_bucket_covers_the_sequence(rng):
 def test_counted_rounds_are_softmax_over_the_union_of_their_pairs(rng, causal, method):
     """With log N_ij subtracted, the LSE merge of the rounds is exactly attention over U_i, each pair once."""
     qk, v = rng.standard_normal((2, 2, 16, 4))
-    out, A, allowed = reformer_lsh_attention(qk, v, n_buckets=4, n_rounds=3, chunk_length=4, causal=causal,
+    out, A, allowed = reformer_lsh_attention(qk, v, num_buckets=4, num_rounds=3, chunk_length=4, causal=causal,
                                              rng=5, method=method, return_weights=True)
     assert allowed.sum() < allowed.size * 0.8                      # a proper subset of the pairs
     expected, expected_A = _shared_qk_attention(qk, v, causal, allowed=allowed)
@@ -88,7 +88,7 @@ def test_allowed_duplicates_weigh_a_pair_by_the_rounds_that_hold_it(rng, causal)
     """Without the count, a pair computed in N_ij rounds weighs N_ij e^{s_ij}: softmax with a bias log N_ij.
     Across buckets nobody but the causal first token is alone, so N is the sum of the one-round pair sets."""
     qk, v = rng.standard_normal((2, 12, 4))
-    rotations = draw_lsh_rotations(2, 4, 4, n_rounds=3)
+    rotations = draw_lsh_rotations(2, 4, 4, num_rounds=3)
     options = {"chunk_length": 3, "causal": causal, "attend_across_buckets": True}
     out, A, allowed = reformer_lsh_attention(qk, v, rotations=rotations, allow_duplicate_attention=True,
                                              return_weights=True, **options)
@@ -114,29 +114,29 @@ def test_allowed_is_the_union_of_the_paper_pair_sets(rng):
                 np.testing.assert_array_equal(allowed, expected, err_msg=f"{options} causal={causal} {method}")
 
 
-@pytest.mark.parametrize("options", [{}, {"wrap": True, "chunk_length": 3}, {"n_buckets": 2, "chunk_length": 5},
+@pytest.mark.parametrize("options", [{}, {"wrap": True, "chunk_length": 3}, {"num_buckets": 2, "chunk_length": 5},
                                      {"attend_across_buckets": True, "allow_duplicate_attention": True}])
 def test_csr_path_equals_the_naive_loops(rng, options):
     """The chunk windows listed as pairs for the CSR kernel, against the token-by-token sets; n = 13 leaves a short
     last chunk."""
     qk, v = rng.standard_normal((2, 13, 4))
-    rotations = rng.standard_normal((3, 4, options.pop("n_buckets", 4) // 2))
+    rotations = rng.standard_normal((3, 4, options.pop("num_buckets", 4) // 2))
     for causal in (False, True):
         out = reformer_lsh_attention(qk, v, rotations=rotations, causal=causal, method="csr", **options)
         np.testing.assert_allclose(out, reformer_lsh(qk, qk, v, causal, rotations, **options), **TIGHT)
 
 
 @pytest.mark.parametrize("options", [
-    {"n_buckets": 4, "n_rounds": 2},
-    {"n_buckets": 8, "n_rounds": 3, "chunk_length": 3, "wrap": True},
-    {"n_buckets": 2, "n_rounds": 1, "chunk_length": 64},                     # one chunk, wrap ignored
-    {"n_buckets": 6, "n_rounds": 2, "chunk_length": 5, "wrap": True, "attend_across_buckets": True},
+    {"num_buckets": 4, "num_rounds": 2},
+    {"num_buckets": 8, "num_rounds": 3, "chunk_length": 3, "wrap": True},
+    {"num_buckets": 2, "num_rounds": 1, "chunk_length": 64},                     # one chunk, wrap ignored
+    {"num_buckets": 6, "num_rounds": 2, "chunk_length": 5, "wrap": True, "attend_across_buckets": True},
 ])
 def test_methods_agree_with_batch_dims_and_rotations_per_head(rng, options):
     qk = rng.standard_normal((2, 3, 17, 4))
     v = rng.standard_normal((3, 17, 2))                            # broadcast over the first batch dim
-    per_head = rng.standard_normal((3, options["n_rounds"], 4, options["n_buckets"] // 2))
-    settings = {k: x for k, x in options.items() if k not in ("n_buckets", "n_rounds")}
+    per_head = rng.standard_normal((3, options["num_rounds"], 4, options["num_buckets"] // 2))
+    settings = {k: x for k, x in options.items() if k not in ("num_buckets", "num_rounds")}
     for causal in (False, True):
         results = [reformer_lsh_attention(qk, v, rotations=per_head, causal=causal, method=method,
                                           return_weights=True, **settings) for method in METHODS]
@@ -200,8 +200,40 @@ def test_buckets_are_the_argmax_of_the_signed_projections():
     np.testing.assert_array_equal(lsh_buckets(5 * x, np.eye(2)[None]), [[0, 3, 1, 2]])    # scale-invariant
     # factors (2, 2): h = h_1 + 2 h_2 with h_1 the sign bucket of x_0, h_2 that of x_1 (1 where negative)
     np.testing.assert_array_equal(lsh_buckets(x, np.eye(2)[None], (2, 2)), [[2, 3, 0, 1]])
-    with pytest.raises(ValueError, match=r"n_buckets=\(2, 4\) needs rotations with 3 columns"):
+    with pytest.raises(ValueError, match=r"num_buckets=\(2, 4\) needs rotations with 3 columns"):
         lsh_buckets(x, np.eye(2)[None], (2, 4))
+
+
+def test_given_rotations_leave_rng_unused_and_the_old_names_warn(rng):
+    qk, v = rng.standard_normal((2, 9, 4))
+    rotations = draw_lsh_rotations(3, 4, 4, num_rounds=2)
+    np.testing.assert_array_equal(reformer_lsh_attention(qk, v, rotations=rotations, rng=0),
+                                  reformer_lsh_attention(qk, v, rotations=rotations))
+    new = reformer_lsh_attention(qk, v, num_buckets=4, num_rounds=2, rng=3)
+    with pytest.warns(DeprecationWarning, match=r"n_buckets= is renamed num_buckets="):
+        np.testing.assert_array_equal(reformer_lsh_attention(qk, v, n_buckets=4, num_rounds=2, rng=3), new)
+    with pytest.warns(DeprecationWarning, match=r"n_rounds= is renamed num_rounds="):
+        np.testing.assert_array_equal(registry.get("reformer_lsh").apply(qk, qk, v, num_buckets=4, n_rounds=2,
+                                                                         rng=3).output, new)
+    with pytest.warns(DeprecationWarning, match=r"n_(buckets|rounds)= is renamed num_(buckets|rounds)="):
+        np.testing.assert_array_equal(draw_lsh_rotations(3, 4, n_buckets=4, n_rounds=2), rotations)
+    with pytest.warns(DeprecationWarning, match=r"n_buckets= is renamed num_buckets="):
+        np.testing.assert_array_equal(lsh_buckets(qk, rotations, n_buckets=4), lsh_buckets(qk, rotations, 4))
+    with pytest.warns(DeprecationWarning, match=r"n_buckets= is renamed num_buckets="):
+        np.testing.assert_array_equal(lsh_collision_probability([0.5, 1.0], n_buckets=4),
+                                      lsh_collision_probability([0.5, 1.0], 4))
+
+
+def test_the_function_returns_the_pairs_or_leaves_them_to_the_record(rng):
+    qk, v = rng.standard_normal((2, 9, 4))
+    out, A, allowed = reformer_lsh_attention(qk, v, num_buckets=4, rng=3, return_weights=True)
+    pair = reformer_lsh_attention(qk, v, num_buckets=4, rng=3, return_weights=True, return_allowed=False)
+    np.testing.assert_array_equal(pair[0], out)
+    np.testing.assert_array_equal(pair[1], A)
+    assert len(pair) == 2
+    result = registry.get("reformer_lsh").apply(qk, qk, v, num_buckets=4, rng=3, return_weights=True)
+    np.testing.assert_array_equal(result.allowed, allowed)
+    assert not allowed.all()
 
 
 def test_chunks_of_the_order_by_bucket_then_position():
@@ -219,20 +251,20 @@ def test_default_buckets_follow_trax_for_chunks_of_128():
         result = mech.apply(qk, qk, qk, rng=0, return_draws=True)
         assert result.draws["rotations"].shape == (2, 4, columns), n
         if n == 8320:                                              # factored: not the flat hash of 24 buckets
-            flat = mech.apply(qk, qk, qk, n_buckets=24, **result.draws)
+            flat = mech.apply(qk, qk, qk, num_buckets=24, **result.draws)
             assert not np.allclose(flat.output, result.output, rtol=1e-12, atol=1e-12)
-            factored = mech.apply(qk, qk, qk, n_buckets=(16, 8), **result.draws)
+            factored = mech.apply(qk, qk, qk, num_buckets=(16, 8), **result.draws)
             np.testing.assert_array_equal(factored.output, result.output)
         else:
             np.testing.assert_array_equal(reformer_lsh_attention(qk, qk, rng=0), result.output)
     qk = np.random.default_rng(1).standard_normal((300, 4))
     rotations = np.random.default_rng(2).standard_normal((2, 4, 3))
     np.testing.assert_array_equal(mech.apply(qk, qk, qk, rotations=rotations).output,
-                                  mech.apply(qk, qk, qk, rotations=rotations, n_buckets=6).output)
+                                  mech.apply(qk, qk, qk, rotations=rotations, num_buckets=6).output)
 
 
 def test_default_chunk_is_twice_the_average_bucket(rng):
-    """c = ⌈2n/b⌉ (the paper's m = 2l/n_buckets): n = 10, b = 4 gives chunks of 5."""
+    """c = ⌈2n/b⌉ (the paper's m = 2l/num_buckets): n = 10, b = 4 gives chunks of 5."""
     qk, v = rng.standard_normal((2, 10, 4))
     rotations = rng.standard_normal((2, 4, 2))
     np.testing.assert_array_equal(reformer_lsh_attention(qk, v, rotations=rotations),
@@ -255,8 +287,8 @@ def test_collision_probability_closed_forms_and_limits():
     assert np.all(lsh_collision_probability(theta[1:-1], 8) < lsh_collision_probability(theta[1:-1], 6))
 
 
-@pytest.mark.parametrize(("n_buckets", "d"), [(2, 3), (4, 16), (6, 5), (8, 8), (16, 3), ((4, 6), 4)])
-def test_collision_frequency_matches_the_probability(n_buckets, d):
+@pytest.mark.parametrize(("num_buckets", "d"), [(2, 3), (4, 16), (6, 5), (8, 8), (16, 3), ((4, 6), 4)])
+def test_collision_frequency_matches_the_probability(num_buckets, d):
     """100 000 independent rotations hash two unit vectors at each angle; the number of collisions must fall in
     the two-sided binomial interval of false-alarm rate 1e-6 around the formula's probability (18 checks: at
     most 1.8e-5 overall; the seed is fixed, so the outcome is too). Width ≈ 0.016 at p = 1/2. Factors (4, 6)
@@ -267,11 +299,11 @@ def test_collision_frequency_matches_the_probability(n_buckets, d):
         x, y = np.zeros(d), np.zeros(d)
         x[0], y[0], y[1] = 1.0, math.cos(theta), math.sin(theta)
         rotation = np.linalg.qr(rng.standard_normal((d, d)))[0]    # any orientation: the law is rotation-invariant
-        buckets = lsh_buckets(np.stack([x, y]) @ rotation, draw_lsh_rotations(rng, d, n_buckets, draws), n_buckets)
+        buckets = lsh_buckets(np.stack([x, y]) @ rotation, draw_lsh_rotations(rng, d, num_buckets, draws), num_buckets)
         collisions = int(np.sum(buckets[:, 0] == buckets[:, 1]))
-        p = float(lsh_collision_probability(theta, n_buckets))
+        p = float(lsh_collision_probability(theta, num_buckets))
         low, high = binom.interval(1 - 1e-6, draws, p)
-        assert low <= collisions <= high, f"b={n_buckets} θ={theta:.3f}: {collisions}/{draws}, expected p={p:.6f}"
+        assert low <= collisions <= high, f"b={num_buckets} θ={theta:.3f}: {collisions}/{draws}, expected p={p:.6f}"
 
 
 # --- non-finite input, memory, bad input ---------------------------------------------------------------------
@@ -292,7 +324,7 @@ def test_a_nan_token_reaches_only_the_rows_that_pair_with_it(rng):
 def test_a_zero_query_has_a_zero_key(rng):
     qk, v = rng.standard_normal((2, 6, 3))
     qk[2] = 0.0
-    out, A, _ = reformer_lsh_attention(qk, v, n_buckets=1, n_rounds=1, rng=0, return_weights=True)
+    out, A, _ = reformer_lsh_attention(qk, v, num_buckets=1, num_rounds=1, rng=0, return_weights=True)
     expected = scaled_dot_product_attention(qk, np.where(np.arange(6)[:, None] == 2, 0.0, _unit(
         np.where(np.arange(6)[:, None] == 2, 1.0, qk))), v, mask=~np.eye(6, dtype=bool))
     np.testing.assert_allclose(out, expected, **TIGHT)
@@ -302,7 +334,7 @@ def test_a_zero_query_has_a_zero_key(rng):
 def test_csr_path_holds_nothing_n_by_n(rng):
     """Under a 1 MiB budget the n × n equation path is refused before allocating, and "auto" streams."""
     qk, v = rng.standard_normal((2, 1024, 4))
-    rotations = draw_lsh_rotations(0, 4, 64, n_rounds=2)
+    rotations = draw_lsh_rotations(0, 4, 64, num_rounds=2)
     expected = reformer_lsh_attention(qk, v, rotations=rotations, method="equation")
     with temporary_memory_budget(2**20):
         with pytest.raises(MemoryBudgetError, match="GiB"):
@@ -311,15 +343,14 @@ def test_csr_path_holds_nothing_n_by_n(rng):
 
 
 @pytest.mark.parametrize(("options", "error", "match"), [
-    ({"rng": 0, "n_buckets": 3}, ValueError, "n_buckets must be even"),
-    ({"rng": 0, "n_buckets": 0}, ValueError, "n_buckets"),
-    ({"rng": 0, "n_rounds": 0}, ValueError, "n_rounds"),
+    ({"rng": 0, "num_buckets": 3}, ValueError, "num_buckets must be even"),
+    ({"rng": 0, "num_buckets": 0}, ValueError, "num_buckets"),
+    ({"rng": 0, "num_rounds": 0}, ValueError, "num_rounds"),
     ({"rng": 0, "chunk_length": 0}, ValueError, "chunk_length"),
-    ({}, ValueError, "exactly one of rng= .* and rotations="),
-    ({"rng": 0, "rotations": np.ones((1, 4, 2))}, ValueError, "exactly one"),
-    ({"rotations": np.ones((1, 3, 2))}, ValueError, r"rotations must have shape \(..., n_rounds, d=4, b/2\)"),
-    ({"rotations": np.ones((1, 4, 2)), "n_buckets": 8}, ValueError, "n_buckets=8 needs rotations with 4 columns"),
-    ({"rotations": np.ones((1, 4, 2)), "n_rounds": 2}, ValueError, "n_rounds=2 but rotations holds 1"),
+    ({}, ValueError, r"^reformer_lsh draws its hash rotations from rng: pass rng= \(or rotations=\)$"),
+    ({"rotations": np.ones((1, 3, 2))}, ValueError, r"rotations must have shape \(..., num_rounds, d=4, b/2\)"),
+    ({"rotations": np.ones((1, 4, 2)), "num_buckets": 8}, ValueError, "num_buckets=8 needs rotations with 4 columns"),
+    ({"rotations": np.ones((1, 4, 2)), "num_rounds": 2}, ValueError, "num_rounds=2 but rotations holds 1"),
     ({"rotations": np.full((1, 4, 2), np.nan)}, ValueError, "rotations must be finite"),
     ({"rotations": np.ones((1, 4, 2), dtype=int)}, TypeError, "rotations"),
     ({"rng": 0, "method": "dense"}, ValueError, "method"),

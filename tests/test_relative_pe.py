@@ -117,3 +117,14 @@ def test_bad_input(rng):
         RECORD.apply(q, k, v, embeddings="ones")
     with pytest.raises(ValueError, match="max_distance"):
         RECORD.apply(q, k, v, rng=0, max_distance=-1)
+    for call in (relative_attention, RECORD.apply):
+        with pytest.raises(ValueError, match=r"^relative_pe draws its tables from rng: pass rng= \(or embeddings=\)$"):
+            call(q, k, v)
+
+
+def test_the_function_draws_and_zeroes_its_tables_as_the_record_does(rng):
+    q, k, v = _qkv(rng)
+    drawn = RECORD.apply(q, k, v, rng=4, max_distance=2, return_draws=True)
+    np.testing.assert_array_equal(relative_attention(q, k, v, rng=4, max_distance=2), drawn.output)
+    np.testing.assert_array_equal(relative_attention(q, k, v, drawn.draws["embeddings"]), drawn.output)
+    np.testing.assert_allclose(relative_attention(q, k, v, "zero"), scaled_dot_product_attention(q, k, v), **TIGHT)

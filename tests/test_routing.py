@@ -228,9 +228,8 @@ def test_balanced_causal_routing_looks_at_the_future():
 # --- bad input ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("options", "error", "match"), [
-    ({}, ValueError, "exactly one of rng= .* and centroids="),
-    ({"rng": 0, "centroids": [E1, E2]}, ValueError, "exactly one of rng="),
-    ({"rng": 0}, ValueError, "needs num_clusters to draw the centroids"),
+    ({}, ValueError, r"^routing draws its centroids from rng: pass rng= \(or centroids=\)$"),
+    ({"num_clusters": 2}, ValueError, r"^routing draws its centroids from rng: pass rng= \(or centroids=\)$"),
     ({"rng": 0, "num_clusters": 0}, ValueError, "num_clusters must be a positive int, got 0"),
     ({"centroids": [E1, E2], "num_clusters": 3}, ValueError, r"num_clusters=3 but centroids has 2 rows \(shape"),
     ({"centroids": [[1.0, 0.0, 0.0]]}, ValueError, r"centroids has d=3 columns but q and k have d=2"),
@@ -255,6 +254,14 @@ def test_update_refuses_bad_decay_and_mismatched_widths():
         update_centroids([E1], [E1], [[1.0, 0.0, 0.0]])
     with pytest.raises(ValueError, match=r"centroids has d=2 columns but q and k have d=3"):
         update_centroids([E1], [[1.0, 0.0, 0.0]], [[1.0, 0.0, 0.0]])
+
+
+def test_given_centroids_leave_rng_unused_and_the_default_count_is_ceil_sqrt_m(rng):
+    q, k, v = rng.standard_normal((5, 2)), rng.standard_normal((4, 2)), rng.standard_normal((4, 1))
+    np.testing.assert_array_equal(routing_attention(q, k, v, rng=0, centroids=[E1, E2]),
+                                  routing_attention(q, k, v, centroids=[E1, E2]))
+    np.testing.assert_array_equal(routing_attention(q, k, v, rng=3),
+                                  routing_attention(q, k, v, centroids=draw_centroids(3, 2, 2)))   # ⌈√4⌉ = 2
 
 
 def test_the_registry_entry_draws_ceil_sqrt_m_centroids_and_returns_them():

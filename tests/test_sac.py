@@ -140,7 +140,7 @@ def test_bad_edges_are_named(rng, edges, error, match):
     ({"predictor": np.eye(3)}, TypeError, "predictor must be a SacPredictor"),
     ({"predictor": SacPredictor(np.eye(2))}, ValueError, r"predictor.w must be \(d, d\) for q and k of width d=3"),
     ({"rng": None}, ValueError, r"sac draws its predictor from rng: pass rng= \(or predictor=\)"),
-    ({"widht": 1}, TypeError, "sac has no option 'widht'; its options are: r, predictor"),
+    ({"widht": 1}, TypeError, "sac takes no option 'widht'; its options: r, predictor, method"),
 ])
 def test_apply_refusals_name_the_argument(rng, options, error, match):
     q, k, v = rng.standard_normal((3, 5, 3))

@@ -112,7 +112,7 @@ def test_refusals_name_the_argument():
     with pytest.raises(ValueError, match=r"scatterbrain draws Performer's projections ω from rng: pass rng= "
                                          r"\(or omega=\)"):
         scatterbrain_attention(q, k, v, rotations=rotations)
-    with pytest.raises(ValueError, match="_buckets=8 needs rotations with 4 columns"):   # lsh_buckets' message
+    with pytest.raises(ValueError, match="num_buckets=8 needs rotations with 4 columns"):   # lsh_buckets' message
         scatterbrain_attention(q, k, v, rotations=rotations, omega=omega, num_buckets=8)
     with pytest.raises(ValueError, match="omega"):
         scatterbrain_attention(q, k, v, rotations=rotations, omega=draw_omega(0, 3, 5))

@@ -232,7 +232,7 @@ def test_the_sort_net_uses_the_first_n_columns_of_a_wider_one(rng):
      "sort_net scores N_max=2 places but the keys make N=4 blocks"),
     ({"sort_net": init_sort_net(0, 5, 4), "block_size": 2}, ValueError, r"sort_net must map d=3 to h"),
     ({"sort_net": (1, 2)}, TypeError, "sort_net must be a SortNetParams"),
-    ({"widht": 2}, TypeError, "sinkhorn has no option 'widht'; its options are: block_size, iterations"),
+    ({"widht": 2}, TypeError, "sinkhorn takes no option 'widht'; its options: block_size, sort_net, gumbel, "),
 ])
 def test_refusals_name_the_argument(rng, options, error, match):
     q, k, v = rng.standard_normal((3, 8, 3))
@@ -240,15 +240,16 @@ def test_refusals_name_the_argument(rng, options, error, match):
         registry.get("sinkhorn").apply(q, k, v, rng=0, **options)
 
 
-def test_the_natural_function_takes_each_draw_from_exactly_one_source(rng):
+def test_the_natural_function_takes_each_draw_given_or_from_rng(rng):
     q, k, v = rng.standard_normal((3, 8, 3))
     net, eps = init_sort_net(0, 3, 2), np.zeros((2, 2))
-    with pytest.raises(ValueError, match="sinkhorn_attention draws sort_net and gumbel from rng"):
-        sinkhorn_attention(q, k, v, block_size=4)
-    with pytest.raises(ValueError, match="sinkhorn_attention draws gumbel from rng"):
-        sinkhorn_attention(q, k, v, block_size=4, sort_net=net)
-    with pytest.raises(ValueError, match="takes rng= only to draw sort_net or gumbel, and both are given"):
-        sinkhorn_attention(q, k, v, block_size=4, sort_net=net, gumbel=eps, rng=0)
+    for call in (sinkhorn_attention, registry.get("sinkhorn").apply):
+        with pytest.raises(ValueError, match=r"^sinkhorn draws its sorting network from rng: pass rng= \(or sort_net=\)$"):
+            call(q, k, v, block_size=4)
+        with pytest.raises(ValueError, match=r"^sinkhorn draws its Gumbel noise from rng: pass rng= \(or gumbel=\)$"):
+            call(q, k, v, block_size=4, sort_net=net)
+    np.testing.assert_array_equal(sinkhorn_attention(q, k, v, block_size=4, sort_net=net, gumbel=eps, rng=0),
+                                  sinkhorn_attention(q, k, v, block_size=4, sort_net=net, gumbel=eps))   # rng unused
     with pytest.raises(ValueError, match=r"self-attention over one sequence: q has n=6 queries but k has m=8"):
         sinkhorn_attention(q[:6], k, v, block_size=4, rng=0)
     drawn = sinkhorn_attention(q, k, v, block_size=4, sort_net=net, rng=7)      # gumbel from rng=7

@@ -9,6 +9,7 @@ from refattn.common import MemoryBudgetError
 from refattn.sparse.band import band_pattern
 from refattn.sparse.block_local import block_local_pattern
 from refattn.sparse.dilated import dilated_pattern
+from refattn.sparse.etc import etc_pattern
 from refattn.sparse.global_ import global_pattern
 from refattn.sparse.random import draw_random_keys, random_pattern
 from refattn.sparse.strided import strided_pattern
@@ -135,7 +136,7 @@ def test_random_draw_is_uniform_over_keys():
 
 
 @pytest.mark.parametrize(("call", "error", "match"), [
-    (lambda: band_pattern(4, -1), ValueError, "w must be a non-negative int"),
+    (lambda: band_pattern(4, -1), ValueError, "window must be a non-negative int"),
     (lambda: band_pattern(-1, 1), ValueError, "n must be a non-negative int, got -1"),
     (lambda: band_pattern(3, 1, m=2.0), ValueError, "m must be a non-negative int, got 2.0"),
     (lambda: dilated_pattern(4, 1, 0), ValueError, "dilation must be a positive int, got 0"),
@@ -188,7 +189,7 @@ HUGE = 10**30
     (lambda: sparse.bigbird_block_layout(HUGE, rng=0), "num_blocks"), (lambda: sparse.bp_tree_spans(HUGE), "n"),
     (lambda: sparse.image_transformer_pattern(8, 8, query_block=(HUGE, 2)), r"query_block\[0\]"),
     (lambda: sparse.sparse_transformer_pattern(8, HUGE), "stride"), (lambda: sparse.draw_gumbel(0, HUGE), "num_blocks"),
-    (lambda: sparse.draw_lsh_rotations(0, 4, 2, HUGE), "n_rounds"), (lambda: sparse.draw_centroids(0, 2, HUGE), "d"),
+    (lambda: sparse.draw_lsh_rotations(0, 4, 2, HUGE), "num_rounds"), (lambda: sparse.draw_centroids(0, 2, HUGE), "d"),
 ])
 def test_builders_refuse_a_size_beyond_int64_by_name(build, name):
     """One shared check (refattn.common.check_size): NumPy's "Maximum allowed size exceeded" or an OverflowError
@@ -216,3 +217,16 @@ def test_windows_that_mean_everything_are_clamped(causal):
     assert sparse.longformer_pattern(n, 2, dilation=HUGE) == band_pattern(n, 0)
     assert sparse.block_window_pattern(6, 2, look_backward=HUGE) == sparse.block_window_pattern(6, 2, look_backward=3)
     assert sparse.etc_pattern(1, 4, HUGE) == sparse.etc_pattern(1, 4, 4)
+
+
+@pytest.mark.parametrize(("build", "old", "new"), [
+    (lambda **o: band_pattern(9, **o), {"w": 2}, {"window": 2}),
+    (lambda **o: dilated_pattern(9, dilation=2, **o), {"w": 2}, {"window": 2}),
+    (lambda **o: etc_pattern(2, 7, **o), {"radius": 1}, {"window": 1}),
+])
+def test_the_old_window_names_warn_and_give_the_same_pattern(build, old, new):
+    (name,) = old
+    with pytest.warns(DeprecationWarning, match=rf"{name}= is renamed window="):
+        pattern = build(**old)
+    assert pattern == build(**new)
+    assert pattern != build(window=new["window"] + 1)

@@ -397,7 +397,7 @@ def test_bigbird_large_n_has_the_closed_form_nnz():
     (lambda: longformer_patterns(8, 2, [1, 0]), ValueError, r"dilations\[1\] must be a positive int, got 0"),
     (lambda: etc_pattern(2, -1, 1), ValueError, "num_long must be a non-negative int, got -1"),
     (lambda: etc_pattern(-1, 4, 1), ValueError, "num_global must be a non-negative int"),
-    (lambda: etc_pattern(2, 4, -1), ValueError, "radius must be a non-negative int"),
+    (lambda: etc_pattern(2, 4, -1), ValueError, "window must be a non-negative int"),
     (lambda: etc_pattern(2, 4, 1, hard_l2g=True), ValueError, "need segment_ids"),
     (lambda: etc_pattern(2, 4, 1, segment_ids=[0, 0, 1, 1]), ValueError, "segment_ids is only used with"),
     (lambda: etc_pattern(2, 4, 1, segment_ids=[0, 1], hard_g2l=True), ValueError, r"shape \(num_long,\) = \(4,\)"),

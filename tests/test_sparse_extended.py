@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from refattn.sparse.attention import sparse_attention
-from refattn.sparse.axial import axial_pattern, axial_patterns
+from refattn import registry
+from refattn.sparse.axial import axial_attention, axial_pattern, axial_patterns
 from refattn.sparse.band import band_pattern
 from refattn.sparse.block_local import block_local_pattern
 from refattn.sparse.bp_transformer import bp_transformer_pattern, bp_tree_spans
@@ -496,3 +497,21 @@ def test_the_bp_registry_entry_maps_each_node_count_to_its_tree():
             with pytest.raises(ValueError, match=rf"n={nodes} is no such count \(nearest: \d+ and \d+\)"):
                 _bp_tokens(nodes)
     assert _bp_tokens(131071) == 65536                               # by bisection, not a scan of every tree
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_axial_attention_is_row_then_column_attention_and_the_records_door(causal):
+    rng = np.random.default_rng(4)
+    q, k, v = rng.standard_normal((2, 12, 3)), rng.standard_normal((2, 12, 3)), rng.standard_normal((2, 12, 2))
+    row, column = axial_patterns(3, 4, causal=causal)
+    mid = sparse_attention(q, k, v, row, method="equation")
+    expected = sparse_attention(q, k, mid, column, method="equation")
+    out, A = axial_attention(q, k, v, width=4, causal=causal, method="equation", return_weights=True)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_allclose(A @ v, out, rtol=1e-12, atol=1e-12)
+    result = registry.get("axial").apply(q, k, v, width=4, causal=causal, return_weights=True)
+    np.testing.assert_array_equal(result.output, out)
+    assert not (A != 0)[~result.allowed].any()                     # weight only on the pairs reached
+    assert result.allowed.all() == (not causal)                    # in two steps: all of them, or the past only
+    with pytest.raises(ValueError, match="axial attention is self-attention over an image"):
+        axial_attention(q, k, v, causal="bottom-right")

@@ -264,7 +264,8 @@ def test_block_window_is_lucidrains_local_attention(rng, settings, method):
 
     q, k, v = rng.standard_normal((3, 2, 12, 4))
     expected = lucidrains_local_attention(q, k, v, **settings)
-    out = sparse_attention(q, k, v, block_window_pattern(12, **settings), method=method)
+    window = {"window" if name == "window_size" else name: x for name, x in settings.items()}   # lucidrains' name
+    out = sparse_attention(q, k, v, block_window_pattern(12, **window), method=method)
     np.testing.assert_allclose(out, expected, **TIGHT)
 
 
@@ -276,7 +277,7 @@ def test_block_window_of_a_ragged_length_is_autopad_with_the_padding_masked(rng,
     settings = {"window_size": 4, "look_backward": 1, "causal": causal, "exact_windowsize": True}
     real = np.ones((2, 10), dtype=bool)
     expected = lucidrains_local_attention(q, k, v, autopad=True, mask=real, **settings)
-    pattern = block_window_pattern(10, **settings)
+    pattern = block_window_pattern(10, 4, look_backward=1, causal=causal, exact_windowsize=True)
     for method in METHODS:
         np.testing.assert_allclose(sparse_attention(q, k, v, pattern, method=method), expected, **TIGHT)
     if not causal:                                                # unmasked zero padding dilutes the last blocks
@@ -289,5 +290,13 @@ def test_block_window_refuses_looking_forward_when_causal():
 
     with pytest.raises(ValueError, match="a causal window cannot look forward: got causal=True with look_forward=1"):
         block_window_pattern(8, 2, causal=True, look_forward=1)
-    with pytest.raises(ValueError, match="window_size must be a positive int"):
+    with pytest.raises(ValueError, match="window must be a positive int"):
         block_window_pattern(8, 0)
+
+
+def test_block_windows_old_name_window_size_warns_and_gives_the_same_pattern():
+    from refattn.sparse import block_window_pattern
+
+    with pytest.warns(DeprecationWarning, match=r"window_size= is renamed window="):
+        old = block_window_pattern(8, window_size=3, look_backward=1)
+    assert old == block_window_pattern(8, window=3, look_backward=1)

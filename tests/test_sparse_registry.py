@@ -98,10 +98,15 @@ def test_shared_arguments_are_checked_before_the_pattern_is_built(mech):
 def test_unknown_options_name_the_option_and_the_mechanism(mech):
     q, k, v = _qkv(mech.example_length, mech.example_length, mech=mech)
     own = [p.name for p in inspect.signature(mech.apply).parameters.values()
-           if p.kind is inspect.Parameter.KEYWORD_ONLY][4:]              # after causal, rng, return_weights, method
-    assert own, f"{mech.id}: apply's signature lists no option of its own"
+           if p.kind is inspect.Parameter.KEYWORD_ONLY][4:]   # after causal, rng, return_weights, method (a pattern's)
+    assert own, f"{mech.id}: apply's signature lists no option of its own"   # or return_draws (its function's)
+    if hasattr(mech.apply, "door"):                                # a record made from its function: Mechanism.of
+        message = rf"^{mech.id} takes no option 'widht'; its options: {', '.join(own)} \(and causal, rng, "
+        message += r"return_weights, return_draws\)$"
+    else:
+        message = rf"^{mech.id} has no option 'widht'; its options are: {', '.join(own)}$"
     for method in METHODS:
-        with pytest.raises(TypeError, match=rf"^{mech.id} has no option 'widht'; its options are: {', '.join(own)}$"):
+        with pytest.raises(TypeError, match=message):
             mech.apply(q, k, v, method=method, rng=0, widht=3)
 
 
@@ -109,7 +114,7 @@ def test_apply_signatures_list_the_makers_options_with_their_defaults():
     def options(ident):
         return {name: p.default for name, p in inspect.signature(registry.get(ident).apply).parameters.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY
-                and name not in ("causal", "rng", "return_weights", "method")}
+                and name not in ("causal", "rng", "return_weights", "return_draws", "method")}
 
     assert options("band") == {"w": 2}
     assert options("axial") == {"width": None}
@@ -201,7 +206,7 @@ def test_every_short_length_gives_a_result_or_the_same_named_error_in_both_metho
     ("etc", 1, {}, ValueError, "n must be >= num_global, got n=1"),
     ("etc", 4, {"num_global": -1}, ValueError, "num_global must be a non-negative int, got -1"),
     ("star_transformer", 4, {"ring": 1}, TypeError, "ring must be True or False, got 1"),
-    ("band", 5, {"w": -1}, ValueError, "w must be a non-negative int, got -1"),
+    ("band", 5, {"w": -1}, ValueError, "window must be a non-negative int, got -1"),   # band_pattern's name
     ("dilated", 5, {"dilation": 0}, ValueError, "dilation must be a positive int, got 0"),
     ("strided", 5, {"stride": 0}, ValueError, "stride must be a positive int, got 0"),
     ("block_local", 5, {"block": 0}, ValueError, "block must be a positive int, got 0"),

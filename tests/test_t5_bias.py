@@ -142,7 +142,7 @@ def test_bad_input_is_named(rng):
         t5_bias_attention(q, q, q, params=np.zeros(32))
     with pytest.raises(ValueError, match="table"):
         T5BiasParams(np.zeros((2, 3, 32)))
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(ValueError, match=r"^t5_bias draws its table from rng: pass rng= \(or params=\)$"):
         t5_bias_attention(q, q, q)
     with pytest.raises(ValueError, match="num_heads"):
         APPLY(q, q, q, params=T5BiasParams(np.zeros(32)), num_heads=2)
@@ -152,7 +152,16 @@ def test_bad_input_is_named(rng):
 
 def test_relative_positions_refuses_an_unknown_alignment():
     """A typo of "bottom-right" gave top-left positions silently."""
-    np.testing.assert_array_equal(relative_positions(2, 4, "top-left"), relative_positions(2, 4))
-    for typo in ("bottom_right", "Bottom-Right", True):
-        with pytest.raises(ValueError, match=r"^alignment must be one of \(None, 'top-left', 'bottom-right'\), got "):
+    for same in ("top-left", True, None):
+        np.testing.assert_array_equal(relative_positions(2, 4, causal=same), relative_positions(2, 4))
+    for typo in ("bottom_right", "Bottom-Right", 1):
+        with pytest.raises(ValueError, match=r"^causal must be one of \(None, False, True, 'top-left', 'bottom-right'\), "
+                                             r"got "):
             relative_positions(2, 4, typo)
+
+
+def test_relative_positions_old_name_alignment_warns_and_gives_the_same_positions():
+    with pytest.warns(DeprecationWarning, match=r"alignment= is renamed causal="):
+        old = relative_positions(2, 4, alignment="bottom-right")
+    np.testing.assert_array_equal(old, relative_positions(2, 4, causal="bottom-right"))
+    np.testing.assert_array_equal(old, [[-2, -1, 0, 1], [-3, -2, -1, 0]])

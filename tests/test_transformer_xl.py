@@ -197,3 +197,15 @@ def test_bad_input(rng):
         RECORD.apply(q, k, v, params="ones")
     with pytest.raises(ValueError, match="2 entries for 1 layers"):
         transformer_xl_step(q, [q, q], [init_transformer_xl_layer(rng, 4)], mem_len=2)
+
+
+def test_the_function_draws_or_zeroes_its_parameters_as_the_record_does(rng):
+    q, k, v = rng.standard_normal((5, 4)), rng.standard_normal((7, 4)), rng.standard_normal((7, 3))
+    drawn = RECORD.apply(q, k, v, causal="bottom-right", rng=2, return_draws=True)
+    np.testing.assert_array_equal(transformer_xl_attention(q, k, v, rng=2), drawn.output)
+    np.testing.assert_array_equal(transformer_xl_attention(q, k, v, drawn.draws["params"]), drawn.output)
+    np.testing.assert_allclose(transformer_xl_attention(q, k, v, "zero"),
+                               scaled_dot_product_attention(q, k, v, causal="bottom-right"), **TIGHT)
+    for call in (transformer_xl_attention, RECORD.apply):
+        with pytest.raises(ValueError, match=r"^transformer_xl draws u, v and W_k,R from rng: pass rng= \(or params=\)$"):
+            call(q, k, v)

@@ -34,7 +34,7 @@ def _tokens() -> tuple[NDArray, NDArray]:
 
 def _round_panel(sub, qk, v, rotations, r: int) -> None:
     """Round r on its own, rows and columns in its sorted order, chunk boundaries drawn."""
-    result = registry.get("reformer_lsh").apply(qk, qk, v, rotations=rotations[r:r + 1], n_buckets=BUCKETS,
+    result = registry.get("reformer_lsh").apply(qk, qk, v, rotations=rotations[r:r + 1], num_buckets=BUCKETS,
                                                 return_weights=True)
     buckets = lsh_buckets(qk, rotations[r:r + 1])[0]
     order, _ = lsh_chunks(buckets, CHUNK)
@@ -54,7 +54,7 @@ def reformer_lsh() -> Figure:
     """Two hash rounds sorted and chunked, then their LSE merge beside exact shared-QK softmax without self."""
     qk, v = _tokens()
     rotations = np.random.default_rng(SEED + 1).standard_normal((ROUNDS, D, BUCKETS // 2))
-    merged = registry.get("reformer_lsh").apply(qk, qk, v, rotations=rotations, n_buckets=BUCKETS, return_weights=True)
+    merged = registry.get("reformer_lsh").apply(qk, qk, v, rotations=rotations, num_buckets=BUCKETS, return_weights=True)
     unit = qk / np.linalg.norm(qk, axis=-1, keepdims=True)
     _, exact = scaled_dot_product_attention(qk, unit, v, mask=~np.eye(N, dtype=bool), return_weights=True)
     kept = float(np.sum(exact[merged.allowed]) / N)

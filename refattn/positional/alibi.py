@@ -31,9 +31,9 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.budget import check_fits
 from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..masks import allowed_pairs
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..deprecation import renamed
+from ..mechanism import Mechanism
 
 __all__ = ["ALIBI_FORMS", "alibi_attention", "alibi_bias", "alibi_slopes"]
 
@@ -41,7 +41,7 @@ PRESS = ('O. Press, N. A. Smith, M. Lewis, 2022, "Train Short, Test Long: Attent
          'Input Length Extrapolation", ICLR 2022, arXiv:2108.12409')
 #: The causal form −m·(i − j) of the paper and the symmetric form −m·|i − j| for encoders.
 ALIBI_FORMS = ("causal", "symmetric")
-#: The uniform apply's default slope: the first head's of an 8-head model, 2^(−8/8).
+#: The registry's default slope: the first head's of an 8-head model, 2^(−8/8).
 DEFAULT_SLOPE = 0.5
 
 
@@ -93,8 +93,9 @@ def _check_slopes(slopes) -> NDArray:
     return slopes
 
 
+@renamed(alignment="causal")
 def alibi_bias(n: int, m: int | None = None, *, slopes: ArrayLike, form: str = "causal",
-               alignment: str = "top-left") -> NDArray:
+               causal: bool | str = False) -> NDArray:
     r"""The (h, n, m) bias :math:`B_{h,ij} = -m_h (p_i - j)` or :math:`-m_h |p_i - j|`.
 
     Parameters
@@ -107,8 +108,9 @@ def alibi_bias(n: int, m: int | None = None, *, slopes: ArrayLike, form: str = "
         :math:`m_h`, e.g. :func:`alibi_slopes`.
     form : {"causal", "symmetric"}, default "causal"
         −m·(i − j) (the paper's, with the causal mask) or −m·|i − j| (encoders).
-    alignment : {"top-left", "bottom-right"}, default "top-left"
-        Query i at position p_i = i, or i + m − n.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Where the queries sit: query i at position p_i = i, or i + m − n with "bottom-right". Only the
+        positions: the bias masks nothing. (The old name ``alignment=`` is deprecated.)
 
     Returns
     -------
@@ -125,16 +127,15 @@ def alibi_bias(n: int, m: int | None = None, *, slopes: ArrayLike, form: str = "
     m = n if m is None else check_non_negative_int("m", m)
     slopes = _check_slopes(slopes)
     check_choice("form", form, ALIBI_FORMS)
-    check_choice("alignment", alignment, ("top-left", "bottom-right"))
+    shift = m - n if causal_alignment(causal) == "bottom-right" else 0
     check_fits("the ALiBi bias", (slopes.size, n, m))
-    shift = m - n if alignment == "bottom-right" else 0
     distance = (np.arange(n) + shift)[:, None] - np.arange(m)[None, :]        # (n, m)  i − j
     if form == "symmetric":
         distance = np.abs(distance)                                            # |i − j|
     return -slopes[:, None, None] * distance                                   # (h, n, m)  −m_h·(i − j)
 
 
-def alibi_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, slopes: ArrayLike | None = None,
+def alibi_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, slopes: ArrayLike | float | None = None,
                     form: str = "causal", causal: bool | str = False, scale: float | None = None,
                     return_weights: bool = False) -> NDArray | tuple[NDArray, NDArray]:
     r"""Multi-head softmax attention with ALiBi's per-head linear distance penalty.
@@ -147,11 +148,13 @@ def alibi_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, slopes: ArrayLi
     Parameters
     ----------
     q : (..., h, n, d_k) array_like
-        Each head's queries (the head axis is third from last).
+        Each head's queries (the head axis is third from last); (..., n, d_k) for one head with a scalar
+        ``slopes``.
     k : (..., h, m, d_k) array_like
     v : (..., h, m, d_v) array_like
-    slopes : (h,) array_like, optional
-        Default :func:`alibi_slopes` (h).
+    slopes : (h,) array_like or float, optional
+        Default :func:`alibi_slopes` (h). A number is the slope of one head: q, k, v are then one head's,
+        (..., n, d_k), (..., m, d_k), (..., m, d_v), with no head axis (the registry's form).
     form : {"causal", "symmetric"}, default "causal"
         As in :func:`alibi_bias`.
     causal : {False, True, "top-left", "bottom-right"}, default False
@@ -164,8 +167,9 @@ def alibi_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, slopes: ArrayLi
     Returns
     -------
     out : (..., h, n, d_v) ndarray
+        (..., n, d_v) for a scalar ``slopes``.
     weights : (..., h, n, m) ndarray
-        Only if ``return_weights``.
+        Only if ``return_weights``; (..., n, m) for a scalar ``slopes``.
 
     Notes
     -----
@@ -184,46 +188,41 @@ def alibi_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, slopes: ArrayLi
     ((2, 8, 4, 16), (2, 8, 4, 4))
     """
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = as_float("q", q, min_ndim=3), as_float("k", k, min_ndim=3), as_float("v", v, min_ndim=3)
+    one_head = slopes is not None and np.ndim(slopes) == 0
+    min_ndim = 2 if one_head else 3
+    q, k, v = (as_float(x, y, min_ndim=min_ndim) for x, y in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
-    h = q.shape[-3]
-    slopes = alibi_slopes(h) if slopes is None else _check_slopes(slopes)
-    if slopes.size != h:
-        raise ValueError(f"slopes has {slopes.size} entries but q has {h} heads (shape {q.shape}, (..., h, n, d_k))")
-    alignment = "bottom-right" if causal_alignment(causal) == "bottom-right" else "top-left"
-    B = alibi_bias(q.shape[-2], k.shape[-2], slopes=slopes, form=form, alignment=alignment)  # (h, n, m)
+    if one_head:
+        slopes = np.array([_check_slope(slopes)])                             # (1,)
+    else:
+        h = q.shape[-3]
+        slopes = alibi_slopes(h) if slopes is None else _check_slopes(slopes)
+        if slopes.size != h:
+            raise ValueError(f"slopes has {slopes.size} entries but q has {h} heads (shape {q.shape}, "
+                             f"(..., h, n, d_k))")
+    B = alibi_bias(q.shape[-2], k.shape[-2], slopes=slopes, form=form, causal=causal)   # (h, n, m)
+    if one_head:
+        B = B[0]                                                                   # (n, m)
     return scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, return_weights=return_weights)
 
 
 def _check_slope(slope) -> float:
-    """One finite slope >= 0."""
-    if isinstance(slope, bool) or not isinstance(slope, (int, float, np.integer, np.floating)):
-        raise TypeError(f"slope must be a real number, got {type(slope).__name__}")
-    if not (np.isfinite(slope) and slope >= 0):
-        raise ValueError(f"slope must be a finite number >= 0, got {slope!r}")
+    """One head's slope: a finite number >= 0."""
+    if isinstance(slope, bool) or not isinstance(slope, (int, float, np.integer, np.floating, np.ndarray)):
+        raise TypeError(f"slopes must be a real number (one head) or an array (one per head), got "
+                        f"{type(slope).__name__}")
+    if not (np.isreal(slope) and np.isfinite(slope) and slope >= 0):
+        raise ValueError(f"slopes must be a finite number >= 0, got {slope!r}")
     return float(slope)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, slope=DEFAULT_SLOPE, form="causal", scale=None):
-    """The registry's uniform apply: one head with slope ``slope`` (default 1/2, head 1 of 8) over (..., n, d) inputs
-    (``rng`` is not used); the heads of a model are :func:`alibi_attention`'s."""
-    slope = _check_slope(slope)
-    batch = check_qkv(q, k, v)
-    q, k, v = (np.broadcast_to(x, (*batch, *x.shape[-2:]))[..., None, :, :] for x in (q, k, v))
-    result = alibi_attention(q, k, v, slopes=[slope], form=form, causal=causal, scale=scale,
-                             return_weights=return_weights)
-    if not return_weights:
-        return AttentionResult(result[..., 0, :, :], draws={})
-    out, A = result[0][..., 0, :, :], result[1][..., 0, :, :]
-    return AttentionResult(out, A, allowed_pairs(None, causal, A.shape), {})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    alibi_attention, defaults={"slopes": DEFAULT_SLOPE}, renamed={"slope": "slopes"},   # one head, slope 1/2
     id="alibi", title="Attention with linear biases (ALiBi)", family="positional", section="5.1",
     paper=PRESS,
     equation=r"\operatorname{softmax}\big(q_i^\top k_j/\sqrt{d_k} - m_h\,(i - j)\big),\quad m_t = 2^{-8t/h}",
-    time="O(h·n·m·d)", memory="O(h·n·m)", kind="attention", function=alibi_attention, apply=_apply, causal=True,
+    time="O(h·n·m·d)", memory="O(h·n·m)", causal=True,
     position_dependent=True, figure="refattn.figures.alibi:alibi",
-    examples=({"form": "symmetric"}, {"slope": 2.0**-8}, {"slope": 2.0, "form": "symmetric"}),
-    exact_options={"slope": 0.0}, exact_limit="slope 0 (no bias)",
+    examples=({"form": "symmetric"}, {"slopes": 2.0**-8}, {"slopes": 2.0, "form": "symmetric"}),
+    exact_options={"slopes": 0.0}, exact_limit="slope 0 (no bias)",
 )

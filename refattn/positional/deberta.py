@@ -70,9 +70,9 @@ from ..common.checks import (
     default_scale,
 )
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..core.causal_mask import causal_mask
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 
 __all__ = ["DebertaParams", "deberta_attention", "disentangled_scores", "init_deberta", "log_bucket_position",
            "deberta_delta"]
@@ -355,8 +355,10 @@ def deberta_attention(
     q: ArrayLike,
     k: ArrayLike,
     v: ArrayLike,
-    params: DebertaParams,
+    params: DebertaParams | None = None,
     *,
+    rng: np.random.Generator | int | None = None,
+    span: int = 4,
     terms=TERMS,
     position_buckets: int | None = None,
     max_position: int | None = None,
@@ -381,8 +383,13 @@ def deberta_attention(
         Content keys :math:`K^c`.
     v : (..., m, d_v) array_like
         Content values :math:`V^c`.
-    params : DebertaParams
-        :math:`K^r, Q^r`, (..., 2k, d) (:func:`init_deberta`); k is the clipping distance.
+    params : DebertaParams, optional
+        :math:`K^r, Q^r`, (..., 2k, d) (:func:`init_deberta`); k is the clipping distance. Drawn from
+        ``rng`` when not given: 2·span rows, or 2·position_buckets with log buckets.
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when not given; unused otherwise.
+    span : int, default 4
+        k of drawn tables without log buckets (given tables bring their own).
     terms : tuple of {"c2p", "p2c"}, default ("c2p", "p2c")
         The position terms; ``()`` leaves content-to-content at scale 1/√d: softmax attention.
     position_buckets, max_position : int, optional
@@ -429,13 +436,6 @@ def deberta_attention(
     >>> bool(np.allclose(plain, scaled_dot_product_attention(q, k, v), rtol=1e-12, atol=1e-12))
     True
     """
-    result = _deberta(q, k, v, params, terms=terms, position_buckets=position_buckets, max_position=max_position,
-                      p2c_index=p2c_index, causal=causal, scale=scale, method=method, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _deberta(q, k, v, params, *, terms, position_buckets, max_position, p2c_index, causal, scale, method,
-             return_weights) -> AttentionResult:
     check_choice("method", method, METHODS)
     check_choice("p2c_index", p2c_index, P2C_INDEX)
     return_weights = check_bool("return_weights", return_weights)
@@ -444,6 +444,9 @@ def _deberta(q, k, v, params, *, terms, position_buckets, max_position, p2c_inde
     alignment = causal_alignment(causal)
     terms = _check_terms(terms)
     buckets = _check_buckets(position_buckets, max_position)
+    params = given_or_drawn("deberta", "params", params, optional_rng(rng),
+                            lambda r: init_deberta(r, span if buckets is None else buckets[0], q.shape[-1]),
+                            what="its position table")
     span = _check_params(params, q.shape[-1], buckets)
     lead = broadcast_batch({"q, k, v": batch, "params": params.pos_key.shape[:-2]})
     n, m = q.shape[-2], k.shape[-2]
@@ -451,37 +454,23 @@ def _deberta(q, k, v, params, *, terms, position_buckets, max_position, p2c_inde
     check_fits("the position terms of the scores", (*lead, n, m))
     S = _scores(q, k, params, terms, buckets, p2c_index, alignment, scale, span)
     bias = sum((S[t] for t in terms), np.zeros((n, m)))            # (..., n, m)  the position terms, scaled
-    draws = {"params": params}
     if not return_weights:
-        out = scaled_dot_product_attention(q, k, v, bias, causal=causal, scale=scale, method=method)
-        return AttentionResult(out, draws=draws)
+        return scaled_dot_product_attention(q, k, v, bias, causal=causal, scale=scale, method=method)
     out, A = scaled_dot_product_attention(q, k, v, bias, causal=causal, scale=scale, method="equation",
                                           return_weights=True)     # softmax(Q^c K^cᵀ·s + c2p + p2c), its V
     if method == "blocked":
         out = scaled_dot_product_attention(q, k, v, bias, causal=causal, scale=scale, method="blocked")
-    allowed = None if alignment is None else np.broadcast_to(causal_mask(n, m, causal=alignment), A.shape)
-    return AttentionResult(out, A, allowed, draws)
+    return out, A
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, span=4, terms=TERMS,
-           position_buckets=None, max_position=None, p2c_index="paper", scale=None, method="auto"):
-    """The registry's uniform apply: K^r, Q^r drawn from rng (2·span rows, or 2·position_buckets) unless given."""
-    if params is None:
-        if rng is None:
-            raise ValueError("deberta draws its position table from rng: pass rng= (or params=)")
-        buckets = _check_buckets(position_buckets, max_position)
-        params = init_deberta(rng, span if buckets is None else buckets[0], q.shape[-1])
-    return _deberta(q, k, v, params, terms=terms, position_buckets=position_buckets, max_position=max_position,
-                    p2c_index=p2c_index, causal=causal, scale=scale, method=method, return_weights=return_weights)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    deberta_attention,
     id="deberta", title="DeBERTa disentangled attention (content and relative position)", family="positional",
     section="5.1.2", paper=HE,
     equation=r"\operatorname{softmax}\!\Big(\frac{Q^c_i K^{c\top}_j + Q^c_i K^{r\top}_{\delta(i,j)} "
              r"+ K^c_j Q^{r\top}_{\delta(j,i)}}{\sqrt{3d}}\Big) V^c",
     time="O(n·m·d + (n+m)·k·d)", memory="O(n·m + (n+m)·k)", kind="attention", methods=METHODS,
-    function=deberta_attention, apply=_apply, causal=True, position_dependent=True,
+    causal=True, position_dependent=True,
     examples=({"terms": ("c2p",)}, {"p2c_index": "official"}, {"position_buckets": 4, "max_position": 8},
               {"span": 1}),
     figure="refattn.figures.deberta:deberta",

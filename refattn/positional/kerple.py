@@ -38,9 +38,9 @@ from ..common.checks import (
     default_scale,
 )
 from ..common.ints import check_positive_int
-from ..core.causal_mask import causal_mask
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 from .t5_bias import relative_positions
 
 __all__ = ["KERPLE_VARIANTS", "KerpleParams", "init_kerple", "kerple_attention", "kerple_bias"]
@@ -194,9 +194,9 @@ def kerple_attention(
     v : (..., m, d_v) array_like
         Values.
     params : KerpleParams, optional
-        r1, r2 (:func:`init_kerple`). Exactly one of ``params`` and ``rng``.
+        r1, r2 (:func:`init_kerple`); drawn from ``rng`` when not given.
     rng : numpy.random.Generator or int, optional
-        Draws ``params`` with :func:`init_kerple`.
+        Draws ``params`` with :func:`init_kerple`; unused with ``params``.
     num_heads : int, optional
         Heads of the drawn parameters (only with ``rng``); default one head.
     variant : {"log", "power"}, default "log"
@@ -241,61 +241,37 @@ def kerple_attention(
     ...                  rtol=1e-12, atol=1e-12))
     True
     """
-    if (rng is None) == (params is None):
-        raise ValueError("kerple_attention needs exactly one of rng= (to draw params) and params=")
     if params is not None and num_heads is not None:
         raise ValueError("num_heads= only chooses the heads of drawn parameters; params= brings its own")
-    result = _kerple(q, k, v, params=params, rng=rng, num_heads=num_heads, variant=variant, causal=causal,
-                     scale=scale, method=method, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _kerple(q, k, v, *, params, rng, num_heads, variant, causal, scale, method, return_weights) -> AttentionResult:
-    """Checked attention with the KERPLE bias; ``draws`` holds the parameters used."""
     check_choice("method", method, METHODS)
     check_choice("variant", variant, KERPLE_VARIANTS)
     return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
-    alignment = causal_alignment(causal)
     n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = default_scale(d_k) if scale is None else check_scale(scale)
-    if params is None:
-        params = init_kerple(rng, num_heads)
+    params = given_or_drawn("kerple", "params", params, optional_rng(rng), lambda r: init_kerple(r, num_heads),
+                            what="r1 and r2")
     _check_params(params, variant)
     batch = broadcast_batch({"q, k, v": batch, "params heads": params.r1.shape})
     check_fits("the KERPLE bias", (*batch, n, m))
     B = kerple_bias(params, n, m, variant=variant, causal=causal)
     if not return_weights:
-        out = scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method=method)
-        return AttentionResult(out, draws={"params": params})
+        return scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method=method)
     out, A = scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method="equation",
                                           return_weights=True)     # softmax(QKᵀ·scale + B), its V
     if method == "blocked":
         out = scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method="blocked")
-    allowed = None if alignment is None else np.broadcast_to(causal_mask(n, m, causal=alignment), A.shape)
-    return AttentionResult(out, A, allowed, {"params": params})
+    return out, A
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, num_heads=None, variant="log",
-           scale=None, method="auto"):
-    """The registry's uniform apply: r1, r2 drawn from rng (one head unless ``num_heads``) unless given; returns
-    them."""
-    if params is None and rng is None:
-        raise ValueError("kerple draws r1 and r2 from rng: pass rng= (or params=)")
-    if params is not None and num_heads is not None:
-        raise ValueError("num_heads= only chooses the heads of drawn parameters; params= brings its own")
-    return _kerple(q, k, v, params=params, rng=rng if params is None else None, num_heads=num_heads,
-                   variant=variant, causal=causal, scale=scale, method=method, return_weights=return_weights)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    kerple_attention,
     id="kerple", title="KERPLE kernelized relative position bias (log and power)", family="positional",
     section="after the survey (relative position, cf. §5.1.2)", paper=CHI,
     equation=r"\operatorname{softmax}\!\big(QK^\top\cdot\text{scale} + B\big) V,\quad "
              r"B_{ij} = -r_1\log(1 + r_2|i - j|)\ \text{or}\ -r_1|i - j|^{r_2}",
-    time="O(n·m·d)", memory="O(h·n·m)", kind="attention", methods=METHODS, function=kerple_attention,
-    apply=_apply, causal=True, position_dependent=True,
+    time="O(n·m·d)", memory="O(h·n·m)", kind="attention", methods=METHODS, causal=True, position_dependent=True,
     examples=({"variant": "power"},),
     figure="refattn.figures.kerple:kerple",
     exact_options=lambda n, m: {"params": KerpleParams(0.0, 1.0)},

@@ -29,7 +29,8 @@ from ..common.checks import as_float, as_rng, causal_alignment, check_qkv, check
 from ..common.init import glorot
 from ..common.ints import check_non_negative_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 
 __all__ = ["RelativeEmbeddings", "init_relative_embeddings", "relative_attention", "relative_index"]
 
@@ -115,7 +116,8 @@ def relative_index(n: int, m: int, max_distance: int, *, offset: int = 0) -> NDA
 
 
 def relative_attention(
-    q: ArrayLike, k: ArrayLike, v: ArrayLike, embeddings: RelativeEmbeddings, *,
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, embeddings: RelativeEmbeddings | str | None = None, *,
+    rng: np.random.Generator | int | None = None, max_distance: int = DEFAULT_MAX_DISTANCE,
     causal: bool | str = False, scale: float | None = None, return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Self-attention with relative position representations clipped at distance k.
@@ -134,8 +136,14 @@ def relative_attention(
         Keys.
     v : (..., m, d_v) array_like
         Values.
-    embeddings : RelativeEmbeddings
-        The tables w^K (2k + 1, d_k) and w^V (2k + 1, d_v); :func:`init_relative_embeddings`.
+    embeddings : RelativeEmbeddings or "zero", optional
+        The tables w^K (2k + 1, d_k) and w^V (2k + 1, d_v); :func:`init_relative_embeddings`. Drawn from
+        ``rng`` when not given (Glorot, k = ``max_distance``); "zero": all-zero tables of k = ``max_distance``
+        (softmax attention exactly).
+    rng : numpy.random.Generator or int, optional
+        Draws ``embeddings`` when not given; unused otherwise.
+    max_distance : int, default 16
+        k of drawn or "zero" tables (given tables bring their own).
     causal : {False, True, "top-left", "bottom-right"}, default False
         By selection. With "bottom-right" the queries are the last n of the m positions, and their
         distances j − i count from there.
@@ -176,6 +184,14 @@ def relative_attention(
     """
     q, k, v = (as_float(label, x, min_ndim=2) for label, x in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
+    if isinstance(embeddings, str):
+        if embeddings != "zero":
+            raise ValueError(f"embeddings must be RelativeEmbeddings, None or 'zero', got {embeddings!r}")
+        size = 2 * check_non_negative_int("max_distance", max_distance) + 1
+        embeddings = RelativeEmbeddings(np.zeros((size, q.shape[-1])), np.zeros((size, v.shape[-1])))
+    embeddings = given_or_drawn("relative_pe", "embeddings", embeddings, optional_rng(rng),
+                                lambda r: init_relative_embeddings(r, max_distance, q.shape[-1], v.shape[-1]),
+                                what="its tables")
     if not isinstance(embeddings, RelativeEmbeddings):
         raise TypeError(f"embeddings must be RelativeEmbeddings, got {type(embeddings).__name__}")
     w_K, w_V = embeddings.keys, embeddings.values
@@ -197,37 +213,14 @@ def relative_attention(
     return (out, A) if return_weights else out
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, embeddings=None,
-           max_distance=DEFAULT_MAX_DISTANCE, scale=None):
-    """The registry's uniform apply: tables drawn from rng (Glorot, k = ``max_distance``) unless given;
-    ``embeddings="zero"`` gives all-zero tables (softmax attention exactly)."""
-    if embeddings is None:
-        embeddings = init_relative_embeddings(as_rng(rng), max_distance, q.shape[-1], v.shape[-1])
-    elif isinstance(embeddings, str):
-        if embeddings != "zero":
-            raise ValueError(f"embeddings must be RelativeEmbeddings, None or 'zero', got {embeddings!r}")
-        size = 2 * check_non_negative_int("max_distance", max_distance) + 1
-        embeddings = RelativeEmbeddings(np.zeros((size, q.shape[-1])), np.zeros((size, v.shape[-1])))
-    out, A = relative_attention(q, k, v, embeddings, causal=causal, scale=scale, return_weights=True)
-    draws = {"embeddings": embeddings}
-    if not return_weights:
-        return AttentionResult(out, draws=draws)
-    alignment = causal_alignment(causal)
-    allowed = None
-    if alignment is not None:
-        n, m = q.shape[-2], k.shape[-2]
-        delta = m - n if alignment == "bottom-right" else 0
-        allowed = np.broadcast_to(np.arange(m)[None, :] <= np.arange(n)[:, None] + delta, A.shape)
-    return AttentionResult(out, A, allowed, draws)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    relative_attention,
     id="relative_pe", title="Relative position representations (Shaw et al.)", family="positional",
     section="5.1.2", paper=SHAW,
     equation=r"e_{ij} = \frac{q_i (k_j + a^K_{ij})^\top}{\sqrt{d}},\quad z_i = \sum_j \alpha_{ij}(v_j + a^V_{ij}),"
              r"\quad a_{ij} = w_{\operatorname{clip}(j-i,\,k)}",
-    time="O(n·m·(d + k))", memory="O(n·m)", kind="attention", function=relative_attention, apply=_apply,
-    causal=True, position_dependent=True, figure="refattn.figures.relative_pe:relative_pe",
+    time="O(n·m·(d + k))", memory="O(n·m)", causal=True, position_dependent=True,
+    figure="refattn.figures.relative_pe:relative_pe",
     examples=({"max_distance": 1}, {"max_distance": 0}),
     exact_options={"embeddings": "zero"}, exact_limit="every relative embedding zero (a^K = a^V = 0)",
     draws=("embeddings",),

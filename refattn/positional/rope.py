@@ -31,9 +31,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv
 from ..common.ints import check_non_negative_int
-from ..masks import allowed_pairs
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..mechanism import Mechanism
 
 __all__ = ["ROPE_BASE", "ROPE_PAIRINGS", "rope_attention", "rope_frequencies", "rotate"]
 
@@ -239,23 +238,13 @@ def rope_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool | s
     return scaled_dot_product_attention(q_rot, k_rot, v, causal=causal, scale=scale, return_weights=return_weights)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, base=ROPE_BASE, pairing="interleaved",
-           rotary_dim=None, scaling=1.0, scale=None):
-    """The registry's uniform apply: :func:`rope_attention` at the default positions (``rng`` is not used)."""
-    result = rope_attention(q, k, v, causal=causal, base=base, pairing=pairing, rotary_dim=rotary_dim,
-                            scaling=scaling, scale=scale, return_weights=return_weights)
-    if not return_weights:
-        return AttentionResult(result, draws={})
-    out, A = result
-    return AttentionResult(out, A, allowed_pairs(None, causal, A.shape), {})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    rope_attention,
     id="rope", title="Rotary position embedding (RoPE)", family="positional", section="5.1.3",
     paper=SU,
     equation=r"\operatorname{softmax}\big((R_{\Theta,i}\, q_i)^\top (R_{\Theta,j}\, k_j)/\sqrt{d_k}\big) V,\quad "
              r"\theta_t = \mathrm{base}^{-2t/r}",
-    time="O(n·m·d)", memory="O(n·m)", kind="attention", function=rope_attention, apply=_apply, causal=True,
+    time="O(n·m·d)", memory="O(n·m)", causal=True,
     position_dependent=True, figure="refattn.figures.rope:rope",
     examples=({"pairing": "half"}, {"rotary_dim": 2}, {"scaling": 4.0, "base": 100.0},
               {"pairing": "half", "rotary_dim": 2, "base": 10.0}),

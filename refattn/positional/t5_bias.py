@@ -49,9 +49,10 @@ from ..common.checks import (
 )
 from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..core.causal_mask import causal_mask
 from ..core.sdpa import scaled_dot_product_attention
-from ..mechanism import AttentionResult, Mechanism
+from ..deprecation import renamed
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 
 __all__ = ["T5BiasParams", "T5_MAX_DISTANCE", "T5_NUM_BUCKETS", "init_t5_bias", "relative_positions", "t5_bias",
            "t5_bias_attention", "t5_relative_position_bucket"]
@@ -65,18 +66,20 @@ T5_NUM_BUCKETS, T5_MAX_DISTANCE = 32, 128
 METHODS = ("equation", "blocked", "auto")
 
 
-def relative_positions(n: int, m: int, alignment: str | None = None) -> NDArray:
+@renamed(alignment="causal")
+def relative_positions(n: int, m: int, causal: bool | str | None = False) -> NDArray:
     """(n, m) integer matrix r_ij = j − p_i, the key's position minus the query's.
 
-    Query i sits at p_i = i, or i + m − n with ``alignment="bottom-right"`` (the n queries are the
+    Query i sits at p_i = i, or i + m − n with ``causal="bottom-right"`` (the n queries are the
     last n of the m positions); key j at j.
 
     Parameters
     ----------
     n, m : int
         Number of queries and keys.
-    alignment : {None, "top-left", "bottom-right"}, default None
-        As :func:`refattn.common.causal_alignment` returns it.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        Where the queries sit (only the positions: nothing is masked). ``None`` reads as False (what
+        :func:`refattn.common.causal_alignment` returns for it). The old name ``alignment=`` is deprecated.
 
     Returns
     -------
@@ -89,8 +92,8 @@ def relative_positions(n: int, m: int, alignment: str | None = None) -> NDArray:
            [-2, -1,  0]])
     """
     n, m = check_non_negative_int("n", n), check_non_negative_int("m", m)
-    check_choice("alignment", alignment, (None, *ALIGNMENTS))
-    offset = m - n if alignment == "bottom-right" else 0
+    check_choice("causal", causal, (None, False, True, *ALIGNMENTS))
+    offset = m - n if causal == "bottom-right" else 0
     return np.arange(m, dtype=np.int64)[None, :] - (np.arange(n, dtype=np.int64) + offset)[:, None]
 
 
@@ -303,9 +306,9 @@ def t5_bias_attention(
     v : (..., m, d_v) array_like
         Values.
     params : T5BiasParams, optional
-        The learned table (:func:`init_t5_bias`). Exactly one of ``params`` and ``rng``.
+        The learned table (:func:`init_t5_bias`); drawn from ``rng`` when not given.
     rng : numpy.random.Generator or int, optional
-        Draws ``params`` with :func:`init_t5_bias` (``num_heads`` heads, 32 buckets).
+        Draws ``params`` with :func:`init_t5_bias` (``num_heads`` heads, 32 buckets); unused with ``params``.
     num_heads : int, optional
         Heads of the drawn table (only with ``rng``); default one head.
     causal : {False, True, "top-left", "bottom-right"}, default False
@@ -355,62 +358,36 @@ def t5_bias_attention(
     ...                  rtol=1e-12, atol=1e-12))
     True
     """
-    if (rng is None) == (params is None):
-        raise ValueError("t5_bias_attention needs exactly one of rng= (to draw params) and params=")
     if params is not None and num_heads is not None:
         raise ValueError("num_heads= only chooses the heads of a drawn table; params= brings its own")
-    result = _t5(q, k, v, params=params, rng=rng, num_heads=num_heads, causal=causal, bidirectional=bidirectional,
-                 max_distance=max_distance, scale=scale, method=method, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
-
-
-def _t5(q, k, v, *, params, rng, num_heads, causal, bidirectional, max_distance, scale, method,
-        return_weights) -> AttentionResult:
-    """Checked attention with the T5 bias; ``draws`` holds the table used."""
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
-    alignment = causal_alignment(causal)
     n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = default_scale(d_k) if scale is None else check_scale(scale)
-    if params is None:
-        params = init_t5_bias(rng, num_heads)
+    params = given_or_drawn("t5_bias", "params", params, optional_rng(rng), lambda r: init_t5_bias(r, num_heads),
+                            what="its table")
     _check_params(params)
     batch = broadcast_batch({"q, k, v": batch, "params.table heads": params.table.shape[:-1]})
     check_fits("the T5 bias", (*batch, n, m))
     B = t5_bias(params, n, m, causal=causal, bidirectional=bidirectional, max_distance=max_distance)
     if not return_weights:
-        out = scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method=method)
-        return AttentionResult(out, draws={"params": params})
+        return scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method=method)
     out, A = scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method="equation",
                                           return_weights=True)     # softmax(QKᵀ·scale + B), its V
     if method == "blocked":
         out = scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method="blocked")
-    allowed = None if alignment is None else np.broadcast_to(causal_mask(n, m, causal=alignment), A.shape)
-    return AttentionResult(out, A, allowed, {"params": params})
+    return out, A
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, params=None, num_heads=None,
-           bidirectional=None, max_distance=T5_MAX_DISTANCE, scale=None, method="auto"):
-    """The registry's uniform apply: the table drawn from rng (one head unless ``num_heads``) unless given;
-    returns it."""
-    if params is None and rng is None:
-        raise ValueError("t5_bias draws its table from rng: pass rng= (or params=)")
-    if params is not None and num_heads is not None:
-        raise ValueError("num_heads= only chooses the heads of a drawn table; params= brings its own")
-    return _t5(q, k, v, params=params, rng=rng if params is None else None, num_heads=num_heads, causal=causal,
-               bidirectional=bidirectional, max_distance=max_distance, scale=scale, method=method,
-               return_weights=return_weights)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    t5_bias_attention,
     id="t5_bias", title="T5 relative position buckets (a learned bias per bucket and head)", family="positional",
     section="5.1.2", paper=RAFFEL,
     equation=r"\operatorname{softmax}\!\big(QK^\top\cdot\text{scale} + B\big) V,\quad "
              r"B_{ij} = b_h[\operatorname{bucket}(j - i)]",
-    time="O(n·m·d)", memory="O(h·n·m)", kind="attention", methods=METHODS, function=t5_bias_attention,
-    apply=_apply, causal=True, position_dependent=True,
+    time="O(n·m·d)", memory="O(h·n·m)", kind="attention", methods=METHODS, causal=True, position_dependent=True,
     examples=({"bidirectional": True}, {"max_distance": 20}),
     figure="refattn.figures.t5_bias:t5_bias",
     exact_options=lambda n, m: {"params": T5BiasParams(np.zeros(T5_NUM_BUCKETS))},

@@ -38,7 +38,8 @@ from ..common.checks import as_float, as_rng, check_choice, check_qkv, check_sca
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..common.products import weighted_values
 from ..core.softmax import softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..draws import given_or_drawn, optional_rng
+from ..mechanism import Mechanism
 
 __all__ = [
     "TransformerXLLayer",
@@ -244,8 +245,8 @@ def _fit_columns(x: NDArray, m: int) -> NDArray:
 
 
 def transformer_xl_attention(
-    q: ArrayLike, k: ArrayLike, v: ArrayLike, params: TransformerXLParams, *,
-    causal: bool | str = "bottom-right", clamp_len: int | None = None, method: str = "direct",
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, params: TransformerXLParams | str | None = None, *,
+    rng: np.random.Generator | int | None = None, causal: bool | str = "bottom-right", clamp_len: int | None = None, method: str = "direct",
     scale: float | None = None, return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Transformer-XL attention of n queries over m = mlen + n keys and values (memory first).
@@ -264,8 +265,11 @@ def transformer_xl_attention(
         Keys of [memory; segment].
     v : (..., m, d_v) array_like
         Values of [memory; segment].
-    params : TransformerXLParams
-        u, v and W_k,R (:func:`init_transformer_xl`).
+    params : TransformerXLParams or "zero", optional
+        u, v and W_k,R (:func:`init_transformer_xl`); drawn from ``rng`` when not given (N(0, 0.02²));
+        "zero": u = v = 0 and W_k,R = 0 (causal softmax attention exactly).
+    rng : numpy.random.Generator or int, optional
+        Draws ``params`` when not given; unused otherwise.
     causal : {True, "top-left", "bottom-right"}, default "bottom-right"
         "bottom-right": the first m − n keys are the memory (query i at position i + m − n); True:
         query i at position i. Always causal, by selection (j ≤ i + mlen).
@@ -310,6 +314,13 @@ def transformer_xl_attention(
     """
     q, k, v = (as_float(label, x, min_ndim=2) for label, x in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
+    d = q.shape[-1]
+    if isinstance(params, str):
+        if params != "zero":
+            raise ValueError(f"params must be TransformerXLParams, None or 'zero', got {params!r}")
+        params = TransformerXLParams(np.zeros(d), np.zeros(d), np.zeros((d + d % 2, d)))
+    params = given_or_drawn("transformer_xl", "params", params, optional_rng(rng),
+                            lambda r: init_transformer_xl(r, d), what="u, v and W_k,R")
     if not isinstance(params, TransformerXLParams):
         raise TypeError(f"params must be TransformerXLParams, got {type(params).__name__}")
     if causal is False:
@@ -459,34 +470,13 @@ def transformer_xl_segments(
     return np.concatenate(outs, axis=-2) if outs else x[..., :0, :].copy()
 
 
-def _apply(q, k, v, *, causal=True, rng=None, return_weights=False, params=None, clamp_len=None, method="direct",
-           scale=None):
-    """The registry's uniform apply: u, v, W_k,R drawn from rng (N(0, 0.02²)) unless given; ``params="zero"``
-    (u = v = 0, W_k,R = 0) is causal softmax attention. "bottom-right": the first m − n keys are the memory."""
-    d = q.shape[-1]
-    if params is None:
-        params = init_transformer_xl(as_rng(rng), d)
-    elif isinstance(params, str):
-        if params != "zero":
-            raise ValueError(f"params must be TransformerXLParams, None or 'zero', got {params!r}")
-        params = TransformerXLParams(np.zeros(d), np.zeros(d), np.zeros((d + d % 2, d)))
-    out, A = transformer_xl_attention(q, k, v, params, causal=causal, clamp_len=clamp_len, method=method,
-                                      scale=scale, return_weights=True)
-    draws = {"params": params}
-    if not return_weights:
-        return AttentionResult(out, draws=draws)
-    n, m = q.shape[-2], k.shape[-2]
-    allowed = np.broadcast_to(np.arange(m)[None, :] <= np.arange(n)[:, None] + _offset(causal, n, m), A.shape)
-    return AttentionResult(out, A, allowed, draws)
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    transformer_xl_attention,
     id="transformer_xl", title="Transformer-XL relative attention with segment memory", family="positional",
     section="5.1.2", paper=DAI,
     equation=r"A^{rel}_{ij} = q_i^\top k_j + q_i^\top W_{k,R} R_{i-j} + u^\top k_j + v^\top W_{k,R} R_{i-j},"
              r"\quad \operatorname{softmax}_{j \le i + m_{len}}(A^{rel}/\sqrt d)\, V",
-    time="O(n·m·d)", memory="O(n·m)", kind="attention", function=transformer_xl_attention, apply=_apply,
-    noncausal=False, causal=True, position_dependent=True, figure="refattn.figures.transformer_xl:transformer_xl",
+    time="O(n·m·d)", memory="O(n·m)", noncausal=False, causal=True, position_dependent=True, figure="refattn.figures.transformer_xl:transformer_xl",
     examples=({"method": "shift"}, {"clamp_len": 2}, {"clamp_len": 1, "method": "shift"}),
     methods=METHODS, exact_options={"params": "zero"},
     exact_limit="u = v = 0 and W_k,R = 0 (terms (b)-(d) vanish)",

@@ -6,7 +6,7 @@
   :func:`longformer_patterns`, one per head), :func:`etc_pattern`, :func:`bigbird_pattern`,
   :func:`sparse_transformer_pattern`.
 - Extended (Fig. 6): :func:`bp_transformer_pattern`, :func:`image_transformer_pattern`,
-  :func:`axial_pattern` / :func:`axial_patterns`.
+  :func:`axial_pattern` / :func:`axial_patterns` (and :func:`axial_attention`, rows then columns).
 - Content-based (§4.1.2): :func:`routing_attention` (k-means routing, with :func:`draw_centroids`,
   :func:`nearest_centroid` and :func:`update_centroids`), :func:`reformer_lsh_attention`
   (shared-QK attention within LSH buckets, with :func:`draw_lsh_rotations`, :func:`lsh_buckets`,
@@ -33,133 +33,32 @@ Conventions shared by the builders and the registry entries:
   no n × m array, and ``return_weights=True`` refuses dense weights above the budget before
   anything is built (:class:`refattn.common.MemoryBudgetError`).
 """
-from .attention import sparse_attention
-from .axial import RECORD as AXIAL
-from .axial import axial_pattern, axial_patterns
-from .band import RECORD as BAND
-from .band import band_pattern
-from .bigbird import RECORD as BIGBIRD
-from .bigbird import bigbird_block_layout, bigbird_key_counts, bigbird_pattern, draw_bigbird_random_blocks
-from .block_local import RECORD as BLOCK_LOCAL
-from .block_local import block_local_pattern, block_window_pattern
-from .bp_transformer import RECORD as BP_TRANSFORMER
-from .bp_transformer import bp_transformer_pattern, bp_tree_spans
-from .dilated import RECORD as DILATED
-from .dilated import dilated_pattern
-from .etc import RECORD as ETC
-from .etc import etc_pattern
-from .global_ import RECORD as GLOBAL
-from .global_ import global_pattern
-from .image_transformer import RECORD as IMAGE_TRANSFORMER
-from .image_transformer import image_transformer_1d_pattern, image_transformer_pattern
-from .longformer import RECORD as LONGFORMER
-from .longformer import longformer_pattern, longformer_patterns
-from .pattern import SparsePattern
-from .random import RECORD as RANDOM
-from .random import draw_random_keys, random_pattern
-from .reformer_lsh import RECORD as REFORMER_LSH
-from .reformer_lsh import (
-    draw_lsh_rotations,
-    lsh_buckets,
-    lsh_chunks,
-    lsh_collision_probability,
-    reformer_lsh_attention,
-)
-from .routing import RECORD as ROUTING
-from .routing import draw_centroids, nearest_centroid, routing_attention, update_centroids
-from .sac import RECORD as SAC
-from .sac import SacPredictor, init_sac_predictor, predict_edges, predictor_scores, sac_attention, top_edges
-from .sinkhorn import RECORD as SINKHORN
-from .sinkhorn import (
-    SortNetParams,
-    block_summaries,
-    default_block_size,
-    draw_gumbel,
-    init_sort_net,
-    masked_logsumexp,
-    sinkhorn_attention,
-    sinkhorn_normalize,
-    sort_net_scores,
-    sorting_matrix,
-)
-from .sparse_transformer import RECORD as SPARSE_TRANSFORMER
-from .sparse_transformer import sparse_transformer_pattern
-from .star_transformer import RECORD as STAR_TRANSFORMER
-from .star_transformer import star_transformer_pattern
-from .strided import RECORD as STRIDED
-from .strided import strided_pattern
+from ..mechanism import family
+
+# isort: off
+# The shared engine (attention over a pattern, the pattern type), then the family, one line per mechanism module,
+# in catalogue order.
+from .attention import *  # noqa: F403
+from .pattern import *  # noqa: F403
+from .global_ import *  # noqa: F403
+from .band import *  # noqa: F403
+from .dilated import *  # noqa: F403
+from .strided import *  # noqa: F403
+from .random import *  # noqa: F403
+from .block_local import *  # noqa: F403
+from .star_transformer import *  # noqa: F403
+from .longformer import *  # noqa: F403
+from .etc import *  # noqa: F403
+from .bigbird import *  # noqa: F403
+from .sparse_transformer import *  # noqa: F403
+from .bp_transformer import *  # noqa: F403
+from .image_transformer import *  # noqa: F403
+from .axial import *  # noqa: F403
+from .routing import *  # noqa: F403
+from .reformer_lsh import *  # noqa: F403
+from .sac import *  # noqa: F403
+from .sinkhorn import *  # noqa: F403
+# isort: on
 
 #: The family's catalogue records, in catalogue order (each declared in its mechanism's module).
-RECORDS = (
-    GLOBAL,
-    BAND,
-    DILATED,
-    STRIDED,
-    RANDOM,
-    BLOCK_LOCAL,
-    STAR_TRANSFORMER,
-    LONGFORMER,
-    ETC,
-    BIGBIRD,
-    SPARSE_TRANSFORMER,
-    BP_TRANSFORMER,
-    IMAGE_TRANSFORMER,
-    AXIAL,
-    ROUTING,
-    REFORMER_LSH,
-    SAC,
-    SINKHORN,
-)
-
-__all__ = [
-    "SacPredictor",
-    "SortNetParams",
-    "SparsePattern",
-    "axial_pattern",
-    "axial_patterns",
-    "band_pattern",
-    "bigbird_block_layout",
-    "bigbird_key_counts",
-    "bigbird_pattern",
-    "block_local_pattern",
-    "block_window_pattern",
-    "block_summaries",
-    "bp_transformer_pattern",
-    "bp_tree_spans",
-    "default_block_size",
-    "dilated_pattern",
-    "draw_bigbird_random_blocks",
-    "draw_centroids",
-    "draw_gumbel",
-    "draw_lsh_rotations",
-    "draw_random_keys",
-    "etc_pattern",
-    "global_pattern",
-    "image_transformer_1d_pattern",
-    "image_transformer_pattern",
-    "init_sac_predictor",
-    "init_sort_net",
-    "longformer_pattern",
-    "longformer_patterns",
-    "lsh_buckets",
-    "lsh_chunks",
-    "lsh_collision_probability",
-    "masked_logsumexp",
-    "nearest_centroid",
-    "predict_edges",
-    "predictor_scores",
-    "random_pattern",
-    "reformer_lsh_attention",
-    "routing_attention",
-    "sac_attention",
-    "sinkhorn_attention",
-    "sinkhorn_normalize",
-    "sort_net_scores",
-    "sorting_matrix",
-    "sparse_attention",
-    "sparse_transformer_pattern",
-    "star_transformer_pattern",
-    "strided_pattern",
-    "top_edges",
-    "update_centroids",
-]
+RECORDS, __all__ = family(globals())

@@ -11,15 +11,16 @@ O(H·W·(H + W)) instead of O((H·W)²); a row layer followed by a column layer 
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from ..common.checks import causal_alignment, check_bool, check_choice, check_size
-from ..mechanism import AttentionResult, Mechanism
-from .attention import METHODS, attend_pattern, check_options, check_weights_fit, checked_qkv
+from ..draws import note_allowed
+from ..mechanism import Mechanism
+from .attention import METHODS, attend_pattern, check_weights_fit, checked_qkv
 from .image_transformer import image_shape
 from .pattern import SparsePattern
 
-__all__ = ["axial_pattern", "axial_patterns"]
+__all__ = ["axial_attention", "axial_pattern", "axial_patterns"]
 
 AXES = ("row", "column")
 
@@ -145,17 +146,42 @@ def axial_patterns(
             axial_pattern(height, width, axis="column", causal=causal))
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equation", width=None, **options):
-    """Row attention, then column attention over its output (both with the same q, k).
+def axial_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, width: int | None = None,
+                    causal: bool | str = False, method: str = "auto",
+                    return_weights: bool = False) -> NDArray | tuple[NDArray, NDArray]:
+    r"""Row attention, then column attention over its output (both with the same q, k).
 
-    The effective matrix is A_col A_row: every position reaches every other of the image in the
-    two steps (each step alone only its row or column). The n positions are a height × width image,
-    the most square by default (``width=``: any divisor of n).
+    .. math::
+
+        A = A_\text{col} A_\text{row}, \qquad \mathrm{out} = A_\text{col} (A_\text{row} V)
+
+    The n positions are an image of height × width flattened row-major; the effective matrix
+    reaches every position of the image in the two steps (each step alone only its row or column).
+
+    Parameters
+    ----------
+    q, k : (..., n, d) array_like
+        Queries and keys of the n positions (self-attention: as many keys as queries).
+    v : (..., n, d_v) array_like
+        Values.
+    width : int, optional
+        The image's width, any divisor of n; default the most square layout.
+    causal : bool, default False
+        Each step causal along its axis (:func:`axial_pattern`); there is no bottom-right form.
+    method : {"equation", "csr", "bsr", "auto"}, default "auto"
+        As in :func:`~refattn.sparse.sparse_attention`, for both steps.
+    return_weights : bool, default False
+        Also return the effective (..., n, n) matrix :math:`A_\text{col} A_\text{row}`.
+
+    Returns
+    -------
+    out : (..., n, d_v) ndarray
+    weights : (..., n, n) ndarray
+        Only if ``return_weights``.
     """
     q, k, v, batch = checked_qkv(q, k, v)
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
-    check_options("axial", options, ("width",))
     n, m = q.shape[-2], k.shape[-2]
     alignment = causal_alignment(causal)
     if n != m or alignment == "bottom-right":
@@ -168,11 +194,15 @@ def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="equ
     mid, A_row = attend_pattern(q, k, v, row, method=method, return_weights=return_weights)[:2]
     out, A_col = attend_pattern(q, k, mid, column, method=method, return_weights=return_weights)[:2]
     if not return_weights:
-        return AttentionResult(out)
+        return out
     A = _two_steps(A_col, A_row, height, width)                    # (..., n, n)  A_col A_row
-    masks = (p.to_mask(max_size=n * n).astype(np.float64) for p in (column, row))
-    reach = _two_steps(*masks, height, width) > 0                  # (n, n) pairs reached in two steps
-    return AttentionResult(out, A, np.broadcast_to(reach, A.shape))
+
+    def reach():                                                   # (n, n) pairs reached in two steps
+        masks = (p.to_mask(max_size=n * n).astype(np.float64) for p in (column, row))
+        return np.broadcast_to(_two_steps(*masks, height, width) > 0, A.shape)
+
+    note_allowed(reach)
+    return out, A
 
 
 def _two_steps(col: NDArray, row: NDArray, H: int, W: int) -> NDArray:
@@ -188,12 +218,13 @@ def _two_steps(col: NDArray, row: NDArray, H: int, W: int) -> NDArray:
                                                                    H * W, H * W)
 
 
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    axial_attention, defaults={"method": "equation"},
     id="axial", title="Axial attention (rows, then columns)", family="sparse", section="4.1.1.3 (Fig. 6c)",
     paper='J. Ho et al., 2019, "Axial Attention in Multidimensional Transformers", arXiv:1912.12180',
     equation=r"A = A_\text{col} A_\text{row}", time="O(n·(H+W)·d)", memory="O(n·(H+W))", kind="attention",
     methods=("equation", "csr", "bsr", "auto"),
-    function=axial_patterns, apply=_apply, causal=True, incremental=False, position_dependent=True, cross=False,
+    causal=True, incremental=False, position_dependent=True, cross=False,
     example_length=16, figure="refattn.figures.sparse:axial", exact_options=None,
     exact_limit="none: each step sees one row or column; the two steps reach the whole image, but as a product "
     "of two softmaxes",

@@ -10,6 +10,7 @@ last n of the m positions (decoding with a key/value cache).
 from __future__ import annotations
 
 from ..common.checks import check_sizes, check_window
+from ..deprecation import renamed
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import LONGFORMER
 from .attention import pattern_apply
@@ -18,8 +19,9 @@ from .pattern import SparsePattern, query_positions
 __all__ = ["band_pattern"]
 
 
-def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool | str = False) -> SparsePattern:
-    r"""Keys within distance ``w`` of the query's position.
+@renamed(w="window")
+def band_pattern(n: int, window: int, *, m: int | None = None, causal: bool | str = False) -> SparsePattern:
+    r"""Keys within distance ``window`` of the query's position.
 
     .. math::
 
@@ -29,9 +31,9 @@ def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool | str = F
     ----------
     n : int
         Number of queries.
-    w : int
-        One-sided window: keys ``i − w … i + w`` (``i − w … i`` if causal). ``w >= max(n, m)``
-        keeps everything.
+    window : int
+        *w*, the half-width (one side): keys ``i − w … i + w`` (``i − w … i`` if causal), 2w + 1 in
+        all. ``w >= max(n, m)`` keeps everything. (The old name ``w=`` is deprecated.)
     m : int, optional
         Number of keys; default ``n``.
     causal : {False, True, "top-left", "bottom-right"}, default False
@@ -59,7 +61,7 @@ def band_pattern(n: int, w: int, *, m: int | None = None, causal: bool | str = F
     """
     n, m = check_sizes(n, m)
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
-    w = check_window("w", w, max(n, m))                             # w >= max(n, m) keeps every pair
+    w = check_window("window", window, max(n, m))                             # w >= max(n, m) keeps every pair
     return SparsePattern.from_row_ranges(i - w, i + w + 1 if alignment is None else i + 1, m)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.checks import check_bool, check_sizes, check_window
+from ..deprecation import renamed
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import SURVEY
 from .attention import pattern_apply
@@ -65,11 +66,12 @@ def block_local_pattern(n: int, block: int, *, m: int | None = None, causal: boo
     return SparsePattern.from_row_ranges(start, start + block if alignment is None else i + 1, m)
 
 
+@renamed(window_size="window")
 def block_window_pattern(
-    n: int, window_size: int, *, look_backward: int = 1, look_forward: int | None = None, causal: bool = False,
+    n: int, window: int, *, look_backward: int = 1, look_forward: int | None = None, causal: bool = False,
     exact_windowsize: bool = False,
 ) -> SparsePattern:
-    r"""Blocks of ``window_size`` positions, each query seeing its block and ``look_backward`` blocks
+    r"""Blocks of ``window`` positions, each query seeing its block and ``look_backward`` blocks
     before and ``look_forward`` blocks after, as lucidrains' ``LocalAttention`` defines them.
 
     .. math::
@@ -84,10 +86,11 @@ def block_window_pattern(
     ----------
     n : int
         Sequence length (self-attention: n queries and n keys). Need not be a multiple of
-        ``window_size``: the last block is shorter, as lucidrains' ``autopad=True`` with an input
+        ``window``: the last block is shorter, as lucidrains' ``autopad=True`` with an input
         ``mask`` hiding the padding (see Notes).
-    window_size : int
-        *w*, positions per block.
+    window : int
+        *w*, positions per block: the whole window (lucidrains' ``window_size``, the old name here,
+        deprecated).
     look_backward : int, default 1
         *b*, blocks before the query's own.
     look_forward : int, optional
@@ -142,7 +145,7 @@ def block_window_pattern(
            [0, 0, 0, 1, 1, 1]])
     """
     n, _ = check_sizes(n, None)
-    w = check_window("window_size", window_size, max(n, 1), positive=True)   # one window holds every position
+    w = check_window("window", window, max(n, 1), positive=True)   # one window holds every position
     back = check_window("look_backward", look_backward, n)           # n windows back reach the first
     causal, exact = check_bool("causal", causal), check_bool("exact_windowsize", exact_windowsize)
     forward = check_window("look_forward", (0 if causal else 1) if look_forward is None else look_forward, n)

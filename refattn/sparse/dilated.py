@@ -8,6 +8,7 @@ keys. ``dilation=1`` is the band; a large dilation is the strided pattern restri
 from __future__ import annotations
 
 from ..common.checks import check_sizes, check_window
+from ..deprecation import renamed
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import LONGFORMER
 from .attention import pattern_apply
@@ -16,10 +17,11 @@ from .pattern import SparsePattern, query_positions
 __all__ = ["dilated_pattern"]
 
 
+@renamed(w="window")
 def dilated_pattern(
-    n: int, w: int, dilation: int, *, m: int | None = None, causal: bool | str = False
+    n: int, window: int, dilation: int, *, m: int | None = None, causal: bool | str = False
 ) -> SparsePattern:
-    r"""``w`` keys on each side of the query, ``dilation`` positions apart.
+    r"""``window`` keys on each side of the query, ``dilation`` positions apart.
 
     .. math::
 
@@ -29,8 +31,9 @@ def dilated_pattern(
     ----------
     n : int
         Number of queries.
-    w : int
-        Keys on each side (the query's own position is always kept).
+    window : int
+        *w*, the half-width: keys on each side (the query's own position is always kept), so the
+        window spans w·w_d positions each way. (The old name ``w=`` is deprecated.)
     dilation : int
         Gap :math:`w_d \ge 1` between kept keys; 1 gives :func:`band_pattern`.
     m : int, optional
@@ -54,7 +57,7 @@ def dilated_pattern(
     """
     n, m = check_sizes(n, m)
     i, alignment = query_positions(n, m, causal)                   # (n,) query positions
-    w = check_window("w", w, max(n, m))                             # w steps of at least 1 reach every key
+    w = check_window("window", window, max(n, m))                             # w steps of at least 1 reach every key
     dilation = check_window("dilation", dilation, max(n, m, 1), positive=True)   # a gap >= max(n, m): itself only
     reach = w * dilation
     return SparsePattern.from_row_ranges(i - reach, i + reach + 1 if alignment is None else i + 1, m,

@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike
 
 from ..common.checks import check_bool, check_size, check_window
 from ..common.ints import check_non_negative_int
+from ..deprecation import renamed
 from ..mechanism import Mechanism
 from .attention import pattern_apply
 from .band import band_pattern
@@ -29,8 +30,9 @@ from .pattern import SparsePattern, as_indices, no_causal_form
 __all__ = ["etc_pattern"]
 
 
+@renamed(radius="window")
 def etc_pattern(
-    num_global: int, num_long: int, radius: int, *,
+    num_global: int, num_long: int, window: int, *,
     segment_ids: ArrayLike | None = None, hard_g2l: bool = False, hard_l2g: bool = False,
     causal: bool | str = False,
 ) -> SparsePattern:
@@ -47,9 +49,9 @@ def etc_pattern(
         Number of global tokens *g* >= 0 (positions ``0 … g − 1``).
     num_long : int
         Number of long (regular input) tokens *L* >= 0 (positions ``g … g + L − 1``).
-    radius : int
-        The l2l radius *r* >= 0: long token *a* attends to long tokens ``a − r … a + r``,
-        itself included (2r + 1 keys before clipping).
+    window : int
+        The l2l radius *r* >= 0, a half-width: long token *a* attends to long tokens ``a − r … a + r``,
+        itself included (2r + 1 keys before clipping). (The old name ``radius=`` is deprecated.)
     segment_ids : (L,) array_like of int, optional
         The global token (in ``[0, g)``) that summarises each long token's segment, e.g. its
         sentence (the official code's ``sentence_ids``). Required by, and only used with,
@@ -114,7 +116,7 @@ def etc_pattern(
     g = check_size("num_global", num_global)
     L = check_size("num_long", num_long)
     check_size("num_global + num_long", g + L, rows=True)
-    r = check_window("radius", radius, L)                           # r >= n_l: every long token
+    r = check_window("window", window, L)                           # r >= n_l: every long token
     hard_g2l, hard_l2g = check_bool("hard_g2l", hard_g2l), check_bool("hard_l2g", hard_l2g)
     no_causal_form(causal, "ETC", "an encoder whose global tokens read every long token")
     N = g + L

@@ -26,7 +26,6 @@ with a key/value cache does not reproduce the full-sequence result).
 """
 from __future__ import annotations
 
-import inspect
 import math
 
 import numpy as np
@@ -47,9 +46,10 @@ from ..common.checks import (
 from ..common.ints import check_positive_int
 from ..common.products import weighted_values
 from ..core.softmax import masked_softmax
-from ..mechanism import AttentionResult, Mechanism
+from ..deprecation import renamed
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..mechanism import Mechanism
 from ..oracle.merge import merge_attention
-from .attention import check_options
 
 __all__ = [
     "draw_lsh_rotations",
@@ -64,7 +64,8 @@ DEFAULT_ROUNDS, TRAX_CHUNK = 2, 128
 _GROUP_BYTES = 32 * 2**20                                          # one block of hashed rows, one group of windows
 
 
-def draw_lsh_rotations(rng, d_k: int, n_buckets, n_rounds: int = 1) -> NDArray:
+@renamed(n_buckets="num_buckets", n_rounds="num_rounds")
+def draw_lsh_rotations(rng, d_k: int, num_buckets, num_rounds: int = 1) -> NDArray:
     r"""Draw the random projections R of angular LSH, one (d_k, b/2) matrix per hash round.
 
     .. math::
@@ -77,16 +78,16 @@ def draw_lsh_rotations(rng, d_k: int, n_buckets, n_rounds: int = 1) -> NDArray:
         Source of the draw.
     d_k : int
         Width of the queries (and keys).
-    n_buckets : int or sequence of int
+    num_buckets : int or sequence of int
         *b*: even, or 1 (no hashing: R has no column); or even factors :math:`(f_1, \dots, f_k)` of
         a hierarchical hash with :math:`b = \prod f_i` buckets and :math:`\sum f_i/2` columns
         (:func:`lsh_buckets`).
-    n_rounds : int, default 1
+    num_rounds : int, default 1
         Number of hash rounds (the official code's ``n_hashes``).
 
     Returns
     -------
-    rotations : (n_rounds, d_k, b/2) ndarray
+    rotations : (num_rounds, d_k, b/2) ndarray
         (:math:`\sum f_i/2` columns for factors.)
 
     Notes
@@ -98,20 +99,21 @@ def draw_lsh_rotations(rng, d_k: int, n_buckets, n_rounds: int = 1) -> NDArray:
 
     Examples
     --------
-    >>> draw_lsh_rotations(0, 8, 4, n_rounds=2).shape
+    >>> draw_lsh_rotations(0, 8, 4, num_rounds=2).shape
     (2, 8, 2)
     >>> draw_lsh_rotations(0, 8, (8, 16)).shape                     # 128 buckets from 4 + 8 columns
     (1, 8, 12)
     """
     rng = as_rng(rng)
     d_k = check_size("d_k", d_k)
-    factors, n_rounds = _bucket_factors(n_buckets), check_size("n_rounds", n_rounds, positive=True)
-    shape = (n_rounds, d_k, sum(f // 2 for f in factors))
-    check_fits(f"the rotations (n_rounds={n_rounds}, d_k={d_k}, n_buckets={n_buckets!r})", shape)
+    factors, num_rounds = _bucket_factors(num_buckets), check_size("num_rounds", num_rounds, positive=True)
+    shape = (num_rounds, d_k, sum(f // 2 for f in factors))
+    check_fits(f"the rotations (num_rounds={num_rounds}, d_k={d_k}, num_buckets={num_buckets!r})", shape)
     return rng.standard_normal(shape)
 
 
-def lsh_buckets(x: ArrayLike, rotations: ArrayLike, n_buckets=None) -> NDArray:
+@renamed(n_buckets="num_buckets")
+def lsh_buckets(x: ArrayLike, rotations: ArrayLike, num_buckets=None) -> NDArray:
     r"""The bucket of every vector in every hash round: :math:`h(x) = \arg\max([xR;\, -xR])`.
 
     Parameters
@@ -119,9 +121,9 @@ def lsh_buckets(x: ArrayLike, rotations: ArrayLike, n_buckets=None) -> NDArray:
     x : (..., n, d) array_like
         Vectors to hash (Reformer hashes the unit keys; the bucket is the same for any positive
         multiple of x).
-    rotations : (..., n_rounds, d, b/2) array_like
+    rotations : (..., num_rounds, d, b/2) array_like
         One projection matrix per round (:func:`draw_lsh_rotations`); leading dims broadcast with x's.
-    n_buckets : int or sequence of int, optional
+    num_buckets : int or sequence of int, optional
         Default: :math:`b = 2 \times` the columns of R (1 with none). Even factors
         :math:`(f_1, \dots, f_k)` split R's columns into blocks of :math:`f_i/2` and combine the
         blocks' buckets :math:`h_i` into :math:`h = \sum_i h_i \prod_{l<i} f_l` (trax's hierarchical
@@ -129,7 +131,7 @@ def lsh_buckets(x: ArrayLike, rotations: ArrayLike, n_buckets=None) -> NDArray:
 
     Returns
     -------
-    buckets : (..., n_rounds, n) ndarray of int64
+    buckets : (..., num_rounds, n) ndarray of int64
         In [0, b): column t of xR is bucket t, column t of −xR is bucket t + b/2. With no column
         (b = 1) every vector is in bucket 0. A row of xR that holds NaN (a non-finite x) goes to the
         bucket of its first NaN (``np.argmax``), 0 for a NaN vector.
@@ -147,10 +149,10 @@ def lsh_buckets(x: ArrayLike, rotations: ArrayLike, n_buckets=None) -> NDArray:
     """
     x, rotations = as_float("x", x, min_ndim=2), as_float("rotations", rotations, min_ndim=3)
     if rotations.shape[-2] != x.shape[-1]:
-        raise ValueError(f"rotations must have shape (..., n_rounds, d={x.shape[-1]}, b/2) for x of shape {x.shape}, "
+        raise ValueError(f"rotations must have shape (..., num_rounds, d={x.shape[-1]}, b/2) for x of shape {x.shape}, "
                          f"got shape {rotations.shape}")
     batch = broadcast_batch({"x": x.shape[:-2], "rotations": rotations.shape[:-3]})
-    factors = _factors_of(n_buckets, rotations.shape)
+    factors = _factors_of(num_buckets, rotations.shape)
     n, R = x.shape[-2], rotations.shape[-3]
     buckets = np.zeros((*batch, R, n), dtype=np.int64)
     rows = max(1, _GROUP_BYTES // (16 * max(1, math.prod(batch) * R * rotations.shape[-1])))
@@ -199,7 +201,8 @@ def lsh_chunks(buckets: ArrayLike, chunk_length: int) -> tuple[NDArray, NDArray]
     return order, rank // chunk_length
 
 
-def lsh_collision_probability(theta: ArrayLike, n_buckets) -> NDArray:
+@renamed(n_buckets="num_buckets")
+def lsh_collision_probability(theta: ArrayLike, num_buckets) -> NDArray:
     r"""Probability that two unit vectors at angle θ share a bucket in one hash round.
 
     For :math:`h(x) = \arg\max([xR;\, -xR])` with R of i.i.d. standard normal entries (b/2 columns):
@@ -217,7 +220,7 @@ def lsh_collision_probability(theta: ArrayLike, n_buckets) -> NDArray:
     ----------
     theta : array_like
         Angles in [0, π].
-    n_buckets : int or sequence of int
+    num_buckets : int or sequence of int
         *b*: 1 (always the same bucket) or even; or the even factors of a hierarchical hash
         (:func:`lsh_buckets`), whose blocks of columns are independent: the product of their
         probabilities.
@@ -276,7 +279,7 @@ def lsh_collision_probability(theta: ArrayLike, n_buckets) -> NDArray:
     if not np.all(np.abs(theta - np.pi / 2) <= np.pi / 2):
         raise ValueError(f"theta must lie in [0, pi], got {theta[~(np.abs(theta - np.pi / 2) <= np.pi / 2)][:3]}")
     probability = np.ones_like(theta)
-    for f in _bucket_factors(n_buckets):                          # independent blocks of columns
+    for f in _bucket_factors(num_buckets):                          # independent blocks of columns
         probability = probability * _collision(theta, f, ndtr, owens_t)
     return probability
 
@@ -305,12 +308,13 @@ def _collision(theta: NDArray, b: int, ndtr, owens_t) -> NDArray:
     return result
 
 
+@renamed(n_buckets="num_buckets", n_rounds="num_rounds")
 def reformer_lsh_attention(
     qk: ArrayLike,
     v: ArrayLike,
     *,
-    n_buckets=None,
-    n_rounds: int | None = None,
+    num_buckets=None,
+    num_rounds: int | None = None,
     chunk_length: int | None = None,
     causal: bool | str = False,
     scale: float | None = None,
@@ -321,7 +325,8 @@ def reformer_lsh_attention(
     wrap: bool = False,
     method: str = "auto",
     return_weights: bool = False,
-) -> NDArray | tuple[NDArray, NDArray, NDArray]:
+    return_allowed: bool = True,
+) -> NDArray | tuple[NDArray, NDArray, NDArray] | tuple[NDArray, NDArray]:
     r"""Reformer's multi-round LSH attention with shared queries and keys.
 
     .. math::
@@ -339,7 +344,7 @@ def reformer_lsh_attention(
         The shared queries; the keys are :math:`k_j = q_j/\|q_j\|` (0 for a zero query).
     v : (..., n, d_v) array_like
         Values.
-    n_buckets : int or sequence of int, optional
+    num_buckets : int or sequence of int, optional
         *b*: even, or 1 (one bucket: no hashing); or a sequence of even factors, hashed
         hierarchically (:func:`lsh_buckets`) into their product at the cost O(n·d·Σ f_i) instead of
         O(n·d·b). Default: trax's ``LSHSelfAttention`` rule for its chunks of 128,
@@ -348,7 +353,7 @@ def reformer_lsh_attention(
         \rfloor)`, so that c stays near 128 as n grows; with ``rotations`` given, that count if they
         hold its columns (so a draw fed back is read as drawn), else a flat hash of twice their
         columns.
-    n_rounds : int, optional
+    num_rounds : int, optional
         Hash rounds (the official code's ``n_hashes``). Default 2, or the number ``rotations`` holds.
     chunk_length : int, optional
         *c*. Default :math:`\lceil 2n/b \rceil`, the paper's :math:`m = 2l/n_\text{buckets}` (twice
@@ -361,8 +366,8 @@ def reformer_lsh_attention(
         applied to the unit keys (the PyTorch port's choice); the trax code's scores are
         :math:`q_i\cdot k_j` with the unit keys unscaled: ``scale=1.0``.
     rng : numpy.random.Generator or int, optional
-        Source of the rotations (exactly one of ``rng`` and ``rotations``).
-    rotations : (..., n_rounds, d, b/2) array_like, optional
+        Source of the rotations when ``rotations`` is not given (unused otherwise).
+    rotations : (..., num_rounds, d, b/2) array_like, optional
         An explicit draw (:func:`draw_lsh_rotations`); leading dims broadcast with qk's (one draw
         per head, say). Finite.
     attend_across_buckets : bool, default False
@@ -379,11 +384,14 @@ def reformer_lsh_attention(
     method : {"equation", "csr", "auto"}, default "auto"
         "equation": every round's dense n × n pair sets, a masked softmax per round and the rounds'
         LSE merge (the paper's formula; small n). "csr": the pairs each chunk's window computes,
-        listed in O(n_rounds·n·c) and attended by the CSR kernel (their LSE merge with the count is
+        listed in O(num_rounds·n·c) and attended by the CSR kernel (their LSE merge with the count is
         softmax over their union), never n × n. "auto" is "csr": the paper's algorithm is the
-        cheaper one at every n (the dense path holds n_rounds + 4 arrays of n × n).
+        cheaper one at every n (the dense path holds num_rounds + 4 arrays of n × n).
     return_weights : bool, default False
         Also return the effective (..., n, n) weights and the pairs computed in any round.
+    return_allowed : bool, default True
+        With ``return_weights``, also return those pairs (False: ``(out, weights)``, the pairs noted for the
+        registry's ``AttentionResult.allowed``, as its record asks).
 
     Returns
     -------
@@ -392,7 +400,7 @@ def reformer_lsh_attention(
         Only with ``return_weights``: the rounds' weights merged as the outputs are, exactly 0
         outside ``allowed``. Rows sum to 1.
     allowed : (..., n, n) ndarray of bool
-        Only with ``return_weights``: :math:`U_i`, the pairs some round computed (after the rule on
+        Only with ``return_weights`` and ``return_allowed``: :math:`U_i`, the pairs some round computed (after the rule on
         self).
 
     Notes
@@ -412,7 +420,7 @@ def reformer_lsh_attention(
       keys unscaled; the PyTorch port scales the unit keys' scores by :math:`1/\sqrt d`.
     - *Chunks.* trax ``LSHSelfAttention`` has ``chunk_len=128`` and derives
       :math:`b = 2\max(1, \lfloor n/c \rfloor)`, the paper's c = 2n/b; the first trax code
-      (``n_bins = n_buckets = 64``: 64 chunks a round) and the PyTorch port (``bucket_size=64`` = c,
+      (``n_bins = num_buckets = 64``: 64 chunks a round) and the PyTorch port (``bucket_size=64`` = c,
       b = n/64) use c = n/b. The official code concatenates the rounds before chunking, so its
       first chunk of round r looks back into the last chunk of round r − 1 (and the very first
       into the last of the last round). Under the paper's same-bucket rule those pairs are masked
@@ -424,8 +432,8 @@ def reformer_lsh_attention(
       experiments use 1 to 8 (§5, Fig. 4). The default here, 2, shows the merge. The default
       bucket count is trax's (chunks of about 128); the PyTorch port fixes c = 64 instead.
 
-    Cost: hashing O(n_rounds·n·d·Σ f_i) (b for a flat hash), sorting O(n_rounds·n log n), attention
-    O(n_rounds·n·c·d): with c fixed and b ∝ n in two factors of order √n, O(n·√n·d) for the hash,
+    Cost: hashing O(num_rounds·n·d·Σ f_i) (b for a flat hash), sorting O(num_rounds·n log n), attention
+    O(num_rounds·n·c·d): with c fixed and b ∝ n in two factors of order √n, O(n·√n·d) for the hash,
     O(n log n) for the sort and O(n) for the attention.
 
     Non-finite input: a query with NaN or Inf gives a NaN key; it is hashed to bucket 0 and reaches
@@ -444,15 +452,16 @@ def reformer_lsh_attention(
     --------
     >>> rng = np.random.default_rng(0)
     >>> qk, v = rng.standard_normal((2, 12, 4))
-    >>> out, A, allowed = reformer_lsh_attention(qk, v, n_buckets=4, n_rounds=2, rng=1, return_weights=True)
+    >>> out, A, allowed = reformer_lsh_attention(qk, v, num_buckets=4, num_rounds=2, rng=1, return_weights=True)
     >>> out.shape, bool(np.allclose(A.sum(axis=-1), 1.0)), bool(np.all(A[~allowed] == 0))
     ((12, 4), True, True)
-    >>> full, A1, _ = reformer_lsh_attention(qk, v, n_buckets=1, n_rounds=1, rng=1, return_weights=True)
+    >>> full, A1, _ = reformer_lsh_attention(qk, v, num_buckets=1, num_rounds=1, rng=1, return_weights=True)
     >>> bool(np.all(np.diag(A1) == 0))                             # one bucket, one chunk: all but self
     True
     """
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
+    return_allowed = check_bool("return_allowed", return_allowed)
     options = {name: check_bool(name, value) for name, value in (
         ("attend_across_buckets", attend_across_buckets), ("allow_duplicate_attention", allow_duplicate_attention),
         ("wrap", wrap))}
@@ -466,11 +475,14 @@ def reformer_lsh_attention(
                          f"v shape {v.shape})")
     n, d = qk.shape[-2:]
     scale = default_scale(d) if scale is None else check_scale(scale)
-    if n_buckets is None and rotations is None:
-        n_buckets = _default_buckets(n)
-    rotations = _rotations(rng, rotations, d, n_buckets, n_rounds)
+    if num_buckets is None and rotations is None:
+        num_buckets = _default_buckets(n)
+    rotations = _checked_rotations(given_or_drawn(
+        "reformer_lsh", "rotations", rotations, optional_rng(rng), what="its hash rotations",
+        draw=lambda r: draw_lsh_rotations(r, d, num_buckets, DEFAULT_ROUNDS if num_rounds is None else num_rounds)),
+        d, num_buckets, num_rounds)
     batch = broadcast_batch({"qk": qk.shape[:-2], "v": v.shape[:-2], "rotations": rotations.shape[:-3]})
-    factors = _factors_of(n_buckets, rotations.shape, n)
+    factors = _factors_of(num_buckets, rotations.shape, n)
     b = math.prod(factors)
     c = max(1, math.ceil(2 * n / b)) if chunk_length is None else check_positive_int("chunk_length", chunk_length)
     R = rotations.shape[-3]
@@ -496,7 +508,11 @@ def reformer_lsh_attention(
     out = out.reshape(*batch, n, v.shape[-1])
     if not return_weights:
         return out
-    return out, weights.reshape(*batch, n, n), allowed.reshape(*batch, n, n)
+    weights, allowed = weights.reshape(*batch, n, n), allowed.reshape(*batch, n, n)
+    if return_allowed:
+        return out, weights, allowed
+    note_allowed(allowed)
+    return out, weights
 
 
 class _Rounds:
@@ -573,7 +589,7 @@ def _equation(qk, k, v, order, rounds, scale, return_weights):
 
 
 def _csr(qk, k, v, order, rounds, scale, return_weights):
-    """The pairs of every round, gathered row by row from each row's chunk window in O(n_rounds·n·c), then the CSR
+    """The pairs of every round, gathered row by row from each row's chunk window in O(num_rounds·n·c), then the CSR
     kernel over them as one block-diagonal pattern of the flattened batch. With the count (the default), the LSE
     merge of the rounds is softmax over their union (module docstring), so each pair is listed once; with
     duplicates allowed a pair is listed once per round that computes it, and N_ij copies weigh N_ij e^{s_ij}."""
@@ -643,31 +659,31 @@ def _at(table: NDArray, index: NDArray) -> NDArray:
     return np.take_along_axis(table, flat, axis=1).reshape(B, *rest)
 
 
-def _bucket_factors(n_buckets) -> tuple[int, ...]:
+def _bucket_factors(num_buckets) -> tuple[int, ...]:
     """The factors of a bucket count: () for 1, (b,) for an even int, the sequence itself if all even."""
-    if isinstance(n_buckets, (list, tuple)):
-        factors = tuple(check_size("n_buckets", f, positive=True) for f in n_buckets)
+    if isinstance(num_buckets, (list, tuple)):
+        factors = tuple(check_size("num_buckets", f, positive=True) for f in num_buckets)
         if not factors or any(f % 2 for f in factors):
-            raise ValueError(f"n_buckets as factors must be a non-empty sequence of even ints, got {n_buckets!r}")
+            raise ValueError(f"num_buckets as factors must be a non-empty sequence of even ints, got {num_buckets!r}")
         return factors
-    b = check_size("n_buckets", n_buckets, positive=True)
+    b = check_size("num_buckets", num_buckets, positive=True)
     if b != 1 and b % 2:
-        raise ValueError(f"n_buckets must be even (argmax over [xR; −xR], b/2 columns) or 1, got {b}")
+        raise ValueError(f"num_buckets must be even (argmax over [xR; −xR], b/2 columns) or 1, got {b}")
     return () if b == 1 else (b,)
 
 
-def _factors_of(n_buckets, shape: tuple[int, ...], n: int | None = None) -> tuple[int, ...]:
-    """The factors of the hash that rotations of ``shape`` (…, R, d, columns) carry out: ``n_buckets``'s, checked
+def _factors_of(num_buckets, shape: tuple[int, ...], n: int | None = None) -> tuple[int, ...]:
+    """The factors of the hash that rotations of ``shape`` (…, R, d, columns) carry out: ``num_buckets``'s, checked
     against the columns; without it, the default count at length n if the rotations hold its columns, else a flat
     hash of twice their columns."""
-    if n_buckets is None:
+    if num_buckets is None:
         default = () if n is None else _bucket_factors(_default_buckets(n))
         if n is not None and sum(f // 2 for f in default) == shape[-1]:
             return default
         return (2 * shape[-1],) if shape[-1] else ()
-    factors = _bucket_factors(n_buckets)
+    factors = _bucket_factors(num_buckets)
     if sum(f // 2 for f in factors) != shape[-1]:
-        raise ValueError(f"n_buckets={n_buckets!r} needs rotations with {sum(f // 2 for f in factors)} columns, "
+        raise ValueError(f"num_buckets={num_buckets!r} needs rotations with {sum(f // 2 for f in factors)} columns, "
                          f"got shape {shape}")
     return factors
 
@@ -682,60 +698,37 @@ def _default_buckets(n: int):
     return (first, 2 * (b // (2 * first)))
 
 
-def _rotations(rng, rotations, d: int, n_buckets, n_rounds) -> NDArray:
-    """The rotations: drawn from rng, or checked against d, n_buckets and n_rounds when given."""
-    if (rng is None) == (rotations is None):
-        raise ValueError("reformer_lsh_attention needs exactly one of rng= (to draw the rotations) and rotations=")
-    if rotations is None:
-        return draw_lsh_rotations(rng, d, n_buckets, DEFAULT_ROUNDS if n_rounds is None else n_rounds)
+def _checked_rotations(rotations, d: int, num_buckets, num_rounds) -> NDArray:
+    """The rotations (given or drawn) checked against d, num_buckets and num_rounds."""
     rotations = as_float("rotations", rotations, min_ndim=3)
     if rotations.shape[-2] != d:
-        raise ValueError(f"rotations must have shape (..., n_rounds, d={d}, b/2), got shape {rotations.shape}")
+        raise ValueError(f"rotations must have shape (..., num_rounds, d={d}, b/2), got shape {rotations.shape}")
     if not np.all(np.isfinite(rotations)):
         raise ValueError(f"rotations must be finite (shape {rotations.shape})")
-    if n_buckets is not None:
-        _factors_of(n_buckets, rotations.shape)
-    if n_rounds is not None and check_positive_int("n_rounds", n_rounds) != rotations.shape[-3]:
-        raise ValueError(f"n_rounds={n_rounds} but rotations holds {rotations.shape[-3]} rounds "
+    if num_buckets is not None:
+        _factors_of(num_buckets, rotations.shape)
+    if num_rounds is not None and check_positive_int("num_rounds", num_rounds) != rotations.shape[-3]:
+        raise ValueError(f"num_rounds={num_rounds} but rotations holds {rotations.shape[-3]} rounds "
                          f"(shape {rotations.shape})")
     if rotations.shape[-3] == 0:
         raise ValueError(f"rotations must hold at least one round, got shape {rotations.shape}")
     return rotations
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", n_buckets=None, n_rounds=None,
-           chunk_length=None, rotations=None, attend_across_buckets=False, allow_duplicate_attention=False,
-           wrap=False, scale=None, **unknown):
-    """The registry's uniform apply (k is q, checked by the record's validation layer): 2 rounds drawn from rng
-    unless ``rotations`` are given, with the natural function's default bucket count (which rotations fed back
-    without ``n_buckets`` are read with, so that the draws reproduce the result)."""
-    check_options("reformer_lsh", unknown, list(inspect.signature(_apply).parameters)[7:-1])
-    if rotations is None:
-        if rng is None:
-            raise ValueError("reformer_lsh draws its hash rotations from rng: pass rng= (or rotations=)")
-        n_buckets = _default_buckets(q.shape[-2]) if n_buckets is None else n_buckets
-        rotations = draw_lsh_rotations(rng, q.shape[-1], n_buckets, DEFAULT_ROUNDS if n_rounds is None else n_rounds)
-    result = reformer_lsh_attention(
-        q, v, n_buckets=n_buckets, n_rounds=n_rounds, chunk_length=chunk_length, causal=causal, scale=scale,
-        rotations=rotations, attend_across_buckets=attend_across_buckets,
-        allow_duplicate_attention=allow_duplicate_attention, wrap=wrap, method=method, return_weights=return_weights)
-    if not return_weights:
-        return AttentionResult(result, draws={"rotations": rotations})
-    return AttentionResult(*result, {"rotations": rotations})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    reformer_lsh_attention, inputs=("qk", "qk", "v"),               # k is q (shared QK, checked by the record)
+    fixed={"return_allowed": False},
     id="reformer_lsh", title="Reformer LSH attention", family="sparse", section="4.1.2",
     paper='N. Kitaev, Ł. Kaiser, A. Levskaya, 2020, "Reformer: The Efficient Transformer", arXiv:2001.04451',
     equation=r"o_i = \sum_r e^{z_i^{(r)} - z_i} \sum_{j \in P_i^{(r)}} e^{q_i \cdot k_j - \log N_{ij} - z_i^{(r)}} v_j,"
              r"\ h(x) = \arg\max [xR; -xR],\ k_j = q_j/\|q_j\|",
-    time="O(n_rounds·n·(c·d + log n + d·Σf))", memory="O(n_rounds·n·c)", kind="attention",
+    time="O(num_rounds·n·(c·d + log n + d·Σf))", memory="O(num_rounds·n·c)", kind="attention",
     methods=("equation", "csr", "auto"),
-    examples=({"n_rounds": 1, "n_buckets": 2, "chunk_length": 3},
-              {"attend_across_buckets": True, "allow_duplicate_attention": True, "wrap": True, "n_buckets": 4,
+    examples=({"num_rounds": 1, "num_buckets": 2, "chunk_length": 3},
+              {"attend_across_buckets": True, "allow_duplicate_attention": True, "wrap": True, "num_buckets": 4,
                "chunk_length": 2},
-              {"n_rounds": 3, "scale": 1.0, "n_buckets": (2, 4)}),
-    function=reformer_lsh_attention, apply=_apply, causal=True, incremental=False, cross=False,
+              {"num_rounds": 3, "scale": 1.0, "num_buckets": (2, 4)}),
+    causal=True, incremental=False, cross=False,
     position_dependent=True, shared_qk=True, content_selected=True, future_independent=False,
     figure="refattn.figures.reformer_lsh:reformer_lsh",
     exact_options=None,

@@ -41,9 +41,10 @@ from ..common.checks import (
 from ..common.ints import check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
+from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..mechanism import AttentionResult, Mechanism
 from ..papers import ROUTING
-from .attention import METHODS, check_options, check_weights_fit, sparse_attention
+from .attention import METHODS, check_weights_fit, sparse_attention
 from .pattern import SparsePattern
 
 __all__ = ["draw_centroids", "nearest_centroid", "routing_attention", "update_centroids"]
@@ -247,10 +248,10 @@ def routing_attention(
     v : (..., m, d_v) array_like
         Values.
     num_clusters : int, optional
-        *k*, the number of centroids (required with ``rng``; must equal ``centroids.shape[-2]``
-        when both are given).
+        *k*, the number of centroids drawn from ``rng``: default ⌈√m⌉ (the paper's k = √n); must equal
+        ``centroids.shape[-2]`` when both are given.
     rng : numpy.random.Generator or int, optional
-        Source of the centroids (:func:`draw_centroids`). Exactly one of ``rng`` and ``centroids``.
+        Source of the centroids (:func:`draw_centroids`) when ``centroids`` is not given; unused otherwise.
     centroids : (k, d) or (..., k, d) array_like, optional
         Explicit, finite centroids (e.g. learned ones, or the draw fed to another implementation);
         leading dims broadcast against those of q, k, v.
@@ -287,7 +288,7 @@ def routing_attention(
     Raises
     ------
     ValueError
-        If neither or both of ``rng`` and ``centroids`` are given, ``centroids`` does not have d
+        If neither ``rng`` nor ``centroids`` is given, ``centroids`` does not have d
         columns or is not finite, ``num_clusters`` disagrees with it, d = 0 with the default scale,
         or an option is unknown.
 
@@ -347,15 +348,16 @@ def routing_attention(
     """
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
-    if (rng is None) == (centroids is None):
-        raise ValueError("routing_attention needs exactly one of rng= (to draw the centroids) and centroids=")
-    if centroids is None:
-        if num_clusters is None:
-            raise ValueError("routing_attention needs num_clusters to draw the centroids from rng")
-        centroids = draw_centroids(rng, num_clusters, q.shape[-1])
+    if centroids is None and num_clusters is None:
+        num_clusters = math.isqrt(max(k.shape[-2], 1) - 1) + 1        # ⌈√m⌉, at least 1
+    centroids = given_or_drawn("routing", "centroids", centroids, optional_rng(rng),
+                               lambda r: draw_centroids(r, num_clusters, q.shape[-1]), what="its centroids")
     result = _routing(q, k, v, centroids, num_clusters=num_clusters, balanced=balanced, causal=causal, scale=scale,
                       fully_masked=fully_masked, method=method, return_weights=return_weights)
-    return (result.output, result.weights) if return_weights else result.output
+    if not return_weights:
+        return result.output
+    note_allowed(result.allowed)                                   # the routed pairs
+    return result.output, result.weights
 
 
 def _routing(q, k, v, centroids, *, num_clusters, balanced, causal, scale, fully_masked, method,
@@ -566,31 +568,14 @@ def _mean_over_clusters(total, A, allowed, count, v, fully_masked) -> AttentionR
     return AttentionResult(out, A, allowed)
 
 
-# --- the registry's entry -----------------------------------------------------------------------------
-
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", num_clusters=None,
-           centroids=None, balanced=False, **options):
-    """The registry's uniform apply: ⌈√m⌉ centroids (the paper's k = √n) drawn from rng unless num_clusters or
-    centroids says otherwise; nearest-centroid routing unless balanced."""
-    check_options("routing", options, ("num_clusters", "centroids", "balanced"))
-    if centroids is None:
-        if rng is None:
-            raise ValueError("routing draws its centroids from rng: pass rng= (or centroids=)")
-        if num_clusters is None:
-            num_clusters = math.isqrt(max(k.shape[-2], 1) - 1) + 1          # ⌈√m⌉, at least 1
-        centroids = draw_centroids(rng, num_clusters, q.shape[-1])
-    result = _routing(q, k, v, centroids, num_clusters=num_clusters, balanced=balanced, causal=causal, scale=None,
-                      fully_masked="zero", method=method, return_weights=return_weights)
-    return result._replace(draws={"centroids": centroids})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    routing_attention,
     id="routing", title="Routing Transformer", family="sparse", section="4.1.2", paper=ROUTING,
     equation=r"\operatorname{out}_i = \sum_{j : c(k_j) = c(q_i)} \operatorname{softmax}_j"
              r"\!\left(\frac{q_i^\top k_j}{\sqrt{d}}\right) v_j, \quad c(x) = \operatorname*{argmin}_c "
              r"\lVert x/\lVert x\rVert - \mu_c \rVert",
     time="O(n·m·d/k + (n + m)·k·d)", memory="O(n·m/k)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
-    function=routing_attention, apply=_apply, causal=True, content_selected=True,
+    causal=True, content_selected=True,
     examples=({"num_clusters": 2}, {"balanced": True}),
     figure="refattn.figures.routing:routing", exact_options={"num_clusters": 1}, exact_limit="one cluster (k = 1)",
     draws=("centroids",),

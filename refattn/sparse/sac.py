@@ -37,8 +37,9 @@ from ..common.checks import (
 )
 from ..common.init import glorot
 from ..common.ints import check_non_negative_int
-from ..mechanism import AttentionResult, Mechanism
-from .attention import METHODS, attend_pattern, check_options, check_weights_fit
+from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..mechanism import Mechanism
+from .attention import METHODS, attend_pattern, check_weights_fit
 from .pattern import SparsePattern, as_indices, query_positions
 
 __all__ = ["SacPredictor", "init_sac_predictor", "predict_edges", "predictor_scores", "sac_attention", "top_edges"]
@@ -231,7 +232,10 @@ def _edges(keys: NDArray, first_row: int) -> NDArray:
 
 
 def sac_attention(
-    q: ArrayLike, k: ArrayLike, v: ArrayLike, edges: ArrayLike, *,
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, edges: ArrayLike | None = None, *,
+    r: int = 2,
+    predictor: SacPredictor | None = None,
+    rng: np.random.Generator | int | None = None,
     causal: bool | str = False,
     method: str = "auto",
     return_weights: bool = False,
@@ -254,7 +258,15 @@ def sac_attention(
     edges : (E, 2) or (..., E, 2) array_like of int
         The (query i, key j) edges, in any order (repeats merge); ``(-1, -1)`` is padding, so that
         batch elements can have different numbers of edges. Leading dims broadcast against q, k, v's
-        (one edge set per sequence or head: the predictor reads their content).
+        (one edge set per sequence or head: the predictor reads their content). Default: the
+        demonstration predictor's (:func:`predict_edges`), r keys a query.
+    r : int, default 2
+        Keys a query when the predictor picks the edges (``edges`` not given).
+    predictor : SacPredictor, optional
+        The demonstration predictor, when ``edges`` is not given; drawn from ``rng``
+        (:func:`init_sac_predictor`) when not given either.
+    rng : numpy.random.Generator or int, optional
+        Draws ``predictor`` when needed; unused otherwise.
     causal : {False, True, "top-left", "bottom-right"}, default False
         Drop the edges with j > i (top-left) or j > i + m − n (bottom-right).
     method : {"equation", "csr", "auto"}, default "auto"
@@ -273,8 +285,8 @@ def sac_attention(
     -----
     **Causal form.** ``causal=True`` is refattn's restriction of the edge set to j ≤ i, which a
     decoder needs whatever chose the edges; it is not a causal form of the paper's LSTM predictor,
-    which is not reproduced here. The registry entry also restricts the demonstration predictor's
-    candidates before it picks, so that a query keeps r past keys.
+    which is not reproduced here. The demonstration predictor's candidates are restricted as well
+    before it picks, so that a query keeps r past keys.
 
     References
     ----------
@@ -294,8 +306,20 @@ def sac_attention(
     return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
-    out, weights, _ = _sac(q, k, v, edges, batch, causal, method, return_weights)
-    return (out, weights) if return_weights else out
+    if edges is None:
+        default_scale(q.shape[-1])                                 # d_k = 0: the same error whatever follows
+        r = check_non_negative_int("r", r)
+        query_positions(q.shape[-2], k.shape[-2], causal)
+        if return_weights:
+            check_weights_fit(batch, q.shape[-2], k.shape[-2])
+        predictor = given_or_drawn("sac", "predictor", predictor, optional_rng(rng),
+                                   lambda g: init_sac_predictor(g, q.shape[-1]), what="its predictor")
+        edges = predict_edges(q, k, predictor, r, causal=causal)
+    out, weights, allowed = _sac(q, k, v, edges, batch, causal, method, return_weights)
+    if not return_weights:
+        return out
+    note_allowed(allowed)                                          # the edges kept
+    return out, weights
 
 
 def _sac(q, k, v, edges, batch, causal, method, return_weights):
@@ -337,33 +361,14 @@ def _pattern(edges: NDArray, padding: NDArray, n: int, m: int, alignment) -> Spa
     return pattern if alignment is None else pattern.causal(alignment)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", r=2, predictor=None, **options):
-    """The registry's uniform apply: the demonstration predictor (drawn from rng unless given) picks r keys a query."""
-    check_choice("method", method, METHODS)
-    return_weights = check_bool("return_weights", return_weights)
-    check_options("sac", options, ("r", "predictor"))
-    batch = check_qkv(q, k, v)
-    default_scale(q.shape[-1])                                     # d_k = 0: the same error whatever follows
-    r = check_non_negative_int("r", r)
-    query_positions(q.shape[-2], k.shape[-2], causal)
-    if return_weights:
-        check_weights_fit(batch, q.shape[-2], k.shape[-2])
-    if predictor is None:
-        if rng is None:
-            raise ValueError("sac draws its predictor from rng: pass rng= (or predictor=)")
-        predictor = init_sac_predictor(rng, q.shape[-1])
-    edges = predict_edges(q, k, predictor, r, causal=causal)
-    out, weights, allowed = _sac(q, k, v, edges, batch, causal, method, return_weights)
-    return AttentionResult(out, weights, allowed, draws={"predictor": predictor})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    sac_attention, options=("r", "predictor", "method"),            # the demonstration predictor picks the edges
     id="sac", title="Sparse Adaptive Connection (attention on predicted edges)", family="sparse", section="4.1.2",
     paper=PAPER,
     equation=r"\operatorname{out}_i = \sum_{(i, j) \in E} \operatorname{softmax}_{j : (i, j) \in E}"
              r"\big(q_i k_j^\top/\sqrt{d}\big)\, v_j",
     time="O(|E|·d) attention (+ O(n·m·d) for the demonstration predictor)", memory="O(|E|)", kind="attention",
-    methods=("equation", "csr", "bsr", "auto"), function=sac_attention, apply=_apply, figure="refattn.figures.sac:sac",
+    methods=("equation", "csr", "bsr", "auto"), figure="refattn.figures.sac:sac",
     causal=True, content_selected=True, draws=("predictor",), examples=({"r": 1},),
     exact_options=lambda n, m: {"r": m}, exact_limit="every edge: r = m keys per query",
 )

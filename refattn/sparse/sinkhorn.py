@@ -45,8 +45,9 @@ from ..common.checks import (
 from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..common.products import weighted_values
-from ..mechanism import AttentionResult, Mechanism
-from .attention import METHODS, attend_pattern, check_options, check_weights_fit
+from ..draws import given_or_drawn, note_allowed
+from ..mechanism import Mechanism
+from .attention import METHODS, attend_pattern, check_weights_fit
 from .pattern import SparsePattern, query_positions
 
 __all__ = [
@@ -62,7 +63,6 @@ __all__ = [
     "sorting_matrix",
 ]
 
-OPTIONS = ("block_size", "iterations", "temperature", "sortcut", "sort_net", "gumbel")   # apply's own, in order
 PAPER = ('Y. Tay, D. Bahri, L. Yang, D. Metzler, D.-C. Juan, 2020, "Sparse Sinkhorn Attention", '
          'arXiv:2002.11296')
 
@@ -430,8 +430,8 @@ def sinkhorn_attention(
     block_size : int, optional
         b, a divisor of m; default :func:`default_block_size` (the smallest divisor with b² ≥ m).
     rng : numpy.random.Generator or int, optional
-        Source of the draws not given (``sort_net`` first, then ``gumbel``); needed exactly when
-        one of them is missing.
+        Source of the draws not given (``sort_net`` first, then ``gumbel``); needed when one of them
+        is missing, unused otherwise. A Generator is one stream for both; a seed seeds each draw.
     sort_net : SortNetParams, optional
         The sorting network (:func:`init_sort_net`, at least N = m / b output columns).
     gumbel : array_like, optional
@@ -503,28 +503,22 @@ def sinkhorn_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
+    check_choice("method", method, METHODS)
+    return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
-    b = _check_layout(q, k, block_size, sortcut, causal, "sinkhorn_attention")
+    b = _check_layout(q, k, block_size, sortcut, causal, "sinkhorn")
     N = k.shape[-2] // b
-    missing = [name for name, given in (("sort_net", sort_net), ("gumbel", gumbel)) if given is None]
-    if rng is None and missing:
-        raise ValueError(f"sinkhorn_attention draws {' and '.join(missing)} from rng: pass rng= (or the draws)")
-    if rng is not None and not missing:
-        raise ValueError("sinkhorn_attention takes rng= only to draw sort_net or gumbel, and both are given")
-    sort_net, gumbel = _drawn(rng, k.shape[-1], N, sort_net, gumbel)
-    out, weights, _ = _sinkhorn(q, k, v, batch, b, sort_net, gumbel, temperature, iterations, sortcut, causal,
-                                method, check_bool("return_weights", return_weights))
-    return (out, weights) if return_weights else out
-
-
-def _drawn(rng, d: int, N: int, sort_net, gumbel):
-    """The draws, from ``rng`` where not given: the sorting network first, then the Gumbel noise."""
-    if sort_net is None:
-        sort_net = init_sort_net(rng, d, N)
-    if gumbel is None:
-        gumbel = draw_gumbel(rng, N)
-    return sort_net, gumbel
+    # The sorting network first, then ε, each from rng as given: a Generator is one stream, a seed seeds each draw.
+    sort_net = given_or_drawn("sinkhorn", "sort_net", sort_net, rng, lambda g: init_sort_net(g, k.shape[-1], N),
+                              what="its sorting network")
+    gumbel = given_or_drawn("sinkhorn", "gumbel", gumbel, rng, lambda g: draw_gumbel(g, N), what="its Gumbel noise")
+    out, weights, allowed = _sinkhorn(q, k, v, batch, b, sort_net, gumbel, temperature, iterations, sortcut, causal,
+                                      method, return_weights)
+    if not return_weights:
+        return out
+    note_allowed(allowed)
+    return out, weights
 
 
 def _check_layout(q: NDArray, k: NDArray, block_size, sortcut, causal, name: str) -> int:
@@ -582,7 +576,6 @@ def _check_sort_net(params, N: int, d: int) -> None:
 def _sinkhorn(q, k, v, batch, b, sort_net, gumbel, temperature, iterations, sortcut, causal, method,
               return_weights):
     """(out, weights or None, allowed or None): the sorting, then attention over the sorted and local keys."""
-    check_choice("method", method, METHODS)
     iterations = check_non_negative_int("iterations", iterations)
     alignment = causal_alignment(causal)
     n, m = q.shape[-2], k.shape[-2]
@@ -650,29 +643,13 @@ def _block_pattern(n: int, m: int, b: int, alignment, sortcut) -> SparsePattern:
     return SparsePattern.from_row_ranges(np.where(before, 0, start), np.where(before, 0, stop), 2 * m)
 
 
-def _apply(q, k, v, *, causal=False, rng=None, return_weights=False, method="auto", block_size=None,
-           iterations=7, temperature=0.75, sortcut=None, sort_net=None, gumbel=None, **options):
-    """The registry's uniform apply: the sorting network and the Gumbel noise drawn from rng unless given."""
-    check_choice("method", method, METHODS)
-    return_weights = check_bool("return_weights", return_weights)
-    check_options("sinkhorn", options, OPTIONS)
-    batch = check_qkv(q, k, v)
-    b = _check_layout(q, k, block_size, sortcut, causal, "sinkhorn")
-    N = k.shape[-2] // b
-    if rng is None and (sort_net is None or gumbel is None):
-        raise ValueError("sinkhorn draws sort_net and gumbel from rng: pass rng= (or sort_net= and gumbel=)")
-    sort_net, gumbel = _drawn(rng, k.shape[-1], N, sort_net, gumbel)
-    out, weights, allowed = _sinkhorn(q, k, v, batch, b, sort_net, gumbel, temperature, iterations, sortcut,
-                                      causal, method, return_weights)
-    return AttentionResult(out, weights, allowed, draws={"sort_net": sort_net, "gumbel": gumbel})
-
-
-RECORD = Mechanism(
+RECORD = Mechanism.of(
+    sinkhorn_attention,
     id="sinkhorn", title="Sparse Sinkhorn attention", family="sparse", section="4.1.2", paper=PAPER,
     equation=r"P = S^k\big((R + \varepsilon)/\tau\big),\ \operatorname{out}_i = \operatorname{softmax}"
              r"\big(q_i [\textstyle\sum_J P_{IJ} K_J;\, K_I]^\top/\sqrt{d}\big)[\textstyle\sum_J P_{IJ} V_J;\, V_I]",
     time="O(n·b·d + N²·(k + b·d))", memory="O(n·b + N²)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
-    function=sinkhorn_attention, apply=_apply, figure="refattn.figures.sinkhorn:sinkhorn",
+    figure="refattn.figures.sinkhorn:sinkhorn",
     causal=True, position_dependent=True, cross=False, normalized=False, content_selected=True,
     future_independent=False, example_length=16, draws=("sort_net", "gumbel"),
     examples=({"block_size": 2, "iterations": 2, "temperature": 1.0},),

@@ -41,6 +41,9 @@ def sparse_transformer_pattern(
 ) -> SparsePattern:
     r"""The Sparse Transformer's strided or fixed pattern: one factorised head, or their union.
 
+    **Causal by default** (``causal=True``), alone among the pattern builders: the paper's model is
+    autoregressive. Pass ``causal=False`` for the bidirectional form.
+
     .. math::
 
         \text{strided: } A^{(1)}_i = \{t, \dots, i\},\ t = \max(0, i - l); \quad
