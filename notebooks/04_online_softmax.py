@@ -56,7 +56,7 @@ import tracemalloc
 from functools import partial
 
 import matplotlib as mpl
-import numba                                           # only to pin the thread count in (c)
+import numba  # only to pin the thread count in (c)
 import numpy as np
 
 import refattn

@@ -1584,7 +1584,8 @@ def naive_query_position(i, n, m, causal):
 
 
 def naive_alibi(q, k, v, causal, slopes=0.5, form="causal", scale=None):
-    """Press et al. (2022), §3: s_ij = q_i·k_j·scale − m·(p_i − j), or − m·|p_i − j| (symmetric); one head, m = slopes."""
+    """Press et al. (2022), §3: s_ij = q_i·k_j·scale − m·(p_i − j), or − m·|p_i − j| (symmetric); one head, m = slopes.
+    """
     n, m = len(q), len(k)
     bias = np.zeros((n, m))
     for i in range(n):

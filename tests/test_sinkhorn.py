@@ -244,7 +244,8 @@ def test_the_natural_function_takes_each_draw_given_or_from_rng(rng):
     q, k, v = rng.standard_normal((3, 8, 3))
     net, eps = init_sort_net(0, 3, 2), np.zeros((2, 2))
     for call in (sinkhorn_attention, registry.get("sinkhorn").apply):
-        with pytest.raises(ValueError, match=r"^sinkhorn draws its sorting network from rng: pass rng= \(or sort_net=\)$"):
+        with pytest.raises(ValueError,
+                           match=r"^sinkhorn draws its sorting network from rng: pass rng= \(or sort_net=\)$"):
             call(q, k, v, block_size=4)
         with pytest.raises(ValueError, match=r"^sinkhorn draws its Gumbel noise from rng: pass rng= \(or gumbel=\)$"):
             call(q, k, v, block_size=4, sort_net=net)

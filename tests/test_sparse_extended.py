@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from refattn.sparse.attention import sparse_attention
 from refattn import registry
+from refattn.sparse.attention import sparse_attention
 from refattn.sparse.axial import axial_attention, axial_pattern, axial_patterns
 from refattn.sparse.band import band_pattern
 from refattn.sparse.block_local import block_local_pattern

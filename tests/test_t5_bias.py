@@ -155,8 +155,8 @@ def test_relative_positions_refuses_an_unknown_alignment():
     for same in ("top-left", True, None):
         np.testing.assert_array_equal(relative_positions(2, 4, causal=same), relative_positions(2, 4))
     for typo in ("bottom_right", "Bottom-Right", 1):
-        with pytest.raises(ValueError, match=r"^causal must be one of \(None, False, True, 'top-left', 'bottom-right'\), "
-                                             r"got "):
+        with pytest.raises(ValueError,
+                           match=r"^causal must be one of \(None, False, True, 'top-left', 'bottom-right'\), got "):
             relative_positions(2, 4, typo)
 
 

@@ -207,5 +207,6 @@ def test_the_function_draws_or_zeroes_its_parameters_as_the_record_does(rng):
     np.testing.assert_allclose(transformer_xl_attention(q, k, v, "zero"),
                                scaled_dot_product_attention(q, k, v, causal="bottom-right"), **TIGHT)
     for call in (transformer_xl_attention, RECORD.apply):
-        with pytest.raises(ValueError, match=r"^transformer_xl draws u, v and W_k,R from rng: pass rng= \(or params=\)$"):
+        with pytest.raises(ValueError,
+                           match=r"^transformer_xl draws u, v and W_k,R from rng: pass rng= \(or params=\)$"):
             call(q, k, v)

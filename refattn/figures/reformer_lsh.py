@@ -54,7 +54,8 @@ def reformer_lsh() -> Figure:
     """Two hash rounds sorted and chunked, then their LSE merge beside exact shared-QK softmax without self."""
     qk, v = _tokens()
     rotations = np.random.default_rng(SEED + 1).standard_normal((ROUNDS, D, BUCKETS // 2))
-    merged = registry.get("reformer_lsh").apply(qk, qk, v, rotations=rotations, num_buckets=BUCKETS, return_weights=True)
+    merged = registry.get("reformer_lsh").apply(qk, qk, v, rotations=rotations, num_buckets=BUCKETS,
+                                                return_weights=True)
     unit = qk / np.linalg.norm(qk, axis=-1, keepdims=True)
     _, exact = scaled_dot_product_attention(qk, unit, v, mask=~np.eye(N, dtype=bool), return_weights=True)
     kept = float(np.sum(exact[merged.allowed]) / N)

@@ -246,7 +246,8 @@ def _fit_columns(x: NDArray, m: int) -> NDArray:
 
 def transformer_xl_attention(
     q: ArrayLike, k: ArrayLike, v: ArrayLike, params: TransformerXLParams | str | None = None, *,
-    rng: np.random.Generator | int | None = None, causal: bool | str = "bottom-right", clamp_len: int | None = None, method: str = "direct",
+    rng: np.random.Generator | int | None = None, causal: bool | str = "bottom-right", clamp_len: int | None = None,
+    method: str = "direct",
     scale: float | None = None, return_weights: bool = False,
 ) -> NDArray | tuple[NDArray, NDArray]:
     r"""Transformer-XL attention of n queries over m = mlen + n keys and values (memory first).
@@ -476,7 +477,8 @@ RECORD = Mechanism.of(
     section="5.1.2", paper=DAI,
     equation=r"A^{rel}_{ij} = q_i^\top k_j + q_i^\top W_{k,R} R_{i-j} + u^\top k_j + v^\top W_{k,R} R_{i-j},"
              r"\quad \operatorname{softmax}_{j \le i + m_{len}}(A^{rel}/\sqrt d)\, V",
-    time="O(n·m·d)", memory="O(n·m)", noncausal=False, causal=True, position_dependent=True, figure="refattn.figures.transformer_xl:transformer_xl",
+    time="O(n·m·d)", memory="O(n·m)", noncausal=False, causal=True, position_dependent=True,
+    figure="refattn.figures.transformer_xl:transformer_xl",
     examples=({"method": "shift"}, {"clamp_len": 2}, {"clamp_len": 1, "method": "shift"}),
     methods=METHODS, exact_options={"params": "zero"},
     exact_limit="u = v = 0 and W_k,R = 0 (terms (b)-(d) vanish)",

@@ -29,10 +29,10 @@ from ..common.checks import (
     check_scale,
     default_scale,
 )
-from ..masks import check_key_lengths, check_mask_shape
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
+from ..masks import check_key_lengths, check_mask_shape
 from ..mechanism import AttentionResult
 from .pattern import SparsePattern
 
@@ -231,8 +231,8 @@ def block_structure(pattern: SparsePattern, d_k: int, d_v: int) -> tuple[int, tu
     fill : float
         ``nnz / area`` (1.0 for an empty pattern).
     """
-    from ..kernels.tiles import default_block_size
     from ..kernels.bsr import block_layout
+    from ..kernels.tiles import default_block_size
 
     tile = default_block_size(d_k, d_v)[0]
     best = None

@@ -400,8 +400,8 @@ def reformer_lsh_attention(
         Only with ``return_weights``: the rounds' weights merged as the outputs are, exactly 0
         outside ``allowed``. Rows sum to 1.
     allowed : (..., n, n) ndarray of bool
-        Only with ``return_weights`` and ``return_allowed``: :math:`U_i`, the pairs some round computed (after the rule on
-        self).
+        Only with ``return_weights`` and ``return_allowed``: :math:`U_i`, the pairs some round computed
+        (after the rule on self).
 
     Notes
     -----
