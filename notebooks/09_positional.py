@@ -391,7 +391,7 @@ np.testing.assert_array_equal(partial[:, 4:], np.tile(qv[4:], (3, 1)))  # dimens
 
 # %%
 log_bias = kerple_bias(KerpleParams(1.0, 0.5), n, n)
-power_bias = kerple_bias(KerpleParams(0.25, 1.0), n, n, variant="power")
+power_bias = kerple_bias(KerpleParams(0.25, 1.0), n, n, kind="power")
 dist = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
 np.testing.assert_allclose(log_bias, -np.log1p(0.5 * dist), rtol=1e-14, atol=0)
 np.testing.assert_allclose(power_bias, alibi_bias(n, slopes=[0.25], form="symmetric")[0], rtol=0, atol=0)

@@ -158,7 +158,7 @@ out_full, A_aft = aft_attention(q, k, v, params=params, return_weights=True)
 np.testing.assert_allclose(out_full, np.einsum("ctj,jc->tc", A_aft, v), rtol=1e-12, atol=1e-12)  # per channel
 sig = 1 / (1 + np.exp(-q))
 soft_k = np.exp(k) / np.exp(k).sum(axis=0)                              # softmax over tokens, per channel
-np.testing.assert_allclose(aft_attention(q, k, v, variant="simple"), sig * (soft_k * v).sum(axis=0),
+np.testing.assert_allclose(aft_attention(q, k, v, kind="simple"), sig * (soft_k * v).sum(axis=0),
                            rtol=1e-12, atol=1e-12)                      # AFT-simple's closed form
 np.testing.assert_allclose(aft_attention(q, k, v, params=params, causal=True, method="scan"),
                            aft_attention(q, k, v, params=params, causal=True), rtol=1e-12, atol=1e-12)
@@ -401,7 +401,7 @@ fig
 # %%
 sizes = [256, 512, 1024, 2048]
 LONG_INPUT = {
-    "aft": lambda size: {"variant": "simple", "causal": True, "method": "scan"},
+    "aft": lambda size: {"kind": "simple", "causal": True, "method": "scan"},
     "sdpa": lambda size: {"method": "blocked"},
     "topk": lambda size: {"method": "chunk", "chunk_size": 64},
     "long_short": lambda size: {"method": "csr", "window": 16, "rank": 8},

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from .common.checks import as_float, as_rng, check_bool, check_choice
+from .common.checks import as_rng, check_bool, check_choice, checked_qkv
 from .deprecation import take_renamed
 from .draws import tracing
 from .masks import allowed_pairs
@@ -499,8 +499,8 @@ def _validated(apply: Callable, name: str, settings: tuple, draws: tuple[str, ..
     @functools.wraps(apply)
     def entry(q, k, v, *, return_draws=False, **options):
         return_draws = check_bool("return_draws", return_draws)
-        if shared_qk:
-            q_, k_ = as_float("q", q), as_float("k", k)
+        if shared_qk:                                              # q, k, v named before k is compared with q
+            q_, k_, _, _ = checked_qkv(q, k, v)
             if k_.shape != q_.shape or not np.array_equal(k_, q_, equal_nan=True):
                 raise ValueError(f"{name} shares QK: its keys are its queries, so k must be q; got q shape "
                                  f"{q_.shape}, k shape {k_.shape}"

@@ -163,14 +163,14 @@ def global_keep(i, j, n, m, causal, global_indices=(0,)):
     return (i in global_indices or j in global_indices) and (not causal or j <= i)
 
 
-def band_keep(i, j, n, m, causal, w=2):
-    """Longformer §3.1 sliding window: |i − j| ≤ w (causal: 0 ≤ i − j ≤ w)."""
-    return abs(i - j) <= w and (not causal or j <= i)
+def band_keep(i, j, n, m, causal, window=2):
+    """Longformer §3.1 sliding window: |i − j| ≤ w (causal: 0 ≤ i − j ≤ w), w = window."""
+    return abs(i - j) <= window and (not causal or j <= i)
 
 
-def dilated_keep(i, j, n, m, causal, w=2, dilation=2):
-    """Longformer §3.1 dilated window: w keys each side, ``dilation`` apart: |i − j| ≤ w·d, d | i − j."""
-    return abs(i - j) <= w * dilation and (i - j) % dilation == 0 and (not causal or j <= i)
+def dilated_keep(i, j, n, m, causal, window=2, dilation=2):
+    """Longformer §3.1 dilated window: w = window keys each side, ``dilation`` apart: |i − j| ≤ w·d, d | i − j."""
+    return abs(i - j) <= window * dilation and (i - j) % dilation == 0 and (not causal or j <= i)
 
 
 def strided_keep(i, j, n, m, causal, stride=3):
@@ -203,7 +203,7 @@ def longformer_keep(i, j, n, m, causal, window=4, dilation=1, global_indices=(0,
     return (in_window or i in global_indices or j in global_indices) and (not causal or j <= i)
 
 
-def etc_keep(i, j, n, m, causal, num_global=2, radius=1, segment_ids=None, hard_g2l=False, hard_l2g=False):
+def etc_keep(i, j, n, m, causal, num_global=2, window=1, segment_ids=None, hard_g2l=False, hard_l2g=False):
     """Ainslie et al. §3.2 on [global; long]: g2g, g2l, l2g full (§3.4 hard masks: a global token and the
     long tokens of its segment only), l2l within the radius."""
     g = num_global
@@ -213,7 +213,7 @@ def etc_keep(i, j, n, m, causal, num_global=2, radius=1, segment_ids=None, hard_
         return segment_ids[j - g] == i if hard_g2l else True           # g2l
     if j < g:
         return segment_ids[i - g] == j if hard_l2g else True           # l2g
-    return abs(i - j) <= radius                                      # l2l
+    return abs(i - j) <= window                                      # l2l
 
 
 def _bigbird_global(I, nb, g):
@@ -2168,13 +2168,13 @@ def naive_t5_bias(q, k, v, causal, params, bidirectional=None, max_distance=128,
     return naive_sdpa(q, k, v, allowed=causal_allowed(n, m, causal), bias=bias, scale=scale)[0]
 
 
-def naive_kerple(q, k, v, causal, params, variant="log", scale=None):
+def naive_kerple(q, k, v, causal, params, kind="log", scale=None):
     """Chi et al. (2022) §3: s_ij = q_i·k_j·scale − r1·log(1 + r2|p_i − j|) ("log") or − r1·|p_i − j|^r2
     ("power"), p_i = i (+ m − n bottom-right)."""
     n, m = len(q), len(k)
     offset = m - n if causal == "bottom-right" else 0
     r1, r2 = float(params.r1), float(params.r2)
-    kernel = (lambda t: -r1 * math.log(1 + r2 * t)) if variant == "log" else (lambda t: -r1 * t ** r2)
+    kernel = (lambda t: -r1 * math.log(1 + r2 * t)) if kind == "log" else (lambda t: -r1 * t ** r2)
     bias = np.array([[kernel(abs(i + offset - j)) for j in range(m)] for i in range(n)]).reshape(n, m)
     return naive_sdpa(q, k, v, allowed=causal_allowed(n, m, causal), bias=bias, scale=scale)[0]
 
@@ -2184,10 +2184,10 @@ def _t5_table(num_buckets=32, **fixed_options):
     return lambda rng, n, m, d, causal: {"params": T5BiasParams(rng.uniform(-3.0, 3.0, num_buckets))} | fixed_options
 
 
-def _kerple(variant="log", r1_high=2.0, r2_high=1.0, **fixed_options):
-    """Random one-head r1 ∈ (0, r1_high), r2 ∈ (0, r2_high) for ``variant``."""
+def _kerple(kind="log", r1_high=2.0, r2_high=1.0, **fixed_options):
+    """Random one-head r1 ∈ (0, r1_high), r2 ∈ (0, r2_high) for ``kind``."""
     return lambda rng, n, m, d, causal: {
-        "params": KerpleParams(rng.uniform(0.01, r1_high), rng.uniform(0.01, r2_high)), "variant": variant,
+        "params": KerpleParams(rng.uniform(0.01, r1_high), rng.uniform(0.01, r2_high)), "kind": kind,
     } | fixed_options
 # ------------------------------------------------------------------------------ positional (survey §5.1)
 
@@ -2328,13 +2328,13 @@ def _spatial_gating(**fixed_options):
 # ------------------------------------------------------------------------------ attention-free mixers and hybrids
 
 
-def naive_aft_bias(variant, params, i, j, n, m, causal, window, image_width):
+def naive_aft_bias(kind, params, i, j, n, m, causal, window, image_width):
     """Zhai et al. (2021), §3.2: w_tt′ of AFT-full/local (Σ_e u_te u′_t′e, local only for |t − t′| < s) for one
     pair; AFT-simple and AFT-conv have none here (conv's filter enters through its convolution)."""
-    if variant not in ("full", "local"):
+    if kind not in ("full", "local"):
         return 0.0
     p = max(naive_query_position(i, n, m, causal), 0)
-    if variant == "local" and not abs(p - j) < window:
+    if kind == "local" and not abs(p - j) < window:
         return 0.0
     return sum(params.u[p, e] * params.u_prime[j, e] for e in range(params.u.shape[1]))
 
@@ -2351,14 +2351,14 @@ def naive_aft_filters(params):
     return out
 
 
-def naive_aft(q, k, v, causal, variant="full", params=None, window=None, image_width=None):
+def naive_aft(q, k, v, causal, kind="full", params=None, window=None, image_width=None):
     """Zhai et al. (2021), §3.1-§3.2, one scalar at a time: Y_tc = σ(Q_tc) Σ_t′ e^{K_t′c + w_tt′} V_t′c /
     Σ_t′ e^{K_t′c + w_tt′} over the keys t′ ≤ p_t the query sees. AFT-conv as the paper writes it:
     [conv(e^K ⊙ V, e^ŵ − 1) + Σ e^K ⊙ V] / [conv(e^K, e^ŵ − 1) + Σ e^K], the head's filter over the offsets
     t′ − p_t (image: the row and column offsets), its taps on keys the query sees."""
     n, d = q.shape
     m = len(k)
-    filters = naive_aft_filters(params) if variant == "conv" else None
+    filters = naive_aft_filters(params) if kind == "conv" else None
     out = np.zeros((n, d))
     for i in range(n):
         p = naive_query_position(i, n, m, causal)
@@ -2366,7 +2366,7 @@ def naive_aft(q, k, v, causal, variant="full", params=None, window=None, image_w
         if not seen:
             continue
         for c in range(d):
-            if variant == "conv":
+            if kind == "conv":
                 heads = len(filters)
                 h, s = c // (d // heads), params.w.shape[1]
                 num = sum(math.exp(k[j, c]) * v[j, c] for j in seen)             # Σ e^K ⊙ V
@@ -2384,7 +2384,7 @@ def naive_aft(q, k, v, causal, variant="full", params=None, window=None, image_w
                         num += extra * math.exp(k[j, c]) * v[j, c]
                         den += extra * math.exp(k[j, c])
             else:
-                logits = {j: k[j, c] + naive_aft_bias(variant, params, i, j, n, m, causal, window, image_width)
+                logits = {j: k[j, c] + naive_aft_bias(kind, params, i, j, n, m, causal, window, image_width)
                           for j in seen}
                 top = max(logits.values())
                 num = sum(math.exp(x - top) * v[j, c] for j, x in logits.items())
@@ -2393,21 +2393,21 @@ def naive_aft(q, k, v, causal, variant="full", params=None, window=None, image_w
     return out
 
 
-def _aft_params(variant, std=0.5, **options):
+def _aft_params(kind, std=0.5, **options):
     """AFT settings with their parameters drawn here: u, u′ ~ N(0, std²) covering every position, or filters with
     γ, β drawn (not the initial 0, so the filter shows)."""
     def draw(rng, n, m, d, causal):
         options_here = dict(options)
-        if variant == "simple":
-            return {"variant": variant, **options}
-        if variant == "conv":
+        if kind == "simple":
+            return {"kind": kind, **options}
+        if kind == "conv":
             heads, s = options_here.pop("num_heads"), options_here.pop("kernel_size")
             w = rng.standard_normal((heads, s, s) if options_here.get("image_width") else (heads, s))
             params = AFTConvFilter(w, rng.standard_normal(heads), rng.standard_normal(heads))
-            return {"variant": variant, "params": params, **options_here}
+            return {"kind": kind, "params": params, **options_here}
         length = max(n + (m - n if causal == "bottom-right" else 0), m, 1)
         params = AFTPositionBias(std * rng.standard_normal((length, 3)), std * rng.standard_normal((length, 3)))
-        return {"variant": variant, "params": params, **options}
+        return {"kind": kind, "params": params, **options}
     return draw
 # ------------------------------------------------------------------------------ Skyformer, Scatterbrain (§8)
 
@@ -2502,8 +2502,8 @@ NAIVE: dict[str, NaiveCase] = {
     "multi_head": NaiveCase(multi_head, (_heads(), _heads(num_heads=1, mask=True)), value_width_d=True),
     "cross_attention": NaiveCase(multi_head, (_heads(), _heads(num_heads=3, mask=True)), value_width_d=True),
     "global": NaiveCase(pattern(global_keep), (DEFAULTS, fixed(global_indices=(1, 4)))),
-    "band": NaiveCase(pattern(band_keep), (DEFAULTS, fixed(w=1))),
-    "dilated": NaiveCase(pattern(dilated_keep), (DEFAULTS, fixed(w=1, dilation=3))),
+    "band": NaiveCase(pattern(band_keep), (DEFAULTS, fixed(window=1))),
+    "dilated": NaiveCase(pattern(dilated_keep), (DEFAULTS, fixed(window=1, dilation=3))),
     "strided": NaiveCase(pattern(strided_keep), (DEFAULTS, fixed(stride=2))),
     "random": NaiveCase(pattern(random_keep), (lambda rng, n, m, d, causal: {"keys": _keys(rng, n, m, causal, 2)},
                                               lambda rng, n, m, d, causal: {"keys": _keys(rng, n, m, causal, 3)})),
@@ -2511,7 +2511,7 @@ NAIVE: dict[str, NaiveCase] = {
     "star_transformer": NaiveCase(pattern(star_keep), (DEFAULTS, fixed(ring=False)), lengths=(3, 4)),
     "longformer": NaiveCase(pattern(longformer_keep), (DEFAULTS, fixed(window=2, dilation=2, global_indices=(3,)))),
     "etc": NaiveCase(pattern(etc_keep), (
-        DEFAULTS, fixed(num_global=1, radius=2),
+        DEFAULTS, fixed(num_global=1, window=2),
         lambda rng, n, m, d, causal: {"segment_ids": np.sort(rng.integers(0, 2, n - 2)), "hard_g2l": True,
                                       "hard_l2g": True}), lengths=(9,)),
     "bigbird": NaiveCase(pattern(bigbird_keep), (

@@ -27,10 +27,10 @@ def _qkv(seed, n=5, m=7, d=4, batch=(2,)):
             rng.standard_normal((*batch, m, d)))
 
 
-def _params(variant, seed, length=12, heads=2, s=3):
+def _params(kind, seed, length=12, heads=2, s=3):
     """Parameters large enough to matter: u, u′ ~ N(0, 1), or filters with γ, β drawn."""
     rng = np.random.default_rng(seed)
-    if variant == "conv":
+    if kind == "conv":
         return AFTConvFilter(rng.standard_normal((heads, s)), rng.standard_normal(heads), rng.standard_normal(heads))
     return AFTPositionBias(rng.standard_normal((length, 3)), rng.standard_normal((length, 3)))
 
@@ -39,7 +39,7 @@ def test_simple_equals_its_closed_form():
     """AFT-simple (§3.2): σ(Q_t) ⊙ Σ_t′ softmax(K)_t′ ⊙ V_t′, the same for every query; n != m."""
     q, k, v = _qkv(0, n=5, m=7)
     closed = expit(q) * (softmax(k, axis=-2) * v).sum(axis=-2, keepdims=True)   # (2, 5, 4)
-    np.testing.assert_allclose(aft_attention(q, k, v, variant="simple"), closed, **TIGHT)
+    np.testing.assert_allclose(aft_attention(q, k, v, kind="simple"), closed, **TIGHT)
 
 
 def test_causal_simple_equals_its_cumulative_closed_form():
@@ -47,17 +47,17 @@ def test_causal_simple_equals_its_cumulative_closed_form():
     q, k, v = _qkv(1, n=6, m=6)
     closed = expit(q) * np.cumsum(np.exp(k) * v, axis=-2) / np.cumsum(np.exp(k), axis=-2)
     for method in ("equation", "scan"):
-        np.testing.assert_allclose(aft_attention(q, k, v, variant="simple", causal=True, method=method), closed,
+        np.testing.assert_allclose(aft_attention(q, k, v, kind="simple", causal=True, method=method), closed,
                                    **TIGHT)
 
 
-@pytest.mark.parametrize(("variant", "options"), SETTINGS, ids=lambda x: str(x))
+@pytest.mark.parametrize(("kind", "options"), SETTINGS, ids=lambda x: str(x))
 @pytest.mark.parametrize(("causal", "n", "m"), [(True, 9, 9), (True, 5, 8), (True, 10, 8), ("bottom-right", 3, 9),
                                                 ("bottom-right", 11, 9)])
-def test_scan_equals_the_parallel_form(variant, options, causal, n, m):
+def test_scan_equals_the_parallel_form(kind, options, causal, n, m):
     q, k, v = _qkv(2, n=n, m=m, d=4)
-    parallel = aft_attention(q, k, v, variant=variant, rng=5, causal=causal, **options)
-    scan = aft_attention(q, k, v, variant=variant, rng=5, causal=causal, method="scan", **options)
+    parallel = aft_attention(q, k, v, kind=kind, rng=5, causal=causal, **options)
+    scan = aft_attention(q, k, v, kind=kind, rng=5, causal=causal, method="scan", **options)
     np.testing.assert_allclose(scan, parallel, **TIGHT)
 
 
@@ -65,9 +65,9 @@ def test_scan_with_a_dominant_band_key_and_huge_logits_is_finite_and_equal():
     """Max-shifted on both sides: K ~ ±700 would overflow e^K; a band key far below the others adds nothing."""
     q, k, v = _qkv(3, n=8, m=8)
     k = 700.0 * np.sign(k)
-    out = aft_attention(q, k, v, variant="local", window=2, rng=1, causal=True)
+    out = aft_attention(q, k, v, kind="local", window=2, rng=1, causal=True)
     assert np.isfinite(out).all()
-    np.testing.assert_allclose(aft_attention(q, k, v, variant="local", window=2, rng=1, causal=True, method="scan"),
+    np.testing.assert_allclose(aft_attention(q, k, v, kind="local", window=2, rng=1, causal=True, method="scan"),
                                out, **TIGHT)
 
 
@@ -77,8 +77,8 @@ def test_the_output_is_shift_invariant_in_the_keys_per_channel(causal):
     q, k, v = _qkv(4, n=6, m=6)
     shift = np.array([0.0, 800.0, -800.0, 3.0])
     for method in ("equation",) + (("scan",) if causal else ()):
-        base = aft_attention(q, k, v, variant="full", rng=2, causal=causal, method=method)
-        np.testing.assert_allclose(aft_attention(q, k + shift, v, variant="full", rng=2, causal=causal, method=method),
+        base = aft_attention(q, k, v, kind="full", rng=2, causal=causal, method=method)
+        np.testing.assert_allclose(aft_attention(q, k + shift, v, kind="full", rng=2, causal=causal, method=method),
                                    base, rtol=1e-12, atol=1e-12)
 
 
@@ -91,11 +91,11 @@ def test_full_equals_the_papers_matrix_product_form():
     np.testing.assert_allclose(aft_attention(q, k, v, params=params), expected, **TIGHT)
 
 
-@pytest.mark.parametrize(("variant", "options"), SETTINGS, ids=lambda x: str(x))
+@pytest.mark.parametrize(("kind", "options"), SETTINGS, ids=lambda x: str(x))
 @pytest.mark.parametrize("causal", [False, True])
-def test_weights_are_per_channel_reproduce_the_output_and_rows_sum_to_the_gate(variant, options, causal):
+def test_weights_are_per_channel_reproduce_the_output_and_rows_sum_to_the_gate(kind, options, causal):
     q, k, v = _qkv(7, n=6, m=6 if causal else 8, batch=(3,))
-    out, A = aft_attention(q, k, v, variant=variant, rng=4, causal=causal, return_weights=True, **options)
+    out, A = aft_attention(q, k, v, kind=kind, rng=4, causal=causal, return_weights=True, **options)
     assert A.shape == (3, 4, 6, v.shape[-2])                       # (..., d, n, m)
     np.testing.assert_allclose(np.einsum("bctj,bjc->btc", A, v), out, **TIGHT)
     np.testing.assert_allclose(A.sum(axis=-1), np.moveaxis(expit(q), -1, -2), **TIGHT)
@@ -108,12 +108,12 @@ def test_local_limits_are_simple_and_full():
     q, k, v = _qkv(8, n=5, m=7)
     params = _params("local", 9, length=7)
     for causal in (False, True):
-        np.testing.assert_allclose(aft_attention(q, k, v, variant="local", window=0, params=params, causal=causal),
-                                   aft_attention(q, k, v, variant="simple", causal=causal), **TIGHT)
-        np.testing.assert_allclose(aft_attention(q, k, v, variant="local", window=7, params=params, causal=causal),
-                                   aft_attention(q, k, v, variant="full", params=params, causal=causal), **TIGHT)
-    assert not np.allclose(aft_attention(q, k, v, variant="local", window=2, params=params),
-                           aft_attention(q, k, v, variant="full", params=params))
+        np.testing.assert_allclose(aft_attention(q, k, v, kind="local", window=0, params=params, causal=causal),
+                                   aft_attention(q, k, v, kind="simple", causal=causal), **TIGHT)
+        np.testing.assert_allclose(aft_attention(q, k, v, kind="local", window=7, params=params, causal=causal),
+                                   aft_attention(q, k, v, kind="full", params=params, causal=causal), **TIGHT)
+    assert not np.allclose(aft_attention(q, k, v, kind="local", window=2, params=params),
+                           aft_attention(q, k, v, kind="full", params=params))
 
 
 def test_local_bias_is_zero_not_masked_outside_the_window():
@@ -124,14 +124,14 @@ def test_local_bias_is_zero_not_masked_outside_the_window():
     near = np.abs(np.arange(6)[:, None] - np.arange(6)[None, :]) < 2
     np.testing.assert_array_equal(w, np.where(near, full, 0.0))
     q, k, v = _qkv(11, n=6, m=6, batch=())
-    A = aft_attention(q, k, v, variant="local", window=2, params=params, return_weights=True)[1]
+    A = aft_attention(q, k, v, kind="local", window=2, params=params, return_weights=True)[1]
     assert (A[:, ~near] > 0).all()
 
 
 def test_conv_at_initialisation_is_simple_and_its_bias_is_the_filter_on_the_offsets():
     q, k, v = _qkv(12, n=6, m=6)
-    np.testing.assert_allclose(aft_attention(q, k, v, variant="conv", kernel_size=3, num_heads=2, rng=0),
-                               aft_attention(q, k, v, variant="simple"), **TIGHT)
+    np.testing.assert_allclose(aft_attention(q, k, v, kind="conv", kernel_size=3, num_heads=2, rng=0),
+                               aft_attention(q, k, v, kind="simple"), **TIGHT)
     f = AFTConvFilter(np.array([[1.0, 2.0, 6.0]]), gamma=np.array([2.0]), beta=np.array([0.5]))
     w_hat = 2.0 * (np.array([1.0, 2.0, 6.0]) - 3.0) / np.sqrt(14.0 / 3.0) + 0.5   # population std of (1, 2, 6)
     np.testing.assert_allclose(f.normalized()[0], w_hat, **TIGHT)
@@ -157,8 +157,8 @@ def test_conv_heads_use_their_own_filter():
     q, k, v = _qkv(13, n=6, m=6, batch=())
     f = _params("conv", 14)
     swapped = AFTConvFilter(f.w[::-1].copy(), f.gamma[::-1].copy(), f.beta[::-1].copy())
-    out = aft_attention(q, k, v, variant="conv", params=f)
-    out_swapped = aft_attention(q[:, [2, 3, 0, 1]], k[:, [2, 3, 0, 1]], v[:, [2, 3, 0, 1]], variant="conv",
+    out = aft_attention(q, k, v, kind="conv", params=f)
+    out_swapped = aft_attention(q[:, [2, 3, 0, 1]], k[:, [2, 3, 0, 1]], v[:, [2, 3, 0, 1]], kind="conv",
                                 params=swapped)
     np.testing.assert_allclose(out_swapped[:, [2, 3, 0, 1]], out, **TIGHT)
 
@@ -191,17 +191,17 @@ def test_drawn_params_are_returned_and_reproduce():
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    ({"variant": "full", "rng": 0, "v": np.zeros((7, 3))}, "d_v"),
-    ({"variant": "full", "rng": 0, "method": "scan"}, "method"),
-    ({"variant": "local", "rng": 0}, "window"),
-    ({"variant": "full", "rng": 0, "window": 2}, "window"),
-    ({"variant": "simple", "params": AFTPositionBias(np.zeros((7, 2)), np.zeros((7, 2)))}, "params"),
-    ({"variant": "full"}, "rng"),
-    ({"variant": "full", "params": AFTPositionBias(np.zeros((6, 2)), np.zeros((6, 2)))}, "params covers"),
-    ({"variant": "conv", "rng": 0, "kernel_size": 3, "num_heads": 3}, "num_heads"),
-    ({"variant": "conv", "rng": 0}, "kernel_size"),
-    ({"variant": "conv", "rng": 0, "kernel_size": 4}, "kernel_size"),
-    ({"variant": "mixer"}, "variant"),
+    ({"kind": "full", "rng": 0, "v": np.zeros((7, 3))}, "d_v"),
+    ({"kind": "full", "rng": 0, "method": "scan"}, "method"),
+    ({"kind": "local", "rng": 0}, "window"),
+    ({"kind": "full", "rng": 0, "window": 2}, "window"),
+    ({"kind": "simple", "params": AFTPositionBias(np.zeros((7, 2)), np.zeros((7, 2)))}, "params"),
+    ({"kind": "full"}, "rng"),
+    ({"kind": "full", "params": AFTPositionBias(np.zeros((6, 2)), np.zeros((6, 2)))}, "params covers"),
+    ({"kind": "conv", "rng": 0, "kernel_size": 3, "num_heads": 3}, "num_heads"),
+    ({"kind": "conv", "rng": 0}, "kernel_size"),
+    ({"kind": "conv", "rng": 0, "kernel_size": 4}, "kernel_size"),
+    ({"kind": "mixer"}, "kind"),
 ])
 def test_bad_settings_are_named(kwargs, match):
     q, k, v = _qkv(18, n=5, m=7, batch=())
@@ -213,7 +213,7 @@ def test_bad_settings_are_named(kwargs, match):
 
 def test_bad_params_are_named():
     with pytest.raises(TypeError, match="AFTConvFilter"):
-        aft_attention(*_qkv(19, batch=()), variant="conv", params=_params("full", 0))
+        aft_attention(*_qkv(19, batch=()), kind="conv", params=_params("full", 0))
     with pytest.raises(ValueError, match="constant"):
         AFTConvFilter(np.ones((2, 3)), np.zeros(2), np.zeros(2))
     with pytest.raises(ValueError, match="params.u"):
@@ -230,15 +230,26 @@ def test_the_kernel_checks_what_it_indexes():
         aft_scan(k, k.copy(), np.zeros((1, 4, 2)), 0, np.empty((1, 5, 4)))   # n of out is not n of the band
 
 
-@pytest.mark.parametrize(("variant", "options"), SETTINGS, ids=[f"{v}-{i}" for i, (v, _) in enumerate(SETTINGS)])
+@pytest.mark.parametrize(("kind", "options"), SETTINGS, ids=[f"{v}-{i}" for i, (v, _) in enumerate(SETTINGS)])
 @pytest.mark.parametrize("causal", [False, True, "bottom-right"])
-def test_the_equation_path_in_blocks_of_query_rows_equals_one_block(monkeypatch, variant, options, causal):
+def test_the_equation_path_in_blocks_of_query_rows_equals_one_block(monkeypatch, kind, options, causal):
     """Without weights the equation path takes the query rows in blocks; 3 rows per block (two full blocks and
     a short one over n = 8) gives the same numbers bit for bit as one block (the weights path, unblocked)."""
     import refattn.beyond.aft as aft_module
 
     q, k, v = _qkv(11, n=8, m=6, batch=(2,))
-    whole = aft_attention(q, k, v, variant=variant, rng=5, causal=causal, return_weights=True, **options)[0]
+    whole = aft_attention(q, k, v, kind=kind, rng=5, causal=causal, return_weights=True, **options)[0]
     monkeypatch.setattr(aft_module, "BLOCK_BYTES", 8 * 2 * 6 * 4 * 3)      # batch 2 × m 6 × d 4, 3 rows
-    blocked = aft_attention(q, k, v, variant=variant, rng=5, causal=causal, **options)
+    blocked = aft_attention(q, k, v, kind=kind, rng=5, causal=causal, **options)
     np.testing.assert_array_equal(blocked, whole)
+
+
+def test_variant_and_alignment_are_the_deprecated_names_of_kind_and_causal():
+    q, k, v = _qkv(0, n=5, m=5)
+    with pytest.warns(DeprecationWarning, match=r"aft_attention: option variant= is renamed kind="):
+        old = aft_attention(q, k, v, variant="simple")
+    np.testing.assert_array_equal(old, aft_attention(q, k, v, kind="simple"))
+    params = _params("full", 3, length=6)
+    with pytest.warns(DeprecationWarning, match=r"aft_position_bias: option alignment= is renamed causal="):
+        old = aft_position_bias("full", 2, 5, params=params, alignment="bottom-right")
+    np.testing.assert_array_equal(old, aft_position_bias("full", 2, 5, params=params, causal="bottom-right"))

@@ -100,7 +100,8 @@ def test_arrays_are_read_only():
     (lambda: SparsePattern.full(2, 2) | SparsePattern.full(2, 3), ValueError, r"shapes \(2, 2\) and \(2, 3\)"),
     (lambda: SparsePattern.full(2, 2) & np.ones((2, 2), bool), TypeError, "cannot combine SparsePattern"),
     (lambda: SparsePattern.full(2, 2).to_dense(np.ones(3)), ValueError, r"data must have shape \(\.\.\., nnz=4\)"),
-    (lambda: SparsePattern.full(2, 2).causal("left"), ValueError, "alignment must be one of"),
+    (lambda: SparsePattern.full(2, 2).causal("left"), ValueError, "causal must be one of"),
+    (lambda: SparsePattern.full(2, 2).causal(False), ValueError, "SparsePattern.causal keeps the causal pairs"),
 ])
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):

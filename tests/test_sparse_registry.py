@@ -116,9 +116,9 @@ def test_apply_signatures_list_the_makers_options_with_their_defaults():
                 if p.kind is inspect.Parameter.KEYWORD_ONLY
                 and name not in ("causal", "rng", "return_weights", "return_draws", "method")}
 
-    assert options("band") == {"w": 2}
+    assert options("band") == {"window": 2}
     assert options("axial") == {"width": None}
-    assert options("etc") == {"num_global": 2, "radius": 1, "segment_ids": None, "hard_g2l": False, "hard_l2g": False}
+    assert options("etc") == {"num_global": 2, "window": 1, "segment_ids": None, "hard_g2l": False, "hard_l2g": False}
     assert options("bigbird") == {"block_size": 2, "num_random_blocks": 1, "num_global_blocks": 2, "repeats": "once",
                                   "num_window_blocks": 3, "random_blocks": None, "candidates": "disjoint"}
 
@@ -206,7 +206,7 @@ def test_every_short_length_gives_a_result_or_the_same_named_error_in_both_metho
     ("etc", 1, {}, ValueError, "n must be >= num_global, got n=1"),
     ("etc", 4, {"num_global": -1}, ValueError, "num_global must be a non-negative int, got -1"),
     ("star_transformer", 4, {"ring": 1}, TypeError, "ring must be True or False, got 1"),
-    ("band", 5, {"w": -1}, ValueError, "window must be a non-negative int, got -1"),   # band_pattern's name
+    ("band", 5, {"window": -1}, ValueError, "window must be a non-negative int, got -1"),
     ("dilated", 5, {"dilation": 0}, ValueError, "dilation must be a positive int, got 0"),
     ("strided", 5, {"stride": 0}, ValueError, "stride must be a positive int, got 0"),
     ("block_local", 5, {"block": 0}, ValueError, "block must be a positive int, got 0"),
@@ -327,3 +327,16 @@ def test_weights_are_zero_outside_the_pattern_in_both_methods_even_in_a_nan_row(
     np.testing.assert_array_equal(results[1].allowed, results[0].allowed)
     np.testing.assert_allclose(results[1].weights, results[0].weights, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(results[1].output, results[0].output, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("mech_id", "old", "new"), [("band", "w", "window"), ("dilated", "w", "window"),
+                                                     ("etc", "radius", "window")])
+def test_a_pattern_option_renamed_window_keeps_its_old_name_for_one_release(mech_id, old, new):
+    rng = np.random.default_rng(5)
+    q, k, v = rng.standard_normal((3, 9, 4))
+    apply = registry.get(mech_id).apply
+    with pytest.warns(DeprecationWarning, match=rf"{mech_id}: option {old}= is renamed {new}="):
+        was = apply(q, k, v, return_weights=True, **{old: 2})
+    now = apply(q, k, v, return_weights=True, **{new: 2})
+    np.testing.assert_array_equal(was.output, now.output)
+    np.testing.assert_array_equal(was.weights, now.weights)

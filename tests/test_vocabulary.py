@@ -21,9 +21,8 @@ RETIRED = {
     "alignment": "causal",                    # causal=False / True / "top-left" / "bottom-right"
     "variant": "kind",
     "window_size": "window",
-    "width": "window",
     "radius": "window",
-}
+}                                             # ``width`` stays: an image's width (axial, image_transformer, aft)
 PLURAL_COUNT = re.compile(r"^n_([a-z][a-z_]*s)$")  # n_buckets, n_hashes, n_rounds: num_buckets, ...
 
 
@@ -104,7 +103,7 @@ def test_no_method_is_called_chunked():
 
 
 @pytest.mark.parametrize(("name", "new"), [("alignment", "causal"), ("variant", "kind"), ("n_buckets", "num_buckets"),
-                                         ("n_hashes", "num_hashes"), ("window_size", "window"), ("width", "window"),
+                                         ("n_hashes", "num_hashes"), ("window_size", "window"), ("width", None),
                                          ("radius", "window"), ("num_buckets", None), ("window", None), ("n", None),
                                          ("n_kv", None), ("causal", None), ("block_size", None)])
 def test_retired_names_are_recognised(name, new):

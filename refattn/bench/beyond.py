@@ -24,7 +24,7 @@ LANDMARKS, CHUNK, WINDOW, RANK, PER_BUCKET = 64, 64, 16, 8, 32
 CASES = {
     "softmax": ("sdpa", lambda n: {"method": "blocked"}, "the baseline: n²·d time, O(n·d) memory (online softmax)"),
     "fnet": ("fnet", lambda n: {}, "two FFTs: n·d·log(n·d)"),
-    "aft-simple": ("aft", lambda n: {"variant": "simple", "causal": True, "method": "scan"},
+    "aft-simple": ("aft", lambda n: {"kind": "simple", "causal": True, "method": "scan"},
                    "a running sum per channel: n·d"),
     "topk": ("topk", lambda n: {"method": "chunk", "chunk_size": CHUNK},
              f"every score is still computed: n²·d time, chunks of {CHUNK} queries: O({CHUNK}·n) memory"),

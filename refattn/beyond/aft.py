@@ -56,6 +56,7 @@ from scipy.special import expit
 from ..common.budget import check_fits
 from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_choice, check_qkv
 from ..common.ints import check_non_negative_int, check_positive_int
+from ..deprecation import renamed
 from ..draws import given_or_drawn, note_draw, optional_rng
 from ..kernels import kernel_rows
 from ..mechanism import Mechanism
@@ -226,12 +227,12 @@ def init_aft_conv_filter(rng: np.random.Generator | int, num_heads: int, kernel_
 
 # --- position biases -----------------------------------------------------------------------------------------------
 
-def _bias_at(variant: str, params, p: NDArray, j: NDArray, window: int | None, image_width: int | None) -> NDArray:
+def _bias_at(kind: str, params, p: NDArray, j: NDArray, window: int | None, image_width: int | None) -> NDArray:
     """w of every head at query positions ``p`` (n, 1) and keys ``j`` (1, m) or (n, S), both >= 0: (H, n, ·)."""
     shape = np.broadcast_shapes(p.shape, j.shape)
-    if variant == "simple":
+    if kind == "simple":
         return np.zeros((1, *shape))
-    if variant == "conv":
+    if kind == "conv":
         w_hat, half = params.normalized(), params.kernel_size // 2
         if image_width is None:
             r = j - p + half                                       # tap r weighs key p + r − ⌊s/2⌋
@@ -246,36 +247,36 @@ def _bias_at(variant: str, params, p: NDArray, j: NDArray, window: int | None, i
         w = u @ params.u_prime[j[0]].T                             # (n, m)  w_tt′ = u_tᵀ u′_t′
     else:
         w = np.einsum("nd,nsd->ns", u, params.u_prime[j])          # (n, S)  the same, in a band
-    if variant == "local":
+    if kind == "local":
         w = np.where(np.abs(p - j) < window, w, 0.0)               # 0 outside |t − t′| < s (not masked)
     return w[None]
 
 
-def _check_setting(variant, params, window, kernel_size, num_heads, image_width, bias_dim, max_length, d,
+def _check_setting(kind, params, window, kernel_size, num_heads, image_width, bias_dim, max_length, d,
                    drawing: bool):
     """Check the options against the variant; return (window, image_width)."""
-    check_choice("variant", variant, AFT_VARIANTS)
-    unused = {"window": window if variant != "local" else None,
-              "kernel_size": kernel_size if variant != "conv" else None,
-              "num_heads": num_heads if variant != "conv" else None,
-              "image_width": image_width if variant != "conv" else None,
-              "bias_dim": bias_dim if variant not in ("full", "local") else None,
-              "max_length": max_length if variant not in ("full", "local") else None,
-              "params": params if variant == "simple" else None}
+    check_choice("kind", kind, AFT_VARIANTS)
+    unused = {"window": window if kind != "local" else None,
+              "kernel_size": kernel_size if kind != "conv" else None,
+              "num_heads": num_heads if kind != "conv" else None,
+              "image_width": image_width if kind != "conv" else None,
+              "bias_dim": bias_dim if kind not in ("full", "local") else None,
+              "max_length": max_length if kind not in ("full", "local") else None,
+              "params": params if kind == "simple" else None}
     for name, value in unused.items():
         if value is not None:
-            raise ValueError(f"{name} has no meaning for variant={variant!r} (got {value!r})")
-    if variant == "local":
+            raise ValueError(f"{name} has no meaning for kind={kind!r} (got {value!r})")
+    if kind == "local":
         if window is None:
-            raise ValueError("variant='local' needs window, the s of |t − t′| < s (0 gives AFT-simple)")
+            raise ValueError("kind='local' needs window, the s of |t − t′| < s (0 gives AFT-simple)")
         window = check_non_negative_int("window", window)
-    if variant == "conv" and image_width is not None:
+    if kind == "conv" and image_width is not None:
         image_width = check_positive_int("image_width", image_width)
-    wanted = {"full": AFTPositionBias, "local": AFTPositionBias, "conv": AFTConvFilter}.get(variant)
+    wanted = {"full": AFTPositionBias, "local": AFTPositionBias, "conv": AFTConvFilter}.get(kind)
     if params is not None and not isinstance(params, wanted):
-        raise TypeError(f"params of variant={variant!r} must be a {wanted.__name__}, got {type(params).__name__}")
+        raise TypeError(f"params of kind={kind!r} must be a {wanted.__name__}, got {type(params).__name__}")
     if not drawing and params is not None:
-        if variant == "conv":
+        if kind == "conv":
             if (kernel_size, num_heads) != (None, None):
                 raise ValueError("kernel_size and num_heads are those of params: give them only to draw the filters")
             if (params.w.ndim == 3) != (image_width is not None):
@@ -284,7 +285,7 @@ def _check_setting(variant, params, window, kernel_size, num_heads, image_width,
                                  f"{'' if params.w.ndim == 3 else ', not image_width'}")
         elif (bias_dim, max_length) != (None, None):
             raise ValueError("bias_dim and max_length are those of params: give them only to draw u and u′")
-    if variant == "conv":
+    if kind == "conv":
         heads = params.num_heads if params is not None else (1 if num_heads is None else
                                                               check_positive_int("num_heads", num_heads))
         if d % heads:
@@ -293,13 +294,14 @@ def _check_setting(variant, params, window, kernel_size, num_heads, image_width,
     return window, image_width
 
 
-def aft_position_bias(variant: str, n: int, m: int | None = None, *, params=None, window: int | None = None,
-                      image_width: int | None = None, alignment: str = "top-left") -> NDArray:
+@renamed(variant="kind", alignment="causal")
+def aft_position_bias(kind: str, n: int, m: int | None = None, *, params=None, window: int | None = None,
+                      image_width: int | None = None, causal: bool | str = False) -> NDArray:
     r"""The position biases :math:`w_{tt'}` of every head: (1, n, m) for AFT-full/local/simple, (h, n, m) for AFT-conv.
 
     Parameters
     ----------
-    variant : {"full", "local", "simple", "conv"}
+    kind : {"full", "local", "simple", "conv"}
     n : int
         Number of queries.
     m : int, optional
@@ -310,8 +312,10 @@ def aft_position_bias(variant: str, n: int, m: int | None = None, *, params=None
         s of AFT-local.
     image_width : int, optional
         AFT-conv over an image of this width (s × s filters).
-    alignment : {"top-left", "bottom-right"}, default "top-left"
-        Query t at position t, or t + m − n.
+    causal : {False, True, "top-left", "bottom-right"}, default False
+        The alignment, as every ``causal`` argument spells it: query t at position t (False, True,
+        "top-left"), or t + m − n ("bottom-right"); the biases mask nothing. (The old name
+        ``alignment=`` is deprecated.)
 
     Returns
     -------
@@ -329,15 +333,15 @@ def aft_position_bias(variant: str, n: int, m: int | None = None, *, params=None
     """
     n = check_non_negative_int("n", n)
     m = n if m is None else check_non_negative_int("m", m)
-    check_choice("alignment", alignment, ("top-left", "bottom-right"))
-    window, image_width = _check_setting(variant, params, window, None, None, image_width, None, None, 0,
+    alignment = causal_alignment(causal)
+    window, image_width = _check_setting(kind, params, window, None, None, image_width, None, None, 0,
                                          drawing=False)
-    if variant != "simple" and params is None:
-        raise ValueError(f"variant={variant!r} needs params")
+    if kind != "simple" and params is None:
+        raise ValueError(f"kind={kind!r} needs params")
     p = _positions(n, m, alignment)
-    _check_length(variant, params, p, m)
-    check_fits("the position biases", (params.num_heads if variant == "conv" else 1, n, m))
-    return _bias_at(variant, params, p[:, None], np.arange(m)[None, :], window, image_width)
+    _check_length(kind, params, p, m)
+    check_fits("the position biases", (params.num_heads if kind == "conv" else 1, n, m))
+    return _bias_at(kind, params, p[:, None], np.arange(m)[None, :], window, image_width)
 
 
 def _positions(n: int, m: int, alignment: str | None) -> NDArray:
@@ -346,9 +350,9 @@ def _positions(n: int, m: int, alignment: str | None) -> NDArray:
     return np.maximum(np.arange(n) + shift, 0)
 
 
-def _check_length(variant, params, p: NDArray, m: int) -> None:
+def _check_length(kind, params, p: NDArray, m: int) -> None:
     """u covers every query position and u′ every key."""
-    if variant in ("full", "local"):
+    if kind in ("full", "local"):
         needed = max(int(p.max(initial=-1)) + 1, m)
         if params.max_length < needed:
             raise ValueError(f"params covers ℓ={params.max_length} positions (u shape {params.u.shape}) but the "
@@ -357,7 +361,8 @@ def _check_length(variant, params, p: NDArray, m: int) -> None:
 
 # --- the mechanism -------------------------------------------------------------------------------------------------
 
-def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, variant: str = "full", params=None,
+@renamed(variant="kind")
+def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, kind: str = "full", params=None,
                   rng: np.random.Generator | int | None = None, window: int | None = None,
                   kernel_size: int | None = None, num_heads: int | None = None, image_width: int | None = None,
                   max_length: int | None = None, bias_dim: int | None = None, causal: bool | str = False,
@@ -368,7 +373,7 @@ def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, variant: str = "f
 
         Y_t = \sigma(Q_t) \odot \frac{\sum_{t'} \exp(K_{t'} + w_{tt'}) \odot V_{t'}}{\sum_{t'} \exp(K_{t'} + w_{tt'})}
 
-    with :math:`w` of the ``variant`` (see the module docstring).
+    with :math:`w` of the ``kind`` (see the module docstring).
 
     Parameters
     ----------
@@ -378,7 +383,7 @@ def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, variant: str = "f
         Keys K.
     v : (..., m, d) array_like
         Values V, of the keys' width d (K and V meet elementwise).
-    variant : {"full", "local", "simple", "conv"}, default "full"
+    kind : {"full", "local", "simple", "conv"}, default "full"
         AFT-full, AFT-local, AFT-simple or AFT-conv.
     params : AFTPositionBias or AFTConvFilter, optional
         u, u′ (full, local; :func:`init_aft_position_bias`) or the filters (conv; :func:`init_aft_conv_filter`);
@@ -424,7 +429,7 @@ def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, variant: str = "f
     --------
     >>> rng = np.random.default_rng(0)
     >>> q, k, v = rng.standard_normal((3, 5, 4))
-    >>> out = aft_attention(q, k, v, variant="simple")
+    >>> out = aft_attention(q, k, v, kind="simple")
     >>> e = np.exp(k - k.max(axis=0))                              # AFT-simple's closed form: σ(Q) ⊙ Σ softmax(K) ⊙ V
     >>> bool(np.allclose(out, 1 / (1 + np.exp(-q)) * (e * v).sum(axis=0) / e.sum(axis=0)))
     True
@@ -443,15 +448,15 @@ def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, variant: str = "f
     alignment = causal_alignment(causal)
     if method == "scan" and alignment is None:
         raise ValueError("method='scan' is the causal scan: it takes causal=True or 'bottom-right', not causal=False")
-    drawing = params is None and variant != "simple"
-    window, image_width = _check_setting(variant, params, window, kernel_size, num_heads, image_width, bias_dim,
+    drawing = params is None and kind != "simple"
+    window, image_width = _check_setting(kind, params, window, kernel_size, num_heads, image_width, bias_dim,
                                          max_length, d, drawing)
     p = _positions(n, m, alignment)
-    if variant == "simple":                                        # w = 0: no params
+    if kind == "simple":                                        # w = 0: no params
         note_draw("params", None)
-    elif variant == "conv":
+    elif kind == "conv":
         if drawing and kernel_size is None and rng is not None:
-            raise ValueError("variant='conv' needs kernel_size (odd >= 3) to draw its filters, or params")
+            raise ValueError("kind='conv' needs kernel_size (odd >= 3) to draw its filters, or params")
         params = given_or_drawn("aft", "params", params, optional_rng(rng), what="its filters", draw=lambda r:
                                 init_aft_conv_filter(r, 1 if num_heads is None else num_heads, kernel_size,
                                                      image=image_width is not None))
@@ -459,19 +464,19 @@ def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, variant: str = "f
         length = max(int(p.max(initial=-1)) + 1, m, 1) if max_length is None else max_length
         params = given_or_drawn("aft", "params", params, optional_rng(rng), what="its position biases", draw=lambda r:
                                 init_aft_position_bias(r, length, bias_dim=BIAS_DIM if bias_dim is None else bias_dim))
-    _check_length(variant, params, p, m)
+    _check_length(kind, params, p, m)
     delta = 0 if alignment is None else (m - n if alignment == "bottom-right" else 0)
     if return_weights or method == "equation":
         if return_weights:
             check_fits("the AFT weights (…, d, n, m)", (*batch, d, n, m))
-        w = _bias_at(variant, params, p[:, None], np.arange(m)[None, :], window, image_width)   # (H, n, m)
+        w = _bias_at(kind, params, p[:, None], np.arange(m)[None, :], window, image_width)   # (H, n, m)
         visible = None if alignment is None else np.arange(m)[None, :] <= np.arange(n)[:, None] + delta  # (n, m)
         if return_weights:
             out, A = _parallel(q, k, v, w, visible, True)
         else:
             out = _parallel_blocks(q, k, v, w, visible, batch)
     if method == "scan":
-        out = _scan(q, k, v, batch, variant, params, p, delta, window, image_width)
+        out = _scan(q, k, v, batch, kind, params, p, delta, window, image_width)
     return (out, A) if return_weights else out
 
 
@@ -513,23 +518,23 @@ def _parallel(q, k, v, w, visible, return_weights):
     return out, A
 
 
-def _scan(q, k, v, batch, variant, params, p, delta, window, image_width) -> NDArray:
+def _scan(q, k, v, batch, kind, params, p, delta, window, image_width) -> NDArray:
     """The causal scan: the bias band of the S keys up to each query's position, and the kernel."""
     from ..kernels.aft_scan import aft_scan  # Numba loads on first use only
 
     n, (m, d) = q.shape[-2], k.shape[-2:]
-    if variant == "simple":
+    if kind == "simple":
         S = 0
-    elif variant == "local":
+    elif kind == "local":
         S = window                                                 # |t − t′| < s, t′ <= t: s keys
-    elif variant == "conv":
+    elif kind == "conv":
         half = params.kernel_size // 2
         S = half + 1 if image_width is None else half * image_width + half + 1   # the filter's past taps
     else:
         S = int(p.max(initial=-1)) + 1                             # every key up to the last position
     j = p[:, None] - S + 1 + np.arange(S)[None, :]                 # (n, S)  the band's keys
-    check_fits("the AFT bias band (h, n, S)", (params.num_heads if variant == "conv" else 1, n, S))
-    band = np.where(j >= 0, _bias_at(variant, params, p[:, None], np.maximum(j, 0), window, image_width), 0.0)
+    check_fits("the AFT bias band (h, n, S)", (params.num_heads if kind == "conv" else 1, n, S))
+    band = np.where(j >= 0, _bias_at(kind, params, p[:, None], np.maximum(j, 0), window, image_width), 0.0)
     band = np.ascontiguousarray(band)                              # (H, n, S)
     flat_k, flat_v = kernel_rows(k, batch, (m, d)), kernel_rows(v, batch, (m, d))
     out = np.empty((flat_k.shape[0], n, d))
@@ -547,8 +552,8 @@ RECORD = Mechanism.of(
     time="O(n·m·d); AFT-simple O((n + m)·d)", memory="O(n·m) parallel (blocks of query rows), O(n·s + d) scan",
     causal=True, position_dependent=True, normalized=False,
     methods=METHODS, figure="refattn.figures.aft:aft",
-    examples=({"variant": "local", "window": 2}, {"variant": "simple"},
-              {"variant": "conv", "kernel_size": 3, "num_heads": 2}),
+    examples=({"kind": "local", "window": 2}, {"kind": "simple"},
+              {"kind": "conv", "kernel_size": 3, "num_heads": 2}),
     exact_options=None,
     exact_limit="none: the weights come from the keys alone, per channel, and σ(Q) scales each row "
                 "(no setting is softmax attention)",

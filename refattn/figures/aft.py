@@ -37,11 +37,11 @@ def aft() -> Figure:
     rng = np.random.default_rng(SEED)
     bias = AFTPositionBias(0.5 * rng.standard_normal((N, 8)), 0.5 * rng.standard_normal((N, 8)))
     conv = AFTConvFilter(rng.standard_normal((2, KERNEL)), np.ones(2), np.zeros(2))
-    settings = [("AFT-full", {"variant": "full", "params": bias}),
-                ("AFT-local (s = 3)", {"variant": "local", "params": bias, "window": WINDOW}),
-                ("AFT-conv (s = 5, head 0)", {"variant": "conv", "params": conv}),
-                ("AFT-simple", {"variant": "simple"})]
-    biases = np.stack([aft_position_bias(o["variant"], N, params=o.get("params"), window=o.get("window"))[0]
+    settings = [("AFT-full", {"kind": "full", "params": bias}),
+                ("AFT-local (s = 3)", {"kind": "local", "params": bias, "window": WINDOW}),
+                ("AFT-conv (s = 5, head 0)", {"kind": "conv", "params": conv}),
+                ("AFT-simple", {"kind": "simple"})]
+    biases = np.stack([aft_position_bias(o["kind"], N, params=o.get("params"), window=o.get("window"))[0]
                        for _, o in settings])                      # (4, N, N)
     q, k, v = seeded_qkv(SEED, N)
     mixing = np.stack([aft_attention(q, k, v, return_weights=True, **o)[1][0] for _, o in settings])

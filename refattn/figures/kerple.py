@@ -35,16 +35,16 @@ def kerple() -> Figure:
     fig = figure((14.0, 8.6))
     rows = fig.subfigures(2, 1)
     distance = np.arange(N)
-    for row, (variant, settings) in zip(rows, SETTINGS.items(), strict=True):
+    for row, (kind, settings) in zip(rows, SETTINGS.items(), strict=True):
         maps_panel, line_panel = row.subfigures(1, 2, width_ratios=[3.0, 1.0])
-        biases = np.stack([kerple_bias(KerpleParams(r1, r2), N, N, variant=variant) for r1, r2 in settings])
+        biases = np.stack([kerple_bias(KerpleParams(r1, r2), N, N, kind=kind) for r1, r2 in settings])
         draw_attention(maps_panel, np.maximum(biases, FLOOR), allowed=causal_mask(N, N), vmin=FLOOR, vmax=0.0,
-                       annotate=False, titles=[f"{variant}: r1 = {r1:g}, r2 = {r2:g}" for r1, r2 in settings])
+                       annotate=False, titles=[f"{kind}: r1 = {r1:g}, r2 = {r2:g}" for r1, r2 in settings])
         ax = line_panel.subplots()
         for (r1, r2), color in zip(settings, GROUP_COLORS, strict=False):
-            line = kerple_bias(KerpleParams(r1, r2), 1, N, variant=variant, causal="bottom-right")[0, ::-1]
+            line = kerple_bias(KerpleParams(r1, r2), 1, N, kind=kind, causal="bottom-right")[0, ::-1]
             ax.plot(distance, line, marker="o", markersize=2.5, color=color, label=f"r1 = {r1:g}, r2 = {r2:g}")
-        ax.set(xlabel="distance |i − j|", ylabel="bias", title=f"B = {FORMULA[variant]}")
+        ax.set(xlabel="distance |i − j|", ylabel="bias", title=f"B = {FORMULA[kind]}")
         ax.legend(fontsize=7)
     fig.suptitle(f"KERPLE (Chi et al., 2022): conditionally positive definite kernels of the distance as biases, "
                  f"learned r1, r2 per head; causal, n = m = {N}, colours stop at {FLOOR:g}")

@@ -165,8 +165,8 @@ etc = FigureSpec(
     title="ETC global-local attention (Fig. 5c), no causal form: positions 0–2 global,\n"
           "3–17 long (3 segments of 5); long-to-long radius r = 2, the token itself included",
     n=18, seed=32, figsize=(7.4, 9.2), split=(3,), panels=(
-        ("g2g, g2l, l2g full; l2l |a − b| ≤ r", {"num_global": 3, "radius": 2}),
-        ("hard g2l + l2g: global k ↔ segment k", {"num_global": 3, "radius": 2, "hard_g2l": True, "hard_l2g": True,
+        ("g2g, g2l, l2g full; l2l |a − b| ≤ r", {"num_global": 3, "window": 2}),
+        ("hard g2l + l2g: global k ↔ segment k", {"num_global": 3, "window": 2, "hard_g2l": True, "hard_l2g": True,
                                                   "segment_ids": np.repeat(np.arange(3), 5)}),
     ))
 

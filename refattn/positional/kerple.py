@@ -39,6 +39,7 @@ from ..common.checks import (
 )
 from ..common.ints import check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
+from ..deprecation import renamed
 from ..draws import given_or_drawn, optional_rng
 from ..mechanism import Mechanism
 from .t5_bias import relative_positions
@@ -118,14 +119,15 @@ def init_kerple(rng, num_heads: int | None = None) -> KerpleParams:
     return KerpleParams(r1, r2)
 
 
-def _check_params(params, variant: str) -> None:
+def _check_params(params, kind: str) -> None:
     if not isinstance(params, KerpleParams):
         raise TypeError(f"params must be a KerpleParams (init_kerple), got {type(params).__name__}")
-    if variant == "power" and not np.all(params.r2 <= 2):
+    if kind == "power" and not np.all(params.r2 <= 2):
         raise ValueError(f"the power variant needs 0 < r2 ≤ 2 (the paper's constraint), got r2 = {params.r2}")
 
 
-def kerple_bias(params: KerpleParams, n: int, m: int, *, variant: str = "log",
+@renamed(variant="kind")
+def kerple_bias(params: KerpleParams, n: int, m: int, *, kind: str = "log",
                 causal: bool | str = False) -> NDArray:
     r"""The bias over n queries and m keys: :math:`-r_1\log(1 + r_2|i - j|)` or :math:`-r_1|i - j|^{r_2}`.
 
@@ -135,7 +137,7 @@ def kerple_bias(params: KerpleParams, n: int, m: int, *, variant: str = "log",
         r1, r2 (:func:`init_kerple`).
     n, m : int
         Number of queries and keys.
-    variant : {"log", "power"}, default "log"
+    kind : {"log", "power"}, default "log"
     causal : {False, True, "top-left", "bottom-right"}, default False
         Places the queries: at i, or at i + m − n for "bottom-right" (the mask itself is not applied
         here).
@@ -147,22 +149,23 @@ def kerple_bias(params: KerpleParams, n: int, m: int, *, variant: str = "log",
 
     Examples
     --------
-    >>> kerple_bias(KerpleParams(1.0, 1.0), 1, 4, variant="power", causal="bottom-right")
+    >>> kerple_bias(KerpleParams(1.0, 1.0), 1, 4, kind="power", causal="bottom-right")
     array([[-3., -2., -1., -0.]])
     >>> kerple_bias(KerpleParams(2.0, np.e - 1), 1, 2, causal="bottom-right")     # −2·log(1 + (e − 1)·1) = −2
     array([[-2., -0.]])
     """
-    check_choice("variant", variant, KERPLE_VARIANTS)
-    _check_params(params, variant)
+    check_choice("kind", kind, KERPLE_VARIANTS)
+    _check_params(params, kind)
     alignment = causal_alignment(causal)
     distance = np.abs(relative_positions(n, m, alignment)).astype(np.float64)   # (n, m)  |i − j|
     r1, r2 = params.r1[..., None, None], params.r2[..., None, None]            # (..., 1, 1)
     check_fits("the KERPLE bias", (*params.r1.shape, n, m))
-    if variant == "log":
+    if kind == "log":
         return -r1 * np.log1p(r2 * distance)                       # (..., n, m)  −r1·log(1 + r2|i − j|)
     return -r1 * distance ** r2                                    # (..., n, m)  −r1·|i − j|^r2
 
 
+@renamed(variant="kind")
 def kerple_attention(
     q: ArrayLike,
     k: ArrayLike,
@@ -171,7 +174,7 @@ def kerple_attention(
     params: KerpleParams | None = None,
     rng: np.random.Generator | int | None = None,
     num_heads: int | None = None,
-    variant: str = "log",
+    kind: str = "log",
     causal: bool | str = False,
     scale: float | None = None,
     method: str = "auto",
@@ -199,7 +202,7 @@ def kerple_attention(
         Draws ``params`` with :func:`init_kerple`; unused with ``params``.
     num_heads : int, optional
         Heads of the drawn parameters (only with ``rng``); default one head.
-    variant : {"log", "power"}, default "log"
+    kind : {"log", "power"}, default "log"
         The kernel (the paper's best is "log").
     causal : {False, True, "top-left", "bottom-right"}, default False
         The decoder's mask (by selection; the paper's setting), and where the queries sit.
@@ -237,14 +240,14 @@ def kerple_attention(
     >>> out.shape, bool(np.all(np.triu(A[0], 1) == 0))
     ((2, 6, 4), True)
     >>> off = KerpleParams(np.zeros(2), np.ones(2))
-    >>> bool(np.allclose(kerple_attention(q, k, v, params=off, variant="power"), scaled_dot_product_attention(q, k, v),
+    >>> bool(np.allclose(kerple_attention(q, k, v, params=off, kind="power"), scaled_dot_product_attention(q, k, v),
     ...                  rtol=1e-12, atol=1e-12))
     True
     """
     if params is not None and num_heads is not None:
         raise ValueError("num_heads= only chooses the heads of drawn parameters; params= brings its own")
     check_choice("method", method, METHODS)
-    check_choice("variant", variant, KERPLE_VARIANTS)
+    check_choice("kind", kind, KERPLE_VARIANTS)
     return_weights = check_bool("return_weights", return_weights)
     q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     batch = check_qkv(q, k, v)
@@ -252,10 +255,10 @@ def kerple_attention(
     scale = default_scale(d_k) if scale is None else check_scale(scale)
     params = given_or_drawn("kerple", "params", params, optional_rng(rng), lambda r: init_kerple(r, num_heads),
                             what="r1 and r2")
-    _check_params(params, variant)
+    _check_params(params, kind)
     batch = broadcast_batch({"q, k, v": batch, "params heads": params.r1.shape})
     check_fits("the KERPLE bias", (*batch, n, m))
-    B = kerple_bias(params, n, m, variant=variant, causal=causal)
+    B = kerple_bias(params, n, m, kind=kind, causal=causal)
     if not return_weights:
         return scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method=method)
     out, A = scaled_dot_product_attention(q, k, v, B, causal=causal, scale=scale, method="equation",
@@ -272,7 +275,7 @@ RECORD = Mechanism.of(
     equation=r"\operatorname{softmax}\!\big(QK^\top\cdot\text{scale} + B\big) V,\quad "
              r"B_{ij} = -r_1\log(1 + r_2|i - j|)\ \text{or}\ -r_1|i - j|^{r_2}",
     time="O(n·m·d)", memory="O(h·n·m)", kind="attention", methods=METHODS, causal=True, position_dependent=True,
-    examples=({"variant": "power"},),
+    examples=({"kind": "power"},),
     figure="refattn.figures.kerple:kerple",
     exact_options=lambda n, m: {"params": KerpleParams(0.0, 1.0)},
     exact_limit="r1 = 0 (the bias vanishes)",

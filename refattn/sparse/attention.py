@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -31,6 +31,7 @@ from ..common.checks import (
 )
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
+from ..deprecation import take_renamed
 from ..kernels import kernel_rows
 from ..masks import check_key_lengths, check_mask_shape
 from ..mechanism import AttentionResult
@@ -393,7 +394,7 @@ def attend_pattern(q, k, v, pattern: SparsePattern, *, method: str = "auto",
 
 
 def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool = True,
-                  causal_ok: bool = True) -> Callable:
+                  causal_ok: bool = True, renamed: Mapping[str, str] | None = None) -> Callable:
     """The registry's uniform ``apply`` of a pattern, from ``make(n, m, causal, rng, **options) -> SparsePattern``.
 
     A maker that draws from ``rng`` returns ``(pattern, draws)`` instead: ``draws`` maps each of its
@@ -426,6 +427,8 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
         The pattern takes n != m queries and keys.
     causal_ok : bool, default True
         The pattern has a causal form.
+    renamed : dict, optional
+        Old option names (old -> new), accepted with a ``DeprecationWarning`` for one release.
 
     Returns
     -------
@@ -440,6 +443,7 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
         q, k, v, batch = checked_qkv(q, k, v)
         check_choice("method", method, METHODS)
         return_weights = check_bool("return_weights", return_weights)
+        options = take_renamed(name, options, renamed or {})
         check_options(name, options, accepted)
         n, m = q.shape[-2], k.shape[-2]
         alignment = causal_alignment(causal)

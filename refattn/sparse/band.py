@@ -65,20 +65,20 @@ def band_pattern(n: int, window: int, *, m: int | None = None, causal: bool | st
     return SparsePattern.from_row_ranges(i - w, i + w + 1 if alignment is None else i + 1, m)
 
 
-def _band(n, m, causal, rng, w=2):
-    """w = 2"""
-    return band_pattern(n, w, m=m, causal=causal)
+def _band(n, m, causal, rng, window=2):
+    """window w = 2"""
+    return band_pattern(n, window, m=m, causal=causal)
 
 
 RECORD = Mechanism(
     id="band", title="Band (sliding-window) attention", family="sparse", section="4.1.1.1 (Fig. 4b)", paper=LONGFORMER,
     equation=r"J_i = \{ j : |i - j| \le w \}",
     time="O(n·w·d)", memory="O(n·w)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
-    function=band_pattern, apply=pattern_apply(_band, "band"),
+    function=band_pattern, apply=pattern_apply(_band, "band", renamed={"w": "window"}),
     causal=True, position_dependent=True, figure=FigureSpec(
         title="Band (sliding-window) attention (Fig. 4b), w = 2, window inclusive", n=16, seed=21, panels=(
-        ("|i − j| ≤ w: 2w + 1 = 5 keys", {"w": 2}),
-        ("causal 0 ≤ i − j ≤ w: w + 1 = 3 keys", {"w": 2, "causal": True}),
+        ("|i − j| ≤ w: 2w + 1 = 5 keys", {"window": 2}),
+        ("causal 0 ≤ i − j ≤ w: w + 1 = 3 keys", {"window": 2, "causal": True}),
     )),
-    exact_options=lambda n, m: {"w": max(n, m)}, exact_limit="w ≥ max(n, m)",
+    exact_options=lambda n, m: {"window": max(n, m)}, exact_limit="w ≥ max(n, m)",
 )

@@ -64,9 +64,9 @@ def dilated_pattern(
                                          step=dilation)
 
 
-def _dilated(n, m, causal, rng, w=2, dilation=2):
-    """w = 2, w_d = 2"""
-    return dilated_pattern(n, w, dilation, m=m, causal=causal)
+def _dilated(n, m, causal, rng, window=2, dilation=2):
+    """window w = 2, w_d = 2"""
+    return dilated_pattern(n, window, dilation, m=m, causal=causal)
 
 
 RECORD = Mechanism(
@@ -74,13 +74,13 @@ RECORD = Mechanism(
     section="4.1.1.1 (Fig. 4c)", paper=LONGFORMER,
     equation=r"J_i = \{ j : |i - j| \le w\,w_d,\ (i - j) \bmod w_d = 0 \}",
     time="O(n·w·d)", memory="O(n·w)", kind="attention", methods=("equation", "csr", "bsr", "auto"),
-    function=dilated_pattern, apply=pattern_apply(_dilated, "dilated"),
+    function=dilated_pattern, apply=pattern_apply(_dilated, "dilated", renamed={"w": "window"}),
     causal=True, position_dependent=True, figure=FigureSpec(
         title="Dilated attention (Fig. 4c): w = 2 keys each side, dilation w_d = 3,\n"
               "i itself kept; receptive field 2·w·w_d + 1 = 13 positions",
         n=20, seed=22, panels=(
-        ("|i − j| ≤ w·w_d, w_d | i − j", {"w": 2, "dilation": 3}),
-        ("causal: j ≤ i", {"w": 2, "dilation": 3, "causal": True}),
+        ("|i − j| ≤ w·w_d, w_d | i − j", {"window": 2, "dilation": 3}),
+        ("causal: j ≤ i", {"window": 2, "dilation": 3, "causal": True}),
     )),
-    exact_options=lambda n, m: {"w": max(n, m), "dilation": 1}, exact_limit="w_d = 1 and w ≥ max(n, m)",
+    exact_options=lambda n, m: {"window": max(n, m), "dilation": 1}, exact_limit="w_d = 1 and w ≥ max(n, m)",
 )

@@ -160,13 +160,13 @@ def _segment_ids(segment_ids, g: int, L: int):
     return seg.astype(np.int64)
 
 
-def _etc(n, m, causal, rng, num_global=2, radius=1, segment_ids=None, hard_g2l=False, hard_l2g=False):
-    """2 global tokens first, radius 1"""
+def _etc(n, m, causal, rng, num_global=2, window=1, segment_ids=None, hard_g2l=False, hard_l2g=False):
+    """2 global tokens first, l2l window (radius) 1"""
     g = check_non_negative_int("num_global", num_global)
     if n < g:
         raise ValueError(f"etc puts num_global={g} global tokens before the long tokens: n must be >= num_global, "
                          f"got n={n}")
-    return etc_pattern(g, n - g, radius, segment_ids=segment_ids, hard_g2l=hard_g2l, hard_l2g=hard_l2g)
+    return etc_pattern(g, n - g, window, segment_ids=segment_ids, hard_g2l=hard_g2l, hard_l2g=hard_l2g)
 
 
 RECORD = Mechanism(
@@ -175,7 +175,7 @@ RECORD = Mechanism(
     equation=r"g2g, g2l, l2g \text{ full};\ l2l: |i-j| \le r", time="O((n_g + r)·n·d)", memory="O((n_g + r)·n)",
     kind="attention",
     methods=("equation", "csr", "bsr", "auto"), function=etc_pattern,
-    apply=pattern_apply(_etc, "etc", cross=False, causal_ok=False),
+    apply=pattern_apply(_etc, "etc", cross=False, causal_ok=False, renamed={"radius": "window"}),
     causal=False, position_dependent=True, cross=False, figure="refattn.figures.sparse:etc",
-    exact_options=lambda n, m: {"radius": n}, exact_limit="r ≥ n_l",
+    exact_options=lambda n, m: {"window": n}, exact_limit="r ≥ n_l",
 )

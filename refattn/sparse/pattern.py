@@ -19,8 +19,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import ALIGNMENTS, causal_alignment, check_choice
+from ..common.checks import causal_alignment
 from ..common.ints import check_non_negative_int
+from ..deprecation import renamed
 
 __all__ = ["SparsePattern", "as_indices", "no_causal_form", "query_positions"]
 
@@ -299,19 +300,23 @@ class SparsePattern:
 
     # --- algebra -------------------------------------------------------------------------------
 
-    def causal(self, alignment: str = "top-left") -> SparsePattern:
+    @renamed(alignment="causal")
+    def causal(self, causal: bool | str = True) -> SparsePattern:
         """Keep only the causal pairs, ``j <= i`` (top-left) or ``j <= i + m − n`` (bottom-right), in O(nnz).
 
         Parameters
         ----------
-        alignment : {"top-left", "bottom-right"}, default "top-left"
-            As in :func:`refattn.causal_mask`.
+        causal : {True, "top-left", "bottom-right"}, default True
+            The alignment, as in :func:`refattn.causal_mask` (the old name ``alignment=`` is deprecated).
 
         Returns
         -------
         SparsePattern
         """
-        check_choice("alignment", alignment, ALIGNMENTS)
+        alignment = causal_alignment(causal)
+        if alignment is None:
+            raise ValueError(f"SparsePattern.causal keeps the causal pairs: pass causal=True, 'top-left' or "
+                             f"'bottom-right', got causal={causal!r}")
         delta = 0 if alignment == "top-left" else self.m - self.n
         keep = self.indices <= self.row_ids() + delta
         counts = np.bincount(self.row_ids()[keep], minlength=self.n)
