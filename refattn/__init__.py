@@ -26,7 +26,7 @@ from .core.transformer import (
     transformer,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "DecoderCache",
