@@ -54,7 +54,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_choice, check_qkv
+from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_choice, checked_qkv
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..deprecation import renamed
 from ..draws import given_or_drawn, note_draw, optional_rng
@@ -439,8 +439,7 @@ def aft_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, kind: str = "full
     """
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m, d = q.shape[-2], k.shape[-2], k.shape[-1]
     if v.shape[-1] != d:
         raise ValueError(f"AFT multiplies K and V elementwise: v must have d_v = d_k = {d}, got d_v={v.shape[-1]} "

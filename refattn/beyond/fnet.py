@@ -36,7 +36,7 @@ import scipy.fft
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, check_bool, check_choice, check_qkv
+from ..common.checks import as_float, check_bool, check_choice, checked_qkv
 from ..common.ints import check_non_negative_int
 from ..mechanism import Mechanism
 
@@ -174,8 +174,7 @@ def fnet_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, method: str = "f
         Only if ``return_weights``.
     """
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     check_choice("method", method, FNET_METHODS)
     n, m = q.shape[-2], v.shape[-2]
     if n != m:

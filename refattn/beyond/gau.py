@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_qkv, check_scale
+from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_scale, checked_qkv
 from ..common.init import glorot
 from ..common.ints import check_positive_int
 from ..common.products import weighted_values
@@ -313,8 +313,7 @@ def gau_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, params: ScaleOffs
     (6, 3)
     """
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     m, s = k.shape[-2], q.shape[-1]
     count = 2 if chunk is None else 4
     if chunk is not None:

@@ -50,7 +50,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_qkv, check_scale
+from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_scale, checked_qkv
 from ..common.ints import check_non_negative_int
 from ..common.products import weighted_values
 from ..core.causal_mask import causal_mask
@@ -290,8 +290,7 @@ def gmlp_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, params: SpatialG
         Only if ``return_weights``.
     """
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m = q.shape[-2], v.shape[-2]
     if q.shape[-1] != v.shape[-1]:
         raise ValueError(f"gmlp gates q by the mixed values, q ⊙ (W v̂ + b): q and v must have the same width, got "

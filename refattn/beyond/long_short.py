@@ -44,9 +44,9 @@ from ..common.checks import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_qkv,
     check_scale,
     check_sizes,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_non_negative_int, check_positive_int
@@ -337,8 +337,7 @@ def long_short_attention(
                                  ("projection_input", projection_input, PROJECTION_INPUTS)):
         check_choice(name, value, choices)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     alignment = causal_alignment(causal)
     window = check_positive_int("window", window)
     segment = window if segment is None else check_positive_int("segment", segment)

@@ -38,6 +38,7 @@ from ..common.checks import (
     check_choice,
     check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_positive_int
@@ -395,8 +396,7 @@ def scatterbrain_attention(
     >>> bool(np.allclose(one, scaled_dot_product_attention(q, k, v)))
     True
     """
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m, d, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     check_choice("kind", kind, KINDS)
     check_choice("method", method, METHODS)

@@ -43,6 +43,7 @@ from ..common.checks import (
     check_choice,
     check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_non_negative_int, check_positive_int
@@ -170,8 +171,7 @@ def kernelized_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: flo
     >>> kernelized_attention(q, k, v, scale=1.0).ravel()        # κ = 1 everywhere: each row sums the values
     array([3., 3., 3.])
     """
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     return_weights = check_bool("return_weights", return_weights)
     n, m = q.shape[-2], k.shape[-2]
@@ -456,8 +456,7 @@ def skyformer_attention(
     True
     """
     no_causal_form(causal, "Skyformer", NO_CAUSAL_FORM)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     check_choice("sampling", sampling, SAMPLINGS)
     return_weights = check_bool("return_weights", return_weights)

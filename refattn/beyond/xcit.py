@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common.checks import as_float, check_bool, check_qkv
+from ..common.checks import as_float, check_bool, checked_qkv
 from ..common.ints import check_positive_int
 from ..core.softmax import softmax
 from ..draws import note_draw
@@ -133,8 +133,7 @@ def _check_eps(eps) -> float:
 
 def _xca(q, k, v, params, eps) -> tuple[NDArray, NDArray]:
     """Checked cross-covariance attention: (out, the (..., d, d) channel map)."""
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    q, k, v, _ = checked_qkv(q, k, v)
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(f"cross-covariance attention pairs token t of q with token t of k: q and k need the same "
                          f"number of tokens, got q shape {q.shape} and k shape {k.shape}")

@@ -42,9 +42,11 @@ from ..common.checks import (
     check_qkv,
     check_scale,
     check_sizes,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_non_negative_int, check_positive_int
+from ..common.products import scores
 from ..core.sdpa import scaled_dot_product_attention
 from ..draws import given_or_drawn, optional_rng
 from ..mechanism import Mechanism
@@ -264,9 +266,7 @@ def query_sparsity(q: ArrayLike, k: ArrayLike, sampled_keys: ArrayLike | None = 
         return _sampled_measure(q, k, _check_sample(sampled_keys, n, m, None, "all"), scale, measure)
     check_fits("the scores of every query and key (sampled_keys=None)", (*np.broadcast_shapes(q.shape[:-2],
                k.shape[:-2]), n, m))
-    with np.errstate(invalid="ignore", over="ignore"):
-        s = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  s_ij = q_i·k_j/√d
-    s[~np.isfinite(s)] = np.nan
+    s = scores(q, k, scale)                                        # (..., n, m)  s_ij = q_i·k_j/√d
     mean = s.mean(axis=-1)                                         # (..., n)  (1/m) Σ_j s_ij
     top = s.max(axis=-1)                                           # (..., n)  max_j s_ij
     if kind == "max_mean":
@@ -468,8 +468,7 @@ def informer_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     causal = _top_left(causal) is not None

@@ -34,8 +34,8 @@ from ..common.checks import (
     broadcast_batch,
     check_bool,
     check_choice,
-    check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_non_negative_int, check_positive_int
@@ -259,8 +259,7 @@ def linformer_attention(
     True
     """
     no_causal_form(causal, "Linformer", NO_CAUSAL)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     m = k.shape[-2]
     check_choice("sharing", sharing, SHARINGS)
     check_choice("init", init, INITS)

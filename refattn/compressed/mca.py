@@ -41,8 +41,8 @@ from ..common.checks import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_non_negative_int, check_positive_int
@@ -416,8 +416,7 @@ def memory_compressed_attention(
             return result.output
         note_allowed(result.allowed)
         return result.output, result.weights
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     (n, d_k), (m, d_v) = q.shape[-2:], v.shape[-2:]
     alignment = causal_alignment(causal)
     channels_given, channels = channels is not None, channels or "full"
@@ -603,8 +602,7 @@ def blockwise_local_attention(
 
 def _local(q, k, v, *, block, causal, method, return_weights) -> AttentionResult:
     """The block-local pattern of b = ``block`` through the sparse path."""
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    q, k, v, _ = checked_qkv(q, k, v)
     check_choice("method", method, METHODS)
     pattern = block_local_pattern(q.shape[-2], block, m=k.shape[-2], causal=causal)
     return attend_pattern(q, k, v, pattern, method=LOCAL_METHODS[method], return_weights=return_weights)

@@ -45,7 +45,15 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, as_rng, check_bool, check_choice, check_qkv, check_scale, default_scale
+from ..common.checks import (
+    as_float,
+    as_rng,
+    check_bool,
+    check_choice,
+    check_scale,
+    checked_qkv,
+    default_scale,
+)
 from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..common.products import weighted_values
@@ -352,8 +360,7 @@ def poolingformer_attention(
     check_choice("pooling", pooling, POOLINGS)
     residual = check_bool("residual", residual)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     no_causal_form(causal, "Poolingformer", NO_CAUSAL)
     window = check_non_negative_int("window", window)
     pool_window, kernel_size, stride = _check_geometry(pool_window, kernel_size, stride)

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, causal_alignment, check_bool, check_choice, check_qkv
+from ..common.checks import causal_alignment, check_bool, check_choice, checked_qkv
 from ..common.products import weighted_values
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..kernels import kernel_rows
@@ -147,8 +147,7 @@ def linear_attention(
     key_map_name, key_map = ("feature_map", feature_map) if key_feature_map is None else \
         ("key_feature_map", key_feature_map)
     check_feature_map(key_map, key_map_name)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     alignment = check_method_alignment(method, causal)
     eps = check_eps(eps)
     phi_q = features(feature_map, q, "q")                          # (..., n, F)

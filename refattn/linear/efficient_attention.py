@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, check_bool, check_qkv
+from ..common.checks import check_bool, checked_qkv
 from ..core.softmax import softmax
 from ..mechanism import Mechanism
 
@@ -113,8 +113,7 @@ def efficient_attention(
     (True, True)
     """
     check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     if q.shape[-1] == 0:
         raise ValueError(f"efficient attention's softmax of each query runs over its d_k features: needs d_k >= 1, "
                          f"got q shape {q.shape}, k shape {k.shape}")

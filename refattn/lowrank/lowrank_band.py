@@ -33,8 +33,8 @@ from ..common.checks import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.init import glorot
@@ -217,8 +217,7 @@ def lowrank_band_attention(
         raise ValueError("lowrank_band_attention needs exactly one of rng= (to draw params) and params=")
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     alignment = causal_alignment(causal)
     window = check_non_negative_int("window", window)
     alpha = _check_alpha(alpha)

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, check_bool, check_qkv, check_scale, default_scale
+from ..common.checks import as_float, check_bool, check_scale, checked_qkv, default_scale
 from ..common.ints import check_positive_int
 from ..mechanism import Mechanism
 from ..sparse.pattern import no_causal_form
@@ -200,8 +200,7 @@ def _check_eps(eps) -> float:
 
 def _csalr(q, k, v, pool, eps, scale, return_weights):
     """Check everything, pool the landmarks, solve: ``(out, weights or None)``."""
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     s = check_positive_int("pool", pool)
     eps = _check_eps(eps)

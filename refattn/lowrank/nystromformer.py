@@ -42,6 +42,7 @@ from ..common.checks import (
     check_choice,
     check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_non_negative_int, check_positive_int
@@ -716,8 +717,7 @@ def nystromformer_attention(
 
 def _nystrom(q, k, v, num_landmarks, pinv, iterations, init, conv_weights, scale, return_weights):
     """Check everything, then F̃ (Ã⁺ (B̃ V)) [+ conv(V)]: ``(out, weights or None)``."""
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     check_choice("pinv", pinv, PINVS)
     check_choice("init", init, INITS)

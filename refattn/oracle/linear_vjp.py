@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common.checks import as_float, causal_alignment, check_choice, check_qkv
+from ..common.checks import causal_alignment, check_choice, checked_qkv
 from ..common.products import weighted_values
 from ..linear import elu_feature_map, linear_attention
 from ..linear._common import last_keys
@@ -126,8 +126,7 @@ def linear_attention_vjp(
     True
     """
     check_choice("method", method, METHODS)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     alignment = causal_alignment(causal)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     d_out = as_upstream_gradient("d_out", d_out, (*batch, n, d_v), f"q {q.shape}, k {k.shape}, v {v.shape}")

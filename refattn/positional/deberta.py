@@ -65,8 +65,8 @@ from ..common.checks import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_non_negative_int, check_positive_int
@@ -439,8 +439,7 @@ def deberta_attention(
     check_choice("method", method, METHODS)
     check_choice("p2c_index", p2c_index, P2C_INDEX)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     alignment = causal_alignment(causal)
     terms = _check_terms(terms)
     buckets = _check_buckets(position_buckets, max_position)

@@ -33,8 +33,8 @@ from ..common.checks import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_positive_int
@@ -249,8 +249,7 @@ def kerple_attention(
     check_choice("method", method, METHODS)
     check_choice("kind", kind, KERPLE_VARIANTS)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = default_scale(d_k) if scale is None else check_scale(scale)
     params = given_or_drawn("kerple", "params", params, optional_rng(rng), lambda r: init_kerple(r, num_heads),

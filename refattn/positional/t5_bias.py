@@ -43,8 +43,8 @@ from ..common.checks import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.init import glorot
@@ -362,8 +362,7 @@ def t5_bias_attention(
         raise ValueError("num_heads= only chooses the heads of a drawn table; params= brings its own")
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = default_scale(d_k) if scale is None else check_scale(scale)
     params = given_or_drawn("t5_bias", "params", params, optional_rng(rng), lambda r: init_t5_bias(r, num_heads),

@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_choice, check_qkv
+from ..common.checks import as_float, as_rng, causal_alignment, check_bool, check_choice, checked_qkv
 from ..common.init import glorot
 from ..common.ints import check_positive_int
 from ..common.products import weighted_values
@@ -145,8 +145,7 @@ def average_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool 
     """
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     alignment = causal_alignment(causal)
     n, m = q.shape[-2], k.shape[-2]
     if return_weights or method == "equation":

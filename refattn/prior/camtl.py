@@ -43,8 +43,8 @@ from ..common.checks import (
     broadcast_batch,
     causal_alignment,
     check_bool,
-    check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_non_negative_int, check_positive_int
@@ -343,8 +343,7 @@ def camtl_attention(
     ...                  scaled_dot_product_attention(q, k, v), rtol=1e-12, atol=1e-12))
     True
     """
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     alignment = causal_alignment(causal)
     return_weights = check_bool("return_weights", return_weights)
     rng = optional_rng(rng)

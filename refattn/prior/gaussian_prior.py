@@ -40,8 +40,8 @@ from ..common.checks import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..common.init import glorot
@@ -391,8 +391,7 @@ def gaussian_prior_attention(
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
     rng = optional_rng(rng)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     alignment = causal_alignment(causal)
     window = _check_window(window)
     n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]

@@ -30,9 +30,10 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common.checks import as_float, as_rng, check_bool, check_qkv, check_scale, default_scale
+from ..common.checks import as_float, as_rng, check_bool, check_scale, checked_qkv, default_scale
 from ..common.init import glorot
 from ..common.ints import check_non_negative_int, check_positive_int
+from ..common.products import scores
 from ..core.sdpa import scaled_dot_product_attention
 from ..draws import given_or_drawn, optional_rng
 from ..masks import allowed_pairs, check_mask_shape
@@ -136,15 +137,6 @@ def prior_from_below(scores: ArrayLike | None, previous: ArrayLike | None, *, w1
         if w2 == 0:
             return w1 * scores
         return w1 * scores + w2 * prior                            # (..., n, m)  Â = w1·S + w2·g(Â⁽ˡ⁻¹⁾)
-
-
-def layer_scores(q: NDArray, k: NDArray, scale: float) -> NDArray:
-    """One layer's scores ``S = q kᵀ · scale``, as :func:`~refattn.scaled_dot_product_attention` forms them (a
-    non-finite product is NaN, so an overflow never passes for a masked pair)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        S = (q @ np.swapaxes(k, -1, -2)) * scale                   # (..., n, m)  S = QKᵀ·scale
-    S[~np.isfinite(S)] = np.nan
-    return S
 
 
 @dataclass(frozen=True)
@@ -255,17 +247,16 @@ def attention_with_prior_from_below(
     >>> bool(np.allclose(bottom.output, scaled_dot_product_attention(q, k, v)))
     True
     """
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    q, k, v, _ = checked_qkv(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     if previous is None:
-        S = layer_scores(q, k, scale)                              # (..., n, m)  Â⁽¹⁾ = S⁽¹⁾
+        S = scores(q, k, scale)                              # (..., n, m)  Â⁽¹⁾ = S⁽¹⁾
         prior, combined, S_scale = None, S, scale
     else:
         if not isinstance(rule, LayerRule):
             raise TypeError(f"a layer with a map from below needs rule= (a LayerRule), got {type(rule).__name__}")
         previous = as_float("previous", previous, min_ndim=2)
-        S = layer_scores(q, k, scale) if rule.w1 != 0 else None
+        S = scores(q, k, scale) if rule.w1 != 0 else None
         prior = prior_from_below(None, previous, w1=0.0, w2=rule.w2, g=rule.g) if rule.w2 != 0 else None
         if prior is not None and prior.shape[-2:] != (q.shape[-2], k.shape[-2]):
             raise ValueError(f"the prior from previous (shape {previous.shape}) has shape {prior.shape}; expected "
@@ -426,8 +417,7 @@ def attention_stack(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, rules: Sequence
     >>> len(trace.combined), bool(np.allclose(trace.combined[2], sum(trace.scores)))
     (3, True)
     """
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    q, k, v, _ = checked_qkv(q, k, v)
     if not isinstance(projections, StackProjections):
         raise TypeError(f"projections must be StackProjections (init_stack_projections), got "
                         f"{type(projections).__name__}")
@@ -476,8 +466,7 @@ def stack_attention(by: str, q: ArrayLike, k: ArrayLike, v: ArrayLike,
     """The stack doors' shared body: :func:`attention_stack` with ``rules_of(L)`` and the projections of
     :func:`stack_projections`; the top layer's output, and its weights with ``return_weights``."""
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    q, k, v, _ = checked_qkv(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     projections = stack_projections(by, q, optional_rng(rng), layers, projections, default_layers)
     trace = attention_stack(q, k, v, rules=rules_of(projections.layers), projections=projections, causal=causal,

@@ -41,8 +41,17 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common.checks import as_float, as_rng, check_bool, check_choice, check_qkv, check_scale, default_scale
+from ..common.checks import (
+    as_float,
+    as_rng,
+    check_bool,
+    check_choice,
+    check_scale,
+    checked_qkv,
+    default_scale,
+)
 from ..common.ints import check_positive_int
+from ..common.products import scores
 from ..core.sdpa import scaled_dot_product_attention
 from ..draws import given_or_drawn, optional_rng
 from ..mechanism import Mechanism
@@ -52,7 +61,6 @@ from .lower_layer import (
     StackProjections,
     attention_stack,
     attention_with_prior_from_below,
-    layer_scores,
     stack_projections,
 )
 
@@ -312,8 +320,7 @@ def predictive_attention(
         layer = attention_with_prior_from_below(q, k, v, previous, rule=rule, scale=scale, return_weights=True)
         out, combined, A = layer.output, layer.combined, layer.weights
     else:
-        q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-        check_qkv(q, k, v)
+        q, k, v, _ = checked_qkv(q, k, v)
         combined = evolving_logits(q, k, previous, conv=conv, alpha=alpha, beta=beta, activation=activation,
                                    scale=scale)
         out, A = scaled_dot_product_attention(q, k, v, mask=combined, scale=0.0,   # the logits are whole: they
@@ -352,7 +359,7 @@ def evolving_logits(q: ArrayLike, k: ArrayLike, previous: ArrayLike, *, conv: At
     q, k = as_float("q", q, min_ndim=2), as_float("k", k, min_ndim=2)
     alpha, beta = _check_alpha(alpha), _check_alpha(beta)
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
-    S = layer_scores(q, k, scale)                                  # (..., h, n, m)  S⁽ˡ⁾
+    S = scores(q, k, scale)                                  # (..., h, n, m)  S⁽ˡ⁾
     previous = as_float("previous", previous, min_ndim=2)
     if previous.shape[-2:] != S.shape[-2:]:
         raise ValueError(f"previous has shape {previous.shape}; expected (..., n={S.shape[-2]}, m={S.shape[-1]})")
@@ -418,8 +425,7 @@ def predictive_attention_stack(
     return_weights = check_bool("return_weights", return_weights)
     alpha = _check_alpha(alpha)
     check_choice("activation", activation, ACTIVATIONS)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    q, k, v, _ = checked_qkv(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     rng = optional_rng(rng)
     projections = stack_projections("predictive_attention", q, rng, layers, projections, DEFAULT_LAYERS)

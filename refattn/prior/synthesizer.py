@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.budget import check_fits
-from ..common.checks import as_float, as_rng, causal_alignment, check_qkv, check_scale, default_scale
+from ..common.checks import as_float, as_rng, causal_alignment, check_scale, checked_qkv, default_scale
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
 from ..draws import given_or_drawn, note_draw, optional_rng
@@ -412,8 +412,7 @@ def synthesized_attention(
     allowed : (..., n, m) ndarray of bool or None
         The causal pairs (None when not causal), when ``return_weights``.
     """
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
     causal_alignment(causal)                                       # checked before any shape is used
     check_fits("the synthesized logits", (*batch, n, m))           # n × m by definition: no streamed form
@@ -458,8 +457,7 @@ def run_synthesizer(own: str, q, k, v, *, params, other_params, rng, max_length,
     own first, for ℓ = ``max_length``, default the smallest that fits (dense: m; random: m and the queries' last
     position + 1), or ℓ = a·b with ``factors``.
     """
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    q, k, v, _ = checked_qkv(q, k, v)
     n, m, d = q.shape[-2], k.shape[-2], q.shape[-1]
     causal_alignment(causal)                                       # checked before any shape is used
     mix = check_mix(own, mix)

@@ -25,8 +25,8 @@ from ..common.checks import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_qkv,
     check_scale,
+    checked_qkv,
     default_scale,
 )
 from ..core.sdpa import scaled_dot_product_attention
@@ -153,8 +153,7 @@ def sparse_attention(
     check_choice("method", method, METHODS)
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     options = {"scale": scale, "fully_masked": fully_masked, "return_weights": return_weights}
@@ -496,12 +495,6 @@ def check_options(name: str, options: dict, accepted: Iterable[str]) -> None:
     unknown = [option for option in options if option not in accepted]
     if unknown:
         raise TypeError(f"{name} has no option {unknown[0]!r}; its options are: {', '.join(accepted) or 'none'}")
-
-
-def checked_qkv(q, k, v) -> tuple[NDArray, NDArray, NDArray, tuple[int, ...]]:
-    """q, k, v as float64 arrays of compatible shapes, and their batch shape; named errors otherwise."""
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    return q, k, v, check_qkv(q, k, v)
 
 
 def check_weights_fit(batch: tuple[int, ...], n: int, m: int) -> None:

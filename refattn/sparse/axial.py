@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..common.checks import causal_alignment, check_bool, check_choice, check_size
+from ..common.checks import causal_alignment, check_bool, check_choice, check_size, checked_qkv
 from ..draws import note_allowed
 from ..mechanism import Mechanism
-from .attention import METHODS, attend_pattern, check_weights_fit, checked_qkv
+from .attention import METHODS, attend_pattern, check_weights_fit
 from .image_transformer import image_shape
 from .pattern import SparsePattern
 

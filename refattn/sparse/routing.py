@@ -33,9 +33,9 @@ from ..common.checks import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_qkv,
     check_scale,
     check_size,
+    checked_qkv,
     default_scale,
 )
 from ..common.ints import check_positive_int
@@ -346,8 +346,7 @@ def routing_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    check_qkv(q, k, v)
+    q, k, v, _ = checked_qkv(q, k, v)
     if centroids is None and num_clusters is None:
         num_clusters = math.isqrt(max(k.shape[-2], 1) - 1) + 1        # ⌈√m⌉, at least 1
     centroids = given_or_drawn("routing", "centroids", centroids, optional_rng(rng),
@@ -367,8 +366,7 @@ def _routing(q, k, v, centroids, *, num_clusters, balanced, causal, scale, fully
     check_choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     balanced = check_bool("balanced", balanced)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     alignment = causal_alignment(causal)
     n, m, d = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = default_scale(d) if scale is None else check_scale(scale)

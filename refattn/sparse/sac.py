@@ -31,8 +31,8 @@ from ..common.checks import (
     broadcast_batch,
     check_bool,
     check_choice,
-    check_qkv,
     check_size,
+    checked_qkv,
     default_scale,
 )
 from ..common.init import glorot
@@ -304,8 +304,7 @@ def sac_attention(
     """
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     if edges is None:
         default_scale(q.shape[-1])                                 # d_k = 0: the same error whatever follows
         r = check_non_negative_int("r", r)

@@ -38,8 +38,8 @@ from ..common.checks import (
     causal_alignment,
     check_bool,
     check_choice,
-    check_qkv,
     check_size,
+    checked_qkv,
     default_scale,
 )
 from ..common.init import glorot
@@ -505,8 +505,7 @@ def sinkhorn_attention(
     """
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
-    q, k, v = (as_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    batch = check_qkv(q, k, v)
+    q, k, v, batch = checked_qkv(q, k, v)
     b = _check_layout(q, k, block_size, sortcut, causal, "sinkhorn")
     N = k.shape[-2] // b
     # The sorting network first, then ε, each from rng as given: a Generator is one stream, a seed seeds each draw.
