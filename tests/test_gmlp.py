@@ -137,9 +137,16 @@ def test_bad_input_is_refused_with_the_argument_named():
         GMLP.apply(q, q, v, params=np.zeros((5, 5)))
     with pytest.raises(ValueError, match="even number of channels"):
         spatial_gating_unit(np.ones((4, 5)), rng=0)
-    with pytest.raises(ValueError, match="exactly one of params= and rng="):
+    with pytest.raises(ValueError, match=r"^spatial_gating_unit draws its spatial projection from rng: pass rng= "
+                                         r"\(or params=\)$"):
         spatial_gating_unit(np.ones((4, 6)))
     with pytest.raises(ValueError, match="gate_res must broadcast"):
         spatial_gating_unit(np.ones((4, 6)), rng=0, gate_res=np.ones((4, 2)))
     with pytest.raises(ValueError, match="init_eps must be >= 0"):
         init_spatial_gating(0, 3, init_eps=-1.0)
+
+
+def test_given_params_leave_rng_unused():
+    z = np.random.default_rng(3).standard_normal((4, 6))
+    params = init_spatial_gating(9, 4)
+    np.testing.assert_array_equal(spatial_gating_unit(z, params=params, rng=0), spatial_gating_unit(z, params=params))

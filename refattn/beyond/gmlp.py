@@ -189,7 +189,7 @@ def spatial_gating_unit(z: ArrayLike, *, params: SpatialGatingParams | None = No
     params : SpatialGatingParams, optional
         W and b (:func:`init_spatial_gating`) for ℓ >= n positions (the first n rows and columns are used).
     rng : numpy.random.Generator or int, optional
-        Draws the paper's initialisation (ℓ = n) when ``params`` is absent; exactly one of the two.
+        Draws the paper's initialisation (ℓ = n) when ``params`` is absent (unused when it is given).
     gate_res : (..., n, e) array_like, optional
         aMLP's tiny attention output, added to the gate (``gate_res`` of the paper's aMLP pseudo-code).
     causal : bool, default False
@@ -230,14 +230,14 @@ def spatial_gating_unit(z: ArrayLike, *, params: SpatialGatingParams | None = No
     z = as_float("z", z, min_ndim=2)
     if z.shape[-1] % 2:
         raise ValueError(f"z must have an even number of channels (Z₁ and Z₂ of e each), got shape {z.shape}")
-    if (params is None) == (rng is None):
-        raise ValueError("spatial_gating_unit needs exactly one of params= and rng=")
     if causal not in (False, True) or isinstance(causal, np.bool_):
         raise ValueError(f"causal must be False or True, got {causal!r}")
     norm, return_weights = check_bool("norm", norm), check_bool("return_weights", return_weights)
     eps = check_scale(eps, "eps")
     n, e = z.shape[-2], z.shape[-1] // 2
-    params = init_spatial_gating(rng, n) if params is None else _check_params(params, n)
+    params = given_or_drawn("spatial_gating_unit", "params", params, optional_rng(rng),
+                            lambda r: init_spatial_gating(r, n), what="its spatial projection")
+    params = _check_params(params, n)
     if gate_res is not None:
         gate_res = as_float("gate_res", gate_res)
         try:

@@ -409,7 +409,7 @@ def performer_attention(
         (§3, before Theorem 4; App. B.3) with constant 1; d = 64 gives 266, close to the official
         default of 256 (App. A.3). Must equal ``omega.shape[-2]`` if both are given.
     rng : numpy.random.Generator or int, optional
-        Source of the draw of ω (:func:`draw_omega`). Exactly one of ``rng`` and ``omega``.
+        Source of the draw of ω (:func:`draw_omega`), unused when ``omega`` is given.
     omega : (r, d) or (..., r, d) array_like, optional
         An explicit draw (e.g. to feed the same ω to another implementation).
     kind : {"positive", "hyperbolic", "trig"}, default "positive"
@@ -528,8 +528,6 @@ def performer_attention(
     if denominator_eps != 0.0 and kind == "trig":
         raise ValueError("denominator_eps guards the positive features' denominators; kind='trig' takes none "
                          "(denominator_eps=0.0)")
-    if rng is not None and omega is not None:
-        raise ValueError("performer_attention needs exactly one of rng= (to draw ω) and omega= (an explicit draw)")
     given = omega is not None
     r = _default_num_features(d) if num_features is None else num_features
     omega = given_or_drawn("performer_attention", "omega", omega, optional_rng(rng), what="ω",

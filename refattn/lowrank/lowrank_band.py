@@ -155,9 +155,9 @@ def lowrank_band_attention(
         α in [0, 1], the low-rank module's share (0: the band module alone; 1: the low-rank one
         alone, the other is then not computed).
     params : LowRankBandParams, optional
-        :math:`W_q, W_k` (:func:`init_lowrank_band`). Exactly one of ``params`` and ``rng``.
+        :math:`W_q, W_k` (:func:`init_lowrank_band`); drawn from ``rng`` when absent.
     rng : numpy.random.Generator or int, optional
-        Draws ``params`` with :func:`init_lowrank_band`.
+        Draws ``params`` with :func:`init_lowrank_band` (unused when they are given).
     causal : {False, True, "top-left", "bottom-right"}, default False
         Both modules under the decoder's mask: query *i* sees keys ``j <= i`` (bottom-right: the n
         queries are the last n of the m positions, ``j <= i + m − n``).
@@ -213,8 +213,6 @@ def lowrank_band_attention(
     >>> bool(np.allclose(exact, scaled_dot_product_attention(q, k, v)))
     True
     """
-    if rng is not None and params is not None:
-        raise ValueError("lowrank_band_attention needs exactly one of rng= (to draw params) and params=")
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
     q, k, v, batch = checked_qkv(q, k, v)

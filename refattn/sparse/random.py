@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..common.checks import as_rng, causal_alignment, check_size, check_sizes
+from ..draws import given_or_drawn, optional_rng
 from ..mechanism import FigureSpec, Mechanism
 from ..papers import BIGBIRD
 from .attention import pattern_apply
@@ -100,7 +101,7 @@ def random_pattern(
     rng : numpy.random.Generator or int, optional
         Source of the draw (see :func:`draw_random_keys`).
     keys : (n, r) array_like of int, optional
-        An explicit draw instead of ``rng``; ``-1`` entries are ignored.
+        An explicit draw (``rng`` is then unused); ``-1`` entries are ignored.
 
     Returns
     -------
@@ -118,12 +119,10 @@ def random_pattern(
     """
     n, m = check_sizes(n, m)
     alignment = causal_alignment(causal)
-    if (rng is None) == (keys is None):
-        raise ValueError("random_pattern needs exactly one of rng= (to draw) and keys= (an explicit draw)")
-    if keys is None:
-        if r is None:
-            raise ValueError("random_pattern needs r (keys per query) to draw from rng")
-        keys = draw_random_keys(rng, n, r, m=m, causal=causal)
+    if keys is None and rng is not None and r is None:
+        raise ValueError("random_pattern needs r (keys per query) to draw from rng")
+    keys = given_or_drawn("random_pattern", "keys", keys, optional_rng(rng),
+                          lambda g: draw_random_keys(g, n, r, m=m, causal=causal), what="its keys")
     keys = as_indices("keys", keys, ndim=2)
     if keys.shape[0] != n:
         raise ValueError(f"keys must have shape (n={n}, r), got shape {keys.shape}")
