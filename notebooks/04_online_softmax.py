@@ -342,7 +342,7 @@ sdpa(*rng.standard_normal((3, heads, 64, d)), method="blocked")   # load the com
 measured, lines = {}, []
 for n_ in (512, 1024, 2048, 4096):
     q, k, v = rng.standard_normal((3, heads, n_, d))
-    eq = [traced_peak(lambda: sdpa(q, k, v)) for _ in range(2)]
+    eq = [traced_peak(lambda: sdpa(q, k, v, method="equation")) for _ in range(2)]
     numba.set_num_threads(1)                                       # one task at a time: a repeatable peak
     bl = [traced_peak(lambda: sdpa(q, k, v, method="blocked")) for _ in range(2)]
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)

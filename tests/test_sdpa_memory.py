@@ -36,14 +36,14 @@ def problem(rng, batch=(2, 3), n=300, m=257, d=16, d_v=5):
     return q, k, v, mask
 
 
-def test_default_is_the_equation_path_within_the_budget(rng):
-    # 2·1100·1100 scores > 2**21: "auto" would take the blocked kernel; the default keeps the definition.
+def test_the_default_is_auto_the_blocked_kernel_above_2_21_scores_within_the_budget(rng):
+    # 2·1100·1100 scores > 2**21: the default, "auto", takes the blocked kernel though the scores would fit
     q, k, v = (rng.standard_normal((2, 1100, 8)) for _ in range(3))
     assert 2 * 1100 * 1100 > AUTO_BLOCKED_ENTRIES
     with temporary_memory_budget(DEFAULT_MEMORY_BUDGET):
         default = scaled_dot_product_attention(q, k, v, causal=True, return_lse=True)
-    equation = scaled_dot_product_attention(q, k, v, causal=True, return_lse=True, method="equation")
-    for a, b in zip(default, equation, strict=True):
+        blocked = scaled_dot_product_attention(q, k, v, causal=True, return_lse=True, method="blocked")
+    for a, b in zip(default, blocked, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
