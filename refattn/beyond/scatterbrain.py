@@ -48,7 +48,7 @@ from ..draws import given_or_drawn, optional_rng
 from ..kernels import kernel_rows
 from ..linear._common import last_keys, resolve_method
 from ..linear.performer import check_omega, draw_omega, favor_features, favor_from_terms, favor_terms
-from ..mechanism import Mechanism
+from ..mechanism import Mechanism, WhenDrawn
 from ..sparse.reformer_lsh import draw_lsh_rotations, lsh_buckets
 
 __all__ = ["ScatterbrainParts", "lsh_support", "scatterbrain_attention", "scatterbrain_parts"]
@@ -531,8 +531,9 @@ def _collisions(h_q: NDArray, h_k: NDArray, m: int) -> tuple[NDArray, NDArray]:
 
 
 RECORD = Mechanism.of(
-    scatterbrain_attention, defaults={"num_buckets": 2, "num_features": 4},   # 2 rounds of 2 buckets, r = 4: for
-    id="scatterbrain", title="Scatterbrain (LSH sparse + Performer low rank)", family="beyond",   # short examples
+    scatterbrain_attention,                                        # 2 rounds of 2 buckets, r = 4: for short examples
+    defaults={"num_buckets": 2, "num_features": WhenDrawn("omega", 4)},   # rotations do not say their buckets
+    id="scatterbrain", title="Scatterbrain (LSH sparse + Performer low rank)", family="beyond",
     section="after the survey (sparse + low rank, cf. §4.1.2 and §4.2)", paper=SCATTERBRAIN,
     equation=r"\hat A = \phi(\tilde Q)\phi(\tilde K)^\top + \mathbb 1_{\mathcal S} \odot "
              r"\big(e^{\tilde Q\tilde K^\top} - \phi(\tilde Q)\phi(\tilde K)^\top\big),\quad "

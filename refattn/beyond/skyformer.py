@@ -50,7 +50,7 @@ from ..common.ints import check_non_negative_int, check_positive_int
 from ..common.products import split_scale
 from ..draws import given_or_drawn, optional_rng
 from ..lowrank.nystromformer import INITS, ITERATIONS, PINVS, exact_pinv, iterative_pinv
-from ..mechanism import Mechanism
+from ..mechanism import Mechanism, WhenDrawn
 from ..sparse.pattern import no_causal_form
 
 __all__ = [
@@ -489,7 +489,8 @@ def skyformer_attention(
 
 
 RECORD = Mechanism.of(
-    skyformer_attention, defaults={"num_landmarks": 4},         # the official 128 is more than the short examples
+    skyformer_attention,                                           # the official 128 is more than the short examples
+    defaults={"num_landmarks": WhenDrawn("landmarks", 4)},
     id="skyformer", title="Skyformer (Gaussian kernel, Nyström on the PSD completion)", family="beyond",
     section="after the survey (Gaussian kernel and Nyström, cf. §4.4.2)", paper=SKYFORMER,
     equation=r"\tilde C = \kappa(\tilde Q, X_L)\,\big(\kappa(X_L, X_L) + \gamma I\big)^{+}\,\kappa(X_L, \tilde K),"
