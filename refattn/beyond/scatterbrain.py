@@ -83,7 +83,6 @@ class ScatterbrainParts(NamedTuple):
     weights: NDArray
 
 
-
 @renamed(n_buckets="num_buckets")
 def lsh_support(q: ArrayLike, k: ArrayLike, rotations: ArrayLike, *, num_buckets=None) -> NDArray:
     r"""The sparse support: the pairs whose query and key share a bucket in at least one hash round.

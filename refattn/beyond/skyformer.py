@@ -98,7 +98,6 @@ class SkyformerFactors(NamedTuple):
     B: NDArray
 
 
-
 def gaussian_kernel(x: ArrayLike, y: ArrayLike) -> NDArray:
     r"""The standard Gaussian kernel between the rows of x and y: :math:`\kappa(x, y) = \exp(-\|x - y\|^2/2)`.
 

@@ -39,8 +39,6 @@ ALIGNMENTS = ("top-left", "bottom-right")
 _COMPUTE_DTYPES = (np.float16, np.float32, np.float64)
 
 
-
-
 def compute_dtype(dtype) -> np.dtype:
     """Return ``dtype`` as a NumPy float dtype, or raise ``TypeError`` naming it.
 
@@ -183,14 +181,6 @@ def check_choice(name: str, value, choices: Iterable) -> None:
     # ``value in choices`` would accept 1 for True; compare types too.
     if not any(value is c or (type(value) is type(c) and value == c) for c in choices):
         raise ValueError(f"{name} must be one of {choices!r}, got {value!r}")
-
-
-
-
-
-
-
-
 
 
 def check_non_negative(name: str, value) -> float:
