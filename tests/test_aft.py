@@ -10,11 +10,17 @@ from refattn.beyond import (
     AFTConvFilter,
     AFTPositionBias,
     aft_attention,
+    aft_conv,
+    aft_full,
+    aft_local,
     aft_position_bias,
+    aft_simple,
     init_aft_conv_filter,
     init_aft_position_bias,
 )
 from refattn.kernels.aft_scan import aft_scan
+
+from .naive import naive_aft
 
 TIGHT = {"rtol": 1e-12, "atol": 1e-12}
 SETTINGS = [("full", {}), ("local", {"window": 3}), ("simple", {}), ("conv", {"kernel_size": 5, "num_heads": 2}),
@@ -253,3 +259,63 @@ def test_variant_and_alignment_are_the_deprecated_names_of_kind_and_causal():
     with pytest.warns(DeprecationWarning, match=r"aft_position_bias: option alignment= is renamed causal="):
         old = aft_position_bias("full", 2, 5, params=params, alignment="bottom-right")
     np.testing.assert_array_equal(old, aft_position_bias("full", 2, 5, params=params, causal="bottom-right"))
+
+
+# --- one function per kind: each is aft_attention(kind=...) bit for bit, and its naive twin ------------------------
+
+KIND_CALLS = [                                                      # (function, kind, options, naive's options)
+    (aft_full, "full", {}, {}),
+    (aft_local, "local", {"window": 2}, {"window": 2}),
+    (aft_simple, "simple", {}, {}),
+    (aft_conv, "conv", {}, {}),
+    (aft_conv, "conv", {"image_width": 3}, {"image_width": 3}),
+]
+
+
+def _given_params(kind, options, seed):
+    """Params large enough to matter (u, u′ ~ N(0, 1) over 12 positions, or 2 filters with γ, β drawn)."""
+    if kind == "simple":
+        return {}
+    if kind == "conv" and "image_width" in options:
+        rng = np.random.default_rng(seed)
+        return {"params": AFTConvFilter(rng.standard_normal((2, 3, 3)), rng.standard_normal(2),
+                                        rng.standard_normal(2))}
+    return {"params": _params(kind, seed)}
+
+
+@pytest.mark.parametrize(("function", "kind", "options", "naive_options"), KIND_CALLS,
+                         ids=[f"{f.__name__}-{i}" for i, (f, *_) in enumerate(KIND_CALLS)])
+@pytest.mark.parametrize(("causal", "n", "m"), [(False, 5, 9), (True, 9, 9), ("bottom-right", 4, 9),
+                                                ("bottom-right", 9, 6)])
+def test_each_kind_is_the_door_with_that_kind_bit_for_bit_and_its_naive_twin(function, kind, options, naive_options,
+                                                                            causal, n, m):
+    q, k, v = _qkv(20, n=n, m=m, batch=())
+    options = {**options, **_given_params(kind, options, 21)}
+    for method in ("equation", "scan") if causal is not False else ("equation",):
+        out = function(q, k, v, causal=causal, method=method, **options)
+        np.testing.assert_array_equal(out, aft_attention(q, k, v, kind=kind, causal=causal, method=method, **options))
+        np.testing.assert_allclose(out, naive_aft(q, k, v, causal, kind, options.get("params"), **naive_options),
+                                   **TIGHT)
+    out, A = function(q, k, v, causal=causal, return_weights=True, **options)
+    door_out, door_A = aft_attention(q, k, v, kind=kind, causal=causal, return_weights=True, **options)
+    np.testing.assert_array_equal(out, door_out)
+    np.testing.assert_array_equal(A, door_A)
+
+
+@pytest.mark.parametrize(("function", "kind", "options"), [
+    (aft_full, "full", {"bias_dim": 4}), (aft_local, "local", {"window": 3}),
+    (aft_conv, "conv", {"kernel_size": 3, "num_heads": 2}), (aft_conv, "conv", {"kernel_size": 5, "image_width": 3}),
+])
+def test_each_kind_draws_its_params_as_the_door_does(function, kind, options):
+    q, k, v = _qkv(22, n=6, m=9)
+    np.testing.assert_array_equal(function(q, k, v, rng=4, causal=True, **options),
+                                  aft_attention(q, k, v, kind=kind, rng=4, causal=True, **options))
+
+
+def test_the_door_refuses_an_option_its_kind_has_no_use_for_and_ignores_rng_where_nothing_is_drawn():
+    q, k, v = _qkv(23, n=5, m=7, batch=())
+    with pytest.raises(ValueError, match=r"kernel_size has no meaning for kind='full' \(got 3\)"):
+        aft_attention(q, k, v, kind="full", rng=0, kernel_size=3)
+    with pytest.raises(TypeError, match="window"):
+        aft_local(q, k, v, rng=0)                                   # a kind's own required option
+    np.testing.assert_array_equal(aft_attention(q, k, v, kind="simple", rng=0), aft_simple(q, k, v))
