@@ -23,15 +23,19 @@ from numpy.typing import NDArray
 
 from .common.checks import as_rng
 
-__all__ = ["Trace", "given_or_drawn", "note_allowed", "note_draw", "optional_rng", "tracing"]
+__all__ = ["Trace", "given_or_drawn", "missing_draw", "note_allowed", "note_draw", "optional_rng", "tracing"]
 
 T = TypeVar("T")
 
 
 @dataclass
 class Trace:
-    """What one registry call noted: its draws by option name, and the pairs it let each query see."""
+    """What one registry call noted: its draws by option name, and the pairs it let each query see.
 
+    ``owner`` is the record's id: the name a missing draw's message gives inside a registry call.
+    """
+
+    owner: str | None = None
     draws: dict[str, Any] = field(default_factory=dict)
     allowed: NDArray | None = None
     allowed_noted: bool = False
@@ -41,9 +45,10 @@ _TRACE: contextvars.ContextVar[Trace | None] = contextvars.ContextVar("refattn_t
 
 
 @contextlib.contextmanager
-def tracing() -> Iterator[Trace]:
-    """A fresh :class:`Trace` for the calls inside the block (nested blocks have their own)."""
-    trace = Trace()
+def tracing(owner: str | None = None) -> Iterator[Trace]:
+    """A fresh :class:`Trace` of the registry call ``owner`` for the calls inside the block (nested blocks have
+    their own)."""
+    trace = Trace(owner)
     token = _TRACE.set(trace)
     try:
         yield trace
@@ -78,16 +83,35 @@ def given_or_drawn(by: str, option: str, value: T | None, rng: np.random.Generat
     Raises
     ------
     ValueError
-        ``value`` and ``rng`` both None: "<by> draws <what> from rng: pass rng= (or <option>=)".
+        ``value`` and ``rng`` both None: "<who> draws <what> from rng: pass rng= (or <option>=)", who the
+        record's id inside a registry call (the name the caller used), ``by`` otherwise.
     """
+    trace = _TRACE.get()
     if value is None:
         if rng is None:
-            raise ValueError(f"{by} draws {what or option} from rng: pass rng= (or {option}=)")
+            raise missing_draw(by, option, what)
         value = draw(rng)
-    trace = _TRACE.get()
     if trace is not None:
         trace.draws[option] = value
     return value
+
+
+def missing_draw(by: str, option: str, what: str | None = None) -> ValueError:
+    """The one error of a draw with neither a value nor ``rng``: "<who> draws <what> from rng: pass rng= (or
+    <option>=)", who the record's id inside a registry call (the name its caller used), ``by`` otherwise.
+
+    Parameters
+    ----------
+    by : str
+        The mechanism, as the function names itself.
+    option : str
+        The option that takes the draw.
+    what : str, optional
+        What is drawn, in words (default: the option's name).
+    """
+    trace = _TRACE.get()
+    who = trace.owner if trace is not None and trace.owner else by
+    return ValueError(f"{who} draws {what or option} from rng: pass rng= (or {option}=)")
 
 
 def note_draw(option: str, value: Any) -> None:

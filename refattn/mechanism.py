@@ -450,7 +450,7 @@ def _door_apply(door: Callable, name: str, *, causal_default: bool, inputs, defa
             as_rng(rng)                                            # a bad rng is an error even where unused
         if return_weights:
             call["return_weights"] = True
-        with tracing() as trace:
+        with tracing(name) as trace:
             result = door(**dict(zip(inputs, (q, k, v), strict=True)), **call)
         if not return_weights:
             return AttentionResult(result, draws=dict(trace.draws))

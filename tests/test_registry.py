@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 
 import numpy as np
 import pytest
@@ -264,3 +265,19 @@ def test_exact_limit_equals_scaled_dot_product_attention(mech, causal):
         out, A = scaled_dot_product_attention(q, k, v, causal=causal, return_weights=True)
         np.testing.assert_allclose(got.output, out, **TIGHT, err_msg=f"{mech.id} {options} n={n} m={m}")
         np.testing.assert_allclose(got.weights.reshape(A.shape), A, **TIGHT)
+
+
+@pytest.mark.parametrize("mech", [m for m in APPLIABLE if m.draws], ids=_id)
+def test_a_missing_rng_gets_the_one_message_naming_the_id(mech):
+    """ONE-DOOR's rule: without rng, a call either draws nothing (XCiT's default τ) or says "<id> draws <what> from
+    rng: pass rng= (or <option>=)", whatever the function calls itself."""
+    rng = np.random.default_rng(0)
+    n = mech.example_length
+    q, k, v = rng.standard_normal((n, 4)), rng.standard_normal((n, 4)), rng.standard_normal((n, 4))
+    try:
+        result = mech.apply(q, q if mech.shared_qk else k, v, causal=mech.causal_settings[0], return_draws=True)
+    except ValueError as error:                                    # either outcome is asserted: the message is the test
+        message = rf"{mech.id} draws .+ from rng: pass rng= \(or ({'|'.join(mech.draws)})=\)"
+        assert re.fullmatch(message, str(error)), str(error)  # noqa: PT017
+    else:                                                          # nothing was drawn: every draw is a fixed value
+        assert result.output.shape == (n, 4)

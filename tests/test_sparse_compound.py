@@ -404,8 +404,8 @@ def test_bigbird_large_n_has_the_closed_form_nnz():
     (lambda: etc_pattern(2, 4, 1, segment_ids=[0, 1, 2, 1], hard_g2l=True), ValueError,
      r"segment_ids must lie in \[0, num_global=2\)"),
     (lambda: bigbird_pattern(100, block_size=64, rng=0), ValueError, "n=100 must be a multiple of block_size=64"),
-    (lambda: bigbird_pattern(512), ValueError, "num_random_blocks=3 needs rng="),
-    (lambda: bigbird_pattern(512, rng=0, random_blocks=np.full((8, 3), -1)), ValueError, "not both"),
+    (lambda: bigbird_pattern(512), ValueError,
+     r"^bigbird_pattern draws its 3 random blocks per row from rng: pass rng= \(or random_blocks=\)$"),
     (lambda: bigbird_pattern(512, num_window_blocks=2, rng=0), ValueError, "num_window_blocks must be an odd"),
     (lambda: bigbird_pattern(128, num_global_blocks=3, rng=0), ValueError, "num_global_blocks=3 exceeds num_blocks=2"),
     (lambda: bigbird_pattern(384, rng=0), ValueError, "num_random_blocks=3 but block row 1 has only 2 candidate"),
@@ -495,3 +495,8 @@ def test_bigbird_refuses_lengths_naming_n_and_the_lengths_it_takes():
     with pytest.raises(ValueError, match=r"^n=0 holds no block; .* BigBird takes n = 128 or n >= 512"):
         bigbird_pattern(0, rng=0)
     assert bigbird_pattern(128, rng=0) == SparsePattern.full(128, 128)       # two blocks, both global
+
+
+def test_given_random_blocks_leave_rng_unused():
+    keys = np.full((8, 3), -1)
+    assert bigbird_pattern(512, rng=0, random_blocks=keys) == bigbird_pattern(512, random_blocks=keys)

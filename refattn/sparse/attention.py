@@ -32,6 +32,7 @@ from ..common.checks import (
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import FULLY_MASKED_POLICIES
 from ..deprecation import take_renamed
+from ..draws import tracing
 from ..kernels import kernel_rows
 from ..masks import check_key_lengths, check_mask_shape
 from ..mechanism import AttentionResult
@@ -455,13 +456,16 @@ def pattern_apply(make: Callable[..., SparsePattern], name: str, *, cross: bool 
             )
         if return_weights:
             check_weights_fit(batch, n, m)
+        with tracing(name):                                        # a missing draw's message names the id
+            made = make(m, m, True, rng, **options) if alignment == "bottom-right" else \
+                make(n, m, alignment is not None, rng, **options)
         if alignment == "bottom-right":
-            pattern, draws, pair_bias = _made(make(m, m, True, rng, **options))
+            pattern, draws, pair_bias = _made(made)
             if pair_bias is not None:                              # the last n rows' pairs: the CSR tail
                 pair_bias = pair_bias[pattern.indptr[m - n]:]
             pattern = pattern.last_rows(n)
         else:
-            pattern, draws, pair_bias = _made(make(n, m, alignment is not None, rng, **options))
+            pattern, draws, pair_bias = _made(made)
         result = attend_pattern(q, k, v, pattern, method=method, return_weights=return_weights, pair_bias=pair_bias)
         return result._replace(draws=draws)
 

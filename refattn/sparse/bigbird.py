@@ -21,6 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..common.checks import as_rng, check_choice, check_size, check_sizes
 from ..common.ints import check_non_negative_int, check_positive_int
+from ..draws import missing_draw
 from ..mechanism import Mechanism
 from ..papers import BIGBIRD
 from .attention import pattern_apply
@@ -395,12 +396,11 @@ def _half_window(num_window_blocks) -> int:
 
 
 def _drawing(num_random_blocks, rng, random_blocks) -> bool:
-    """Whether the random blocks are drawn from ``rng`` (rather than given, or none); refuse both or neither."""
-    if rng is not None and random_blocks is not None:
-        raise ValueError("give rng= (to draw the random blocks) or random_blocks= (an explicit draw), not both")
+    """Whether the random blocks are drawn from ``rng`` (rather than given, or none); given blocks leave ``rng``
+    unused, and blocks to draw without ``rng`` get the one missing-draw message."""
     r = check_non_negative_int("num_random_blocks", num_random_blocks)
     if random_blocks is None and r and rng is None:
-        raise ValueError(f"num_random_blocks={r} needs rng= (to draw them) or random_blocks= (an explicit draw)")
+        raise missing_draw("bigbird_pattern", "random_blocks", f"its {r} random blocks per row")
     return random_blocks is None and r > 0
 
 
