@@ -123,13 +123,12 @@ class Mechanism:
         The mechanism's own, natural function (with its own parameters).
     apply : callable or None
         The uniform entry, ``apply(q, k, v, *, causal=False, rng=None, return_weights=False,
-        return_draws=False, **options) -> AttentionResult``. The record stores it behind one
-        validation layer: q, k, v are checked (real floating point, at least 2-D, d_k and m
-        agreeing, batch dims broadcasting) and converted to float64, ``causal`` is checked against
-        :attr:`causal_settings`, ``rng``, ``return_weights`` and ``return_draws`` are checked, all
-        before the mechanism's own code indexes a shape; ``apply.__wrapped__`` is the mechanism's
-        own, which returns its draws always (``AttentionResult.draws``) and leaves it to this
-        layer to keep them only when asked.
+        return_draws=False, **options) -> AttentionResult``, built from ``function`` by
+        :meth:`Mechanism.of` (the options are the function's parameters, by name) or, for a pattern,
+        by :func:`refattn.sparse.pattern_apply`. q, k and v are validated once, by the function
+        (before any shape is indexed); the record checks what is its own: ``causal`` against
+        :attr:`causal_settings`, shared QK, ``return_draws``. ``apply.__wrapped__`` returns the
+        call's draws always (``AttentionResult.draws``); the record keeps them only when asked.
     figure : FigureSpec or str
         How ``python -m refattn figures`` draws it: a :class:`FigureSpec` for the generic template,
         or ``"module:name"`` naming a :class:`FigureSpec` (drawn by the template too) or a function
