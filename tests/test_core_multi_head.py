@@ -306,7 +306,7 @@ def test_params_of_another_type_are_named(rng, params):
 
 def test_params_none_are_drawn_from_rng_or_refused(rng):
     x = rng.standard_normal((3, 4))
-    with pytest.raises(ValueError, match=r"^multi_head_attention draws its projections from rng: pass rng= "
+    with pytest.raises(ValueError, match=r"^multi_head draws its projections from rng: pass rng= "
                                          r"\(or params=\)$"):
         multi_head_attention(x, x, num_heads=2)
     drawn = multi_head_attention(x, x, num_heads=2, rng=7)

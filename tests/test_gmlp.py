@@ -137,7 +137,7 @@ def test_bad_input_is_refused_with_the_argument_named():
         GMLP.apply(q, q, v, params=np.zeros((5, 5)))
     with pytest.raises(ValueError, match="even number of channels"):
         spatial_gating_unit(np.ones((4, 5)), rng=0)
-    with pytest.raises(ValueError, match=r"^spatial_gating_unit draws its spatial projection from rng: pass rng= "
+    with pytest.raises(ValueError, match=r"^gmlp draws its spatial projection from rng: pass rng= "
                                          r"\(or params=\)$"):
         spatial_gating_unit(np.ones((4, 6)))
     with pytest.raises(ValueError, match="gate_res must broadcast"):

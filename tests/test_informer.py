@@ -291,7 +291,7 @@ def test_edge_sizes(causal):
 
 
 @pytest.mark.parametrize(("options", "error", "match"), [
-    ({}, ValueError, r"informer_attention draws its sampled keys from rng: pass rng= \(or sampled_keys=\)"),
+    ({}, ValueError, r"informer draws its sampled keys from rng: pass rng= \(or sampled_keys=\)"),
     ({"sampled_keys": np.zeros((4, 2))}, TypeError, "sampled_keys must be an array of ints"),
     ({"sampled_keys": np.zeros((3, 2), dtype=int)}, ValueError, r"sampled_keys must have shape \(n=4, U\)"),
     ({"sampled_keys": np.full((4, 2), 5)}, ValueError, r"sampled_keys must lie in \[0, m=5\)"),

@@ -520,7 +520,7 @@ def test_bad_input_is_refused(rng):
         performer_attention(q, k, v, rng=0, norms="unit")
     with pytest.raises(ValueError, match="norms must be one of"):
         draw_omega(0, 4, 3, norms="chi2")
-    with pytest.raises(ValueError, match=r"^performer_attention draws ω from rng: pass rng= \(or omega=\)$"):
+    with pytest.raises(ValueError, match=r"^performer_positive draws ω from rng: pass rng= \(or omega=\)$"):
         performer_attention(q, k, v)
     omega = draw_omega(0, 8, 6)                                    # a given draw wins: rng is unused
     np.testing.assert_array_equal(performer_attention(q, k, v, rng=0, omega=omega),

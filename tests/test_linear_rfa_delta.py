@@ -412,7 +412,8 @@ def test_the_function_draws_its_coefficients_from_rng_and_decodes_bottom_right(r
     np.testing.assert_allclose(out, full_out[-2:], rtol=0, atol=1e-14)   # the same sums; BLAS may block the products
     # of the padded queries differently
     np.testing.assert_allclose(A, full_A[-2:], rtol=0, atol=1e-14)
-    with pytest.raises(ValueError, match=rf"^{function.__name__} draws the parameters of its {coefficients} from "
+    mechanism = function.__name__.removesuffix("_attention")      # the message names the id: rfa, delta_rule
+    with pytest.raises(ValueError, match=rf"^{mechanism} draws the parameters of its {coefficients} from "
                                          rf"rng: pass rng= \(or {coefficients}=\)$"):
         function(q, k, v)
     with pytest.raises(ValueError, match=r"causal self-attention.*n=2 queries and m=6 keys.*'bottom-right'"):

@@ -219,7 +219,7 @@ def test_bad_input(rng):
     q, k, v = _qkv(rng)
     E = np.ones((3, 7))
     cases = [
-        (dict(), ValueError, r"linformer_attention draws E and F from rng: pass rng= \(or E=\)"),
+        (dict(), ValueError, r"linformer draws E and F from rng: pass rng= \(or E=\)"),
         (dict(E=np.ones((3, 6)), F=E), ValueError, r"E must have shape \(\.\.\., k, m=7\)"),
         (dict(E=E, F=np.ones((2, 7))), ValueError, r"F must have E's \(k, m\)"),
         (dict(E=E), ValueError, "sharing='none' projects keys and values separately"),

@@ -148,7 +148,7 @@ def test_bad_options_are_named(rng, options, error, match):
 def test_bad_params_are_named(rng):
     q, k, v = _qkv(rng)
     with pytest.raises(ValueError,
-                       match=r"^lowrank_band_attention draws its projections from rng: pass rng= \(or params=\)$"):
+                       match=r"^lowrank_band draws its projections from rng: pass rng= \(or params=\)$"):
         lowrank_band_attention(q, k, v, window=1, rank=2)
     params = init_lowrank_band(0, 4, 2)                            # a given draw wins: rng is unused
     np.testing.assert_array_equal(lowrank_band_attention(q, k, v, window=1, rng=0, params=params),

@@ -162,7 +162,7 @@ def test_the_function_draws_what_it_is_not_given(rng, causal):
                                   luna_attention(q, k, v, pack_length=2, rng=5, causal=causal))
     given = draw_pack(1, 3, 4)
     np.testing.assert_array_equal(luna_attention(q, k, v, given, rng=5), luna_attention(q, k, v, given))
-    with pytest.raises(ValueError, match=r"luna_attention draws its pack queries from rng: pass rng= \(or pack=\)"):
+    with pytest.raises(ValueError, match=r"luna draws its pack queries from rng: pass rng= \(or pack=\)"):
         luna_attention(q, k, v)
 
 

@@ -326,7 +326,7 @@ def test_bad_input(rng):
     q, k, v = _qkv(rng)
     params = _shared(rng, 3)
     cases = [
-        (dict(), ValueError, r"memory_compressed_attention draws its kernels from rng: pass rng= \(or params=\)"),
+        (dict(), ValueError, r"mca draws its kernels from rng: pass rng= \(or params=\)"),
         (dict(params=params, factor=2), ValueError, "factor=2 but params has c=3 taps"),
         (dict(params=params, channels="full"), ValueError, "channels='full' but params has 'shared' taps"),
         (dict(params=MemoryCompression(np.ones((3, 5, 5)), np.ones((3, 3, 3)))), ValueError,

@@ -452,7 +452,7 @@ def test_nystromformer_conv_needs_n_equal_m_and_apply_checks_its_kernel():
     q, k, v = _qkv(25, 6)
     mech = registry.get("nystromformer")
     with pytest.raises(ValueError,
-                       match=r"^nystromformer_attention draws the skip's filter from rng: "
+                       match=r"^nystromformer draws the skip's filter from rng: "
                              r"pass rng= \(or conv_weights=\)$"):
         mech.apply(q, k, v, conv_kernel_size=3)
     with pytest.raises(ValueError, match="conv_kernel_size must be odd"):

@@ -218,7 +218,7 @@ def test_bad_options_are_named(rng, options, error, match):
 
 def test_bad_params_are_named(rng):
     q, k, v = _qkv(rng, d=4, d_v=3)
-    with pytest.raises(ValueError, match=r"poolingformer_attention draws its parameters from rng: pass rng= "
+    with pytest.raises(ValueError, match=r"poolingformer draws its parameters from rng: pass rng= "
                                          r"\(or params=\)"):
         poolingformer_attention(q, k, v, **GEOMETRY)
     given = init_poolingformer(0, 3, 4, 3)                         # rng (a registry passes it) is then unused

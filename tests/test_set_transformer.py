@@ -241,7 +241,7 @@ def test_causal_is_refused_with_the_reason(rng):
 
 
 def test_the_function_draws_what_it_is_not_given(rng):
-    """induced_attention draws ℓ = 4 inducing points (or num_inducing) from rng, as the registry's apply does."""
+    """induced_attention draws ℓ = 4 inducing points (or num_inducing) from rng, as the set_transformer record does."""
     q, k, v = rng.standard_normal((3, 5, 4))
     np.testing.assert_array_equal(induced_attention(q, k, v, rng=5),
                                   induced_attention(q, k, v, draw_inducing_points(5, 4, 4)))
@@ -251,7 +251,7 @@ def test_the_function_draws_what_it_is_not_given(rng):
                                   induced_attention(q, k, v, num_inducing=2, rng=5))
     given = draw_inducing_points(1, 3, 4)
     np.testing.assert_array_equal(induced_attention(q, k, v, given, rng=5), induced_attention(q, k, v, given))
-    with pytest.raises(ValueError, match=r"induced_attention draws its inducing points from rng: pass rng= "
+    with pytest.raises(ValueError, match=r"set_transformer draws its inducing points from rng: pass rng= "
                                          r"\(or inducing=\)"):
         induced_attention(q, k, v)
 

@@ -146,7 +146,7 @@ def test_random_draw_is_uniform_over_keys():
     (lambda: global_pattern(4, [0.5]), TypeError, r"global_indices must be an array of ints, got dtype float64"),
     (lambda: global_pattern(4, [True]), TypeError, r"global_indices must be an array of ints, got dtype bool"),
     (lambda: global_pattern(4, [[0], [1, 2]]), ValueError, "global_indices must be a rectangular array"),
-    (lambda: random_pattern(4, 2), ValueError, r"^random_pattern draws its keys from rng: pass rng= \(or keys=\)$"),
+    (lambda: random_pattern(4, 2), ValueError, r"^random draws its keys from rng: pass rng= \(or keys=\)$"),
     (lambda: random_pattern(4, 5, rng=0), ValueError, "cannot draw r=5 distinct keys from m=4"),
     (lambda: random_pattern(2, keys=[[0, 0], [1, -1]]), ValueError, "repeats a key within a row"),
     (lambda: random_pattern(2, keys=[[0, 2], [1, -1]]), ValueError, r"keys must lie in \[0, m=2\)"),

@@ -405,7 +405,7 @@ def test_bigbird_large_n_has_the_closed_form_nnz():
      r"segment_ids must lie in \[0, num_global=2\)"),
     (lambda: bigbird_pattern(100, block_size=64, rng=0), ValueError, "n=100 must be a multiple of block_size=64"),
     (lambda: bigbird_pattern(512), ValueError,
-     r"^bigbird_pattern draws its 3 random blocks per row from rng: pass rng= \(or random_blocks=\)$"),
+     r"^bigbird draws its 3 random blocks per row from rng: pass rng= \(or random_blocks=\)$"),
     (lambda: bigbird_pattern(512, num_window_blocks=2, rng=0), ValueError, "num_window_blocks must be an odd"),
     (lambda: bigbird_pattern(128, num_global_blocks=3, rng=0), ValueError, "num_global_blocks=3 exceeds num_blocks=2"),
     (lambda: bigbird_pattern(384, rng=0), ValueError, "num_random_blocks=3 but block row 1 has only 2 candidate"),

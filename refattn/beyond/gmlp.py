@@ -235,7 +235,7 @@ def spatial_gating_unit(z: ArrayLike, *, params: SpatialGatingParams | None = No
     norm, return_weights = check_bool("norm", norm), check_bool("return_weights", return_weights)
     eps = check_scale(eps, "eps")
     n, e = z.shape[-2], z.shape[-1] // 2
-    params = given_or_drawn("spatial_gating_unit", "params", params, optional_rng(rng),
+    params = given_or_drawn("gmlp", "params", params, optional_rng(rng),
                             lambda r: init_spatial_gating(r, n), what="its spatial projection")
     params = _check_params(params, n)
     if gate_res is not None:

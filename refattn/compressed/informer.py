@@ -483,7 +483,7 @@ def informer_attention(
             raise ValueError(f"num_top={u} is more active queries than there are: q has n={n} (shape {q.shape})")
     if num_samples is not None:
         U = check_positive_int("num_samples", num_samples) if m else 0
-    sample = given_or_drawn("informer_attention", "sampled_keys", sampled_keys, optional_rng(rng),
+    sample = given_or_drawn("informer", "sampled_keys", sampled_keys, optional_rng(rng),
                             lambda r: draw_sampled_keys(r, n, m, U, causal=causal, sample_from=sample_from),
                             what="its sampled keys")
     if sampled_keys is not None:

@@ -266,12 +266,12 @@ def linformer_attention(
     check_choice("method", method, METHODS)
     return_weights = check_bool("return_weights", return_weights)
     if E is None:                                                  # drawn together (F is E where shared)
-        E, F = given_or_drawn("linformer_attention", "E", None, optional_rng(rng), what="E and F",
+        E, F = given_or_drawn("linformer", "E", None, optional_rng(rng), what="E and F",
                               draw=lambda r: _drawn(r, m, proj_dim, sharing, num_heads, init))
     else:
         E, F = _given(E, F, m, proj_dim, sharing)
     for name, value in (("E", E), ("F", F)):
-        given_or_drawn("linformer_attention", name, value, None, draw=None)   # the call's draws: E and F
+        given_or_drawn("linformer", name, value, None, draw=None)   # the call's draws: E and F
     batch = broadcast_batch({"q, k, v": batch, "E": E.shape[:-2], "F": F.shape[:-2]})
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     n = q.shape[-2]

@@ -260,7 +260,7 @@ def luna_attention(
     """
     alignment = causal_alignment(causal)
     return_weights = check_bool("return_weights", return_weights)
-    pack = given_points("luna_attention", ("pack", "pack_length"), pack, pack_length, rng, q, draw=draw_pack,
+    pack = given_points("luna", ("pack", "pack_length"), pack, pack_length, rng, q, draw=draw_pack,
                         what="pack queries")
     q, k, v, pack, pack_keys, scale = check_induced(q, k, v, pack, pack_keys, scale, names=("pack", "pack_keys"))
     batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2], "pack": pack.shape[:-2],

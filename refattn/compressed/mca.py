@@ -410,7 +410,7 @@ def memory_compressed_attention(
     if mode == "local":                                            # no kernels: params noted as given, None or not
         if scale is not None:
             raise ValueError("scale is an option of mode='compressed'; the local blocks use 1/sqrt(d_k)")
-        given_or_drawn("memory_compressed_attention", "params", params, 0, draw=lambda _: None)
+        given_or_drawn("mca", "params", params, 0, draw=lambda _: None)
         result = _local(q, k, v, block=block, causal=causal, method=method, return_weights=return_weights)
         if not return_weights:
             return result.output
@@ -425,7 +425,7 @@ def memory_compressed_attention(
         check_choice(name, value, choices)
     return_weights = check_bool("return_weights", return_weights)
     scale = default_scale(d_k) if scale is None else check_scale(scale)
-    params = given_or_drawn("memory_compressed_attention", "params", params, optional_rng(rng), what="its kernels",
+    params = given_or_drawn("mca", "params", params, optional_rng(rng), what="its kernels",
                             draw=lambda r: init_memory_compression(r, 3 if factor is None else
                                                                    check_positive_int("factor", factor),
                                                                    d_k=d_k, d_v=d_v, channels=channels))

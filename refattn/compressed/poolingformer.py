@@ -369,7 +369,7 @@ def poolingformer_attention(
     if return_weights and pooling == "max":
         raise ValueError("pooling='max' has no effective matrix (each channel takes its maximum at its own position, "
                          "so out = W v holds for no single W): pass return_weights=False, or pooling='mean'/'conv'")
-    params = given_or_drawn("poolingformer_attention", "params", params, optional_rng(rng), what="its parameters",
+    params = given_or_drawn("poolingformer", "params", params, optional_rng(rng), what="its parameters",
                             draw=lambda r: init_poolingformer(r, d_v, d_k, kernel_size))
     params = _check_params(params, d_v, d_k, kernel_size)
     if return_weights:

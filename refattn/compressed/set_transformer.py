@@ -240,7 +240,7 @@ def induced_attention(
         raise ValueError(f"induced_attention has no causal form (causal must be False, got {causal!r}): the inducing "
                          "points attend every element of the set, and a set has no order")
     return_weights = check_bool("return_weights", return_weights)
-    inducing = given_points("induced_attention", ("inducing", "num_inducing"), inducing, num_inducing, rng, q)
+    inducing = given_points("set_transformer", ("inducing", "num_inducing"), inducing, num_inducing, rng, q)
     q, k, v, inducing, inducing_keys, scale = check_induced(q, k, v, inducing, inducing_keys, scale)
     if return_weights:
         check_fits("the weights (return_weights=True)", (*broadcast_batch(

@@ -437,7 +437,7 @@ def resolve_params(params, d_model: int, num_heads: int, rng) -> MultiHeadParams
     elif params is not None and not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be MultiHeadParams (see init_multi_head), None or 'identity', got "
                         f"{type(params).__name__}")
-    return given_or_drawn("multi_head_attention", "params", params, rng,
+    return given_or_drawn("multi_head", "params", params, rng,
                           lambda r: init_multi_head(r, d_model, num_heads), what="its projections")
 
 

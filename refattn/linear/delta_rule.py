@@ -280,7 +280,7 @@ def delta_rule_attention(
     rng = optional_rng(rng)
 
     def run(q_all):
-        b = given_or_drawn("delta_rule_attention", "beta", beta, rng, lambda r: _drawn_beta(r, k),
+        b = given_or_drawn("delta_rule", "beta", beta, rng, lambda r: _drawn_beta(r, k),
                            what="the parameters of its beta")
         return _delta_rule(q_all, k, v, b, feature_map, normalize, method, return_weights, chunk_size)
 

@@ -530,7 +530,7 @@ def performer_attention(
                          "(denominator_eps=0.0)")
     given = omega is not None
     r = _default_num_features(d) if num_features is None else num_features
-    omega = given_or_drawn("performer_attention", "omega", omega, optional_rng(rng), what="ω",
+    omega = given_or_drawn(f"performer_{kind}", "omega", omega, optional_rng(rng), what="ω",
                            draw=lambda g: draw_omega(g, r, d, orthogonal=orthogonal, norms=norms))
     if given:
         omega = check_omega(omega, d)

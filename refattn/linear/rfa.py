@@ -301,7 +301,7 @@ def rfa_attention(
     rng = optional_rng(rng)
 
     def run(q_all):
-        g = given_or_drawn("rfa_attention", "gates", gates, rng, lambda r: _drawn_gates(r, k),
+        g = given_or_drawn("rfa", "gates", gates, rng, lambda r: _drawn_gates(r, k),
                            what="the parameters of its gates")
         return _rfa(q_all, k, v, g, feature_map, coupled, method, eps, return_weights, chunk_size)
 

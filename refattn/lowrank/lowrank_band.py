@@ -224,13 +224,13 @@ def lowrank_band_attention(
     if rank is not None:
         rank = check_positive_int("rank", rank)
     if params is None and rank is None:
-        raise ValueError("lowrank_band_attention draws params of width rank: pass rank= (D_k)")
+        raise ValueError("lowrank_band draws params of width rank: pass rank= (D_k)")
     if params is not None and not isinstance(params, LowRankBandParams):
         raise TypeError(f"params must be a LowRankBandParams (init_lowrank_band), got {type(params).__name__}")
     if params is not None and (params.w_q.shape[0] != d_k or rank not in (None, params.rank)):
         raise ValueError(f"params has w_q of shape {params.w_q.shape}, but q has d_k={d_k}"
                          + ("" if rank is None else f" and rank={rank}") + f": expected ({d_k}, {rank or 'D_k'})")
-    params = given_or_drawn("lowrank_band_attention", "params", params, optional_rng(rng),
+    params = given_or_drawn("lowrank_band", "params", params, optional_rng(rng),
                             lambda r: init_lowrank_band(r, d_k, rank), what="its projections")
     if return_weights:
         check_weights_fit(batch, n, m)

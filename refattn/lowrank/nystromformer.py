@@ -709,7 +709,7 @@ def nystromformer_attention(
         K = None if conv_kernel_size is None else _check_kernel_size(conv_kernel_size, "conv_kernel_size")
         if K is not None and conv_weights is not None and np.shape(conv_weights)[-1:] != (K,):
             raise ValueError(f"conv_weights has {np.shape(conv_weights)[-1:]} taps but conv_kernel_size={K}")
-        conv_weights = given_or_drawn("nystromformer_attention", "conv_weights", conv_weights, rng,
+        conv_weights = given_or_drawn("nystromformer", "conv_weights", conv_weights, rng,
                                       lambda r: draw_conv_weights(r, K), what="the skip's filter")
     out, weights = _nystrom(q, k, v, num_landmarks, pinv, iterations, init, conv_weights, scale, return_weights)
     return (out, weights) if return_weights else out

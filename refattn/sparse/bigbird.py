@@ -400,7 +400,7 @@ def _drawing(num_random_blocks, rng, random_blocks) -> bool:
     unused, and blocks to draw without ``rng`` get the one missing-draw message."""
     r = check_non_negative_int("num_random_blocks", num_random_blocks)
     if random_blocks is None and r and rng is None:
-        raise missing_draw("bigbird_pattern", "random_blocks", f"its {r} random blocks per row")
+        raise missing_draw("bigbird", "random_blocks", f"its {r} random blocks per row")
     return random_blocks is None and r > 0
 
 

@@ -121,7 +121,7 @@ def random_pattern(
     alignment = causal_alignment(causal)
     if keys is None and rng is not None and r is None:
         raise ValueError("random_pattern needs r (keys per query) to draw from rng")
-    keys = given_or_drawn("random_pattern", "keys", keys, optional_rng(rng),
+    keys = given_or_drawn("random", "keys", keys, optional_rng(rng),
                           lambda g: draw_random_keys(g, n, r, m=m, causal=causal), what="its keys")
     keys = as_indices("keys", keys, ndim=2)
     if keys.shape[0] != n:
