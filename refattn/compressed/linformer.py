@@ -40,7 +40,7 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..draws import given_or_drawn, optional_rng
+from ..draws import given_or_drawn, note_draw, optional_rng
 from ..mechanism import Mechanism
 from ..sparse.pattern import no_causal_form
 
@@ -271,7 +271,7 @@ def linformer_attention(
     else:
         E, F = _given(E, F, m, proj_dim, sharing)
     for name, value in (("E", E), ("F", F)):
-        given_or_drawn("linformer", name, value, None, draw=None)   # the call's draws: E and F
+        note_draw(name, value)                                     # the call's draws: E and F
     batch = broadcast_batch({"q, k, v": batch, "E": E.shape[:-2], "F": F.shape[:-2]})
     scale = default_scale(q.shape[-1]) if scale is None else check_scale(scale)
     n = q.shape[-2]

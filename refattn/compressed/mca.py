@@ -47,7 +47,7 @@ from ..common.checks import (
 )
 from ..common.ints import check_non_negative_int, check_positive_int
 from ..core.sdpa import scaled_dot_product_attention
-from ..draws import given_or_drawn, note_allowed, optional_rng
+from ..draws import given_or_drawn, note_allowed, note_draw, optional_rng
 from ..mechanism import AttentionResult, Mechanism
 from ..sparse.attention import attend_pattern
 from ..sparse.block_local import block_local_pattern
@@ -410,7 +410,7 @@ def memory_compressed_attention(
     if mode == "local":                                            # no kernels: params noted as given, None or not
         if scale is not None:
             raise ValueError("scale is an option of mode='compressed'; the local blocks use 1/sqrt(d_k)")
-        given_or_drawn("mca", "params", params, 0, draw=lambda _: None)
+        note_draw("params", params)
         result = _local(q, k, v, block=block, causal=causal, method=method, return_weights=return_weights)
         if not return_weights:
             return result.output

@@ -278,8 +278,8 @@ def multi_head_attention(
     """
     check_positive_int("num_heads", num_heads)
     method = none_is_auto("multi_head_attention", method)
-    width = as_float("x_q", x_q, dtype, min_ndim=2).shape[-1] if params is None or isinstance(params, str) else 0
-    params = resolve_params(params, width, num_heads, optional_rng(rng))   # drawn, the identity, or as given
+    sized = as_float("x_q", x_q, dtype, min_ndim=2) if params is None or isinstance(params, str) else None
+    params = resolve_params(params, sized, num_heads, optional_rng(rng))   # drawn, the identity, or as given
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model, dtype,
                                   kdim=params.w_k.shape[0], vdim=params.w_v.shape[0])
     mask = head_mask(mask, x_q, x_kv, x_v, num_heads)              # (..., h or 1, n, m) or None
@@ -422,23 +422,32 @@ def head_shared(mask: ArrayLike | None) -> ArrayLike | None:
     return np.expand_dims(mask, -3) if mask.ndim >= 3 else mask
 
 
-def resolve_params(params, d_model: int, num_heads: int, rng) -> MultiHeadParams:
-    """``params`` of :func:`multi_head_attention`: drawn from ``rng`` (:func:`init_multi_head`, width ``d_model``)
-    when ``None``, or ``"identity"``: one head whose four projections are the identity (no bias), which is
-    scaled dot-product attention itself; noted as the call's draw."""
+def resolve_params(params, x_q: NDArray | None, num_heads: int, rng) -> MultiHeadParams:
+    """``params`` of :func:`multi_head_attention`: drawn from ``rng`` (:func:`init_multi_head`, width d_model of the
+    checked queries ``x_q``) when ``None``, or ``"identity"``: one head whose four projections are the identity (no
+    bias), which is scaled dot-product attention itself; noted as the call's draw. ``x_q`` may be None when
+    ``params`` are given."""
     if isinstance(params, str):
         if params != "identity" or num_heads != 1:
             raise ValueError(f"params must be MultiHeadParams, None or 'identity' (with num_heads=1), got {params!r} "
                              f"with num_heads={num_heads}")
-        eye = np.eye(d_model)
+        eye = np.eye(x_q.shape[-1])
         params = MultiHeadParams(eye, eye, eye, eye)
-    elif params is None and rng is not None and d_model == 0:
-        raise ValueError("x_q has width d_model = 0: there are no projections to draw")
     elif params is not None and not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be MultiHeadParams (see init_multi_head), None or 'identity', got "
                         f"{type(params).__name__}")
     return given_or_drawn("multi_head", "params", params, rng,
-                          lambda r: init_multi_head(r, d_model, num_heads), what="its projections")
+                          lambda r: init_multi_head(r, drawn_width(x_q), num_heads), what="its projections")
+
+
+def drawn_width(x_q: NDArray) -> int:
+    """d_model, the width of the checked ``x_q``, which sizes the parameters a layer draws from ``rng``.
+
+    A ``ValueError`` naming ``x_q`` when it is 0: there are no projections to draw.
+    """
+    if x_q.shape[-1] == 0:
+        raise ValueError(f"x_q has width d_model = 0 (shape {x_q.shape}): there are no projections to draw")
+    return x_q.shape[-1]
 
 
 #: The options of the multi-head records (multi_head, cross_attention): the layer's, but its dtype and the

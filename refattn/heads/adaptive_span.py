@@ -56,6 +56,7 @@ from ..common.products import scores, weighted_values
 from ..core.multi_head import (
     MultiHeadParams,
     combine_heads,
+    drawn_width,
     init_multi_head,
     layer_inputs,
     project_heads,
@@ -64,7 +65,6 @@ from ..core.multi_head import (
 from ..core.softmax import masked_softmax
 from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..mechanism import Mechanism, PerShape
-from ._layer import drawn_width
 
 __all__ = ["adaptive_span_attention", "adaptive_span_grad_z", "adaptive_span_heads", "adaptive_span_mask",
            "span_cache_length", "span_loss"]
@@ -468,7 +468,7 @@ def adaptive_span_attention(
     x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
     params = given_or_drawn("adaptive_span", "params", params, optional_rng(rng),
                             lambda r: init_multi_head(r, drawn_width(x_q), num_heads), what="its parameters")
-    params = resolve_params(params, x_q.shape[-1], num_heads, None)   # "identity": one head, identity projections
+    params = resolve_params(params, x_q, num_heads, None)   # "identity": one head, identity projections
     z = default_spans(num_heads) if z is None else z
     x_q, x_kv, x_v = layer_inputs(x_q, x_kv, x_v, params.d_model)
     Q = project_heads(x_q, params.w_q, params.b_q, num_heads)      # (..., h, n, d_k)  Q W_iᵠ

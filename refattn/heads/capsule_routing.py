@@ -61,13 +61,12 @@ from numpy.typing import ArrayLike, NDArray
 from ..common.checks import as_float, as_rng, check_choice
 from ..common.init import glorot
 from ..common.ints import check_positive_int
-from ..core.multi_head import combine_heads, head_shared, layer_inputs, project_heads
+from ..core.multi_head import combine_heads, drawn_width, head_shared, layer_inputs, project_heads
 from ..core.sdpa import scaled_dot_product_attention
 from ..core.softmax import softmax
 from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..masks import allowed_pairs, check_mask_shape
 from ..mechanism import Mechanism
-from ._layer import drawn_width
 
 __all__ = [
     "CapsuleRoutingParams", "capsule_routing_attention", "dynamic_routing", "em_routing", "head_votes",

@@ -49,12 +49,19 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..common.checks import as_float, as_rng, check_scale
 from ..common.ints import check_non_negative_int, check_positive_int
-from ..core.multi_head import MultiHeadParams, combine_heads, head_shared, layer_inputs, project_heads, split_heads
+from ..core.multi_head import (
+    MultiHeadParams,
+    combine_heads,
+    drawn_width,
+    head_shared,
+    layer_inputs,
+    project_heads,
+    split_heads,
+)
 from ..core.sdpa import scaled_dot_product_attention
 from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..masks import allowed_pairs, check_mask_shape
 from ..mechanism import Mechanism
-from ._layer import drawn_width
 
 __all__ = [
     "CPDecomposition",

@@ -31,6 +31,7 @@ from ..common.checks import as_float, check_scale, default_scale
 from ..common.ints import check_positive_int
 from ..core.multi_head import (
     MultiHeadParams,
+    drawn_width,
     head_shared,
     init_multi_head,
     multi_head_attention,
@@ -40,7 +41,6 @@ from ..core.multi_head import (
 from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..masks import allowed_pairs
 from ..mechanism import Mechanism
-from ._layer import drawn_width
 
 __all__ = ["head_scores", "head_size_attention", "represent_attention"]
 
@@ -148,7 +148,7 @@ def head_size_attention(
     x_q, x_kv = as_float("x_q", x_q, min_ndim=2), as_float("x_kv", x_kv, min_ndim=2)   # they size drawn params
     params = given_or_drawn("head_size", "params", params, optional_rng(rng),
                             lambda r: _draw_params(r, x_q, x_kv, num_heads, head_size), what="its parameters")
-    params = resolve_params(params, x_q.shape[-1], num_heads, None)   # "identity": one head, identity projections
+    params = resolve_params(params, x_q, num_heads, None)   # "identity": one head, identity projections
     _check_head_size(params, num_heads, head_size)
     result = multi_head_attention(x_q, x_kv, params, num_heads=num_heads, mask=mask, causal=causal, scale=scale,
                                   fully_masked=fully_masked, x_v=x_v, return_weights=return_weights)

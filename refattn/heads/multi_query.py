@@ -40,6 +40,7 @@ from ..core.multi_head import (
     check_biases,
     check_matrices,
     combine_heads,
+    drawn_width,
     head_shared,
     project_heads,
 )
@@ -48,7 +49,6 @@ from ..deprecation import none_is_auto
 from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..masks import allowed_pairs, check_mask_shape
 from ..mechanism import Mechanism
-from ._layer import drawn_width
 
 __all__ = [
     "KVCache",

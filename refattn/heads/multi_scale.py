@@ -34,6 +34,7 @@ from ..common.ints import check_positive_int
 from ..core.multi_head import (
     MultiHeadParams,
     combine_heads,
+    drawn_width,
     init_multi_head,
     layer_inputs,
     project_heads,
@@ -42,7 +43,6 @@ from ..core.multi_head import (
 from ..core.sdpa import scaled_dot_product_attention
 from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..mechanism import Mechanism
-from ._layer import drawn_width
 
 __all__ = ["layer_windows", "multi_scale_attention", "multi_scale_mask"]
 
@@ -167,7 +167,7 @@ def multi_scale_attention(
     x_q = as_float("x_q", x_q, min_ndim=2)                         # its width sizes drawn parameters
     params = given_or_drawn("multi_scale", "params", params, optional_rng(rng),
                             lambda r: init_multi_head(r, drawn_width(x_q), num_heads), what="its parameters")
-    params = resolve_params(params, x_q.shape[-1], num_heads, None)   # "identity": one head, identity projections
+    params = resolve_params(params, x_q, num_heads, None)   # "identity": one head, identity projections
     windows = _check_windows(default_windows(num_heads) if windows is None else windows)
     if windows.size != num_heads:
         raise ValueError(f"windows has {windows.size} scales but num_heads={num_heads}")

@@ -47,6 +47,7 @@ from ..common.products import scores, weighted_values
 from ..core.multi_head import (
     MultiHeadParams,
     combine_heads,
+    drawn_width,
     head_shared,
     init_multi_head,
     layer_inputs,
@@ -56,7 +57,6 @@ from ..core.softmax import FULLY_MASKED_POLICIES, masked_softmax
 from ..draws import given_or_drawn, note_allowed, optional_rng
 from ..masks import allowed_pairs, attention_mask
 from ..mechanism import Mechanism
-from ._layer import drawn_width
 
 __all__ = ["TalkingHeadsParams", "init_talking_heads", "talking_heads_attention"]
 
